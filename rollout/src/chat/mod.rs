@@ -1,0 +1,1 @@
+//! Chat format: tokenizer and chat template (filled in by the chat work).

@@ -1,0 +1,1 @@
+//! End-to-end tests of the `fusegrpo` binary live in `tests/tests/`.

@@ -1,0 +1,1 @@
+//! `trainer`: the model and everything that learns.

@@ -1,0 +1,47 @@
+//! `fusegrpo`: the command-line entry point. Each subcommand lives in its own
+//! module under `cli/`, with its arguments and a `run` function.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+/// A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle).
+///
+/// Start with `fusegrpo init-tiny --out /tmp/tiny --small-vocab 2048` to make a
+/// small random model, then `fusegrpo score` / `fusegrpo generate` on it.
+#[derive(Parser)]
+#[command(name = "fusegrpo", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (error, warn, info, debug, trace or a tracing directive).
+    #[arg(long, global = true, default_value = "info", env = "FUSEGRPO_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a random tiny Qwen3 in Hugging Face format, with a tokenizer.
+    InitTiny(cli::init_tiny::Args),
+    /// Log-probability of every token of each input sequence given its prefix.
+    Score(cli::score::Args),
+    /// Continue each input sequence (batched, KV cache, greedy or sampled).
+    Generate(cli::generate::Args),
+    /// Chat-template utilities.
+    #[command(subcommand)]
+    Chat(cli::chat::Command),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::InitTiny(args) => cli::init_tiny::run(args),
+        Command::Score(args) => cli::score::run(args),
+        Command::Generate(args) => cli::generate::run(args),
+        Command::Chat(cmd) => cli::chat::run(cmd),
+    }
+}
