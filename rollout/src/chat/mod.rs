@@ -1,1 +1,32 @@
-//! Chat format: tokenizer and chat template (filled in by the chat work).
+//! Chat format: Qwen3's tokenizer and chat template, identical to transformers.
+//!
+//! Overview:
+//! - [`ChatTokenizer`] loads a Hugging Face tokenizer folder (`tokenizer.json`
+//!   + `tokenizer_config.json`), renders a [`ChatRequest`] (transformers'
+//!   message format: system/user/assistant/tool roles, `tool_calls`,
+//!   `reasoning_content`, inline `<think>`) with the folder's own chat template,
+//!   and encodes/decodes text. Text and ids match transformers'
+//!   `apply_chat_template` (golden fixtures in `rollout/tests/fixtures/chat`).
+//! - The template runs in minijinja set up as transformers sets up Jinja2
+//!   (`template`), with a `tojson` that is Python's `json.dumps` byte for byte
+//!   (`pyjson`).
+//! - [`write_small_tokenizer`] trains a small byte-level BPE that keeps Qwen3's
+//!   pipeline, chat template and special tokens, for fast CPU runs.
+//! - [`SpecialTokens`] holds the ids the token-level chat format is built from
+//!   (`<|im_start|>`, `<|im_end|>`, `<tool_call>`, `<think>`, ...).
+
+mod error;
+mod pyjson;
+mod small;
+mod template;
+mod tokenizer;
+
+pub use error::{ChatError, Result};
+pub use pyjson::{dumps as python_json_dumps, DumpOptions};
+pub use small::{
+    max_small_vocab, write_small_tokenizer, QWEN3_ADDED_TOKENS, QWEN3_CHAT_TEMPLATE,
+    QWEN3_SPLIT_REGEX, SMALL_VOCAB_MIN,
+};
+pub use tokenizer::{
+    ChatRequest, ChatTokenizer, SpecialTokens, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
+};

@@ -1,0 +1,384 @@
+//! [`ChatTokenizer`]: a Hugging Face tokenizer folder (tokenizer.json +
+//! tokenizer_config.json) with its chat template, rendering and encoding
+//! conversations as transformers' `apply_chat_template` does.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
+use tokenizers::Tokenizer;
+
+use super::error::{ChatError, Result};
+use super::template::ChatTemplate;
+
+/// File names inside a tokenizer folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// The config file that holds the chat template and special tokens.
+pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+
+/// A conversation to render, in the transformers message format.
+///
+/// Messages are JSON objects with a `role` (system/user/assistant/tool) and
+/// `content`; assistant messages may carry `tool_calls`
+/// (`[{"type": "function", "function": {"name": .., "arguments": {..} or ".."}}]`)
+/// and `reasoning_content`, or put their thinking inline in `<think>...</think>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The conversation, oldest first.
+    pub messages: Vec<Json>,
+    /// Tool (function) JSON schemas declared to the model, if any.
+    #[serde(default)]
+    pub tools: Option<Vec<Json>>,
+    /// Append the header of a new assistant turn (`<|im_start|>assistant\n`).
+    #[serde(default)]
+    pub add_generation_prompt: bool,
+    /// Qwen3's switch: `Some(false)` pre-fills an empty think block.
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
+}
+
+/// Ids of the special tokens the chat format is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecialTokens {
+    /// `<|im_start|>`: opens a turn.
+    pub im_start: u32,
+    /// `<|im_end|>`: closes a turn; Qwen3's eos token.
+    pub im_end: u32,
+    /// `<|endoftext|>`: end of document; Qwen3's pad token.
+    pub endoftext: u32,
+    /// `<tool_call>`
+    pub tool_call_start: u32,
+    /// `</tool_call>`
+    pub tool_call_end: u32,
+    /// `<tool_response>`
+    pub tool_response_start: u32,
+    /// `</tool_response>`
+    pub tool_response_end: u32,
+    /// `<think>`
+    pub think_start: u32,
+    /// `</think>`
+    pub think_end: u32,
+}
+
+impl SpecialTokens {
+    /// The token strings, in field order.
+    pub const STRINGS: [&'static str; 9] = [
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_response>",
+        "</tool_response>",
+        "<think>",
+        "</think>",
+    ];
+
+    /// Looks every token up; `path` labels the error for a missing one.
+    fn lookup(tokenizer: &Tokenizer, path: &Path) -> Result<Self> {
+        let id = |token: &str| single_token_id(tokenizer, token, path);
+        Ok(SpecialTokens {
+            im_start: id("<|im_start|>")?,
+            im_end: id("<|im_end|>")?,
+            endoftext: id("<|endoftext|>")?,
+            tool_call_start: id("<tool_call>")?,
+            tool_call_end: id("</tool_call>")?,
+            tool_response_start: id("<tool_response>")?,
+            tool_response_end: id("</tool_response>")?,
+            think_start: id("<think>")?,
+            think_end: id("</think>")?,
+        })
+    }
+}
+
+/// The id of `token`, which must be in the vocabulary (or an added token).
+fn single_token_id(tokenizer: &Tokenizer, token: &str, path: &Path) -> Result<u32> {
+    tokenizer
+        .token_to_id(token)
+        .ok_or_else(|| ChatError::MissingToken {
+            path: path.to_path_buf(),
+            token: token.to_string(),
+        })
+}
+
+/// A tokenizer with its chat template: render, encode, decode.
+#[derive(Debug)]
+pub struct ChatTokenizer {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    special: SpecialTokens,
+    /// `bos_token`/`eos_token`/`unk_token`/`pad_token` strings, passed to the
+    /// template as transformers passes `special_tokens_map`.
+    special_tokens_map: Vec<(&'static str, String)>,
+    eos_ids: Vec<u32>,
+    dir: PathBuf,
+}
+
+impl ChatTokenizer {
+    /// Loads `dir/tokenizer.json` and `dir/tokenizer_config.json`.
+    ///
+    /// The config must hold a `chat_template` and an `eos_token`; every entry
+    /// of its `added_tokens_decoder` must match tokenizer.json's ids.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let tok_path = dir.join(TOKENIZER_FILE);
+        if !tok_path.is_file() {
+            return Err(ChatError::Io {
+                path: tok_path,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            });
+        }
+        let tokenizer = Tokenizer::from_file(&tok_path)
+            .map_err(|e| ChatError::tokenizer(format!("loading {}", tok_path.display()), e))?;
+        let cfg_path = dir.join(TOKENIZER_CONFIG_FILE);
+        let config = read_json(&cfg_path)?;
+        let template_src = chat_template_source(&config, &cfg_path)?;
+        let template = ChatTemplate::new(template_src, &cfg_path)?;
+        check_added_tokens(&tokenizer, &config, &cfg_path)?;
+
+        let mut special_tokens_map = Vec::new();
+        for key in ["bos_token", "eos_token", "unk_token", "pad_token"] {
+            if let Some(token) = token_string(&config, key, &cfg_path)? {
+                special_tokens_map.push((key, token));
+            }
+        }
+        let eos = token_string(&config, "eos_token", &cfg_path)?.ok_or_else(|| {
+            ChatError::MissingKey {
+                path: cfg_path.clone(),
+                key: "eos_token".into(),
+            }
+        })?;
+        let special = SpecialTokens::lookup(&tokenizer, &tok_path)?;
+        let mut eos_ids = vec![single_token_id(&tokenizer, &eos, &cfg_path)?];
+        if !eos_ids.contains(&special.endoftext) {
+            eos_ids.push(special.endoftext);
+        }
+        Ok(ChatTokenizer {
+            tokenizer,
+            template,
+            special,
+            special_tokens_map,
+            eos_ids,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Renders a conversation to text exactly as transformers'
+    /// `apply_chat_template(..., tokenize=False)` does.
+    ///
+    /// Like transformers, keys whose value is `null` are dropped from each
+    /// message, and `thinking`/`reasoning` are aliased to `reasoning_content`.
+    pub fn render(&self, request: &ChatRequest) -> Result<String> {
+        self.template.render(self.template_context(request)?)
+    }
+
+    /// Renders and encodes: `(text, ids)` as `apply_chat_template` gives them
+    /// with `tokenize=False` and `tokenize=True`.
+    pub fn render_ids(&self, request: &ChatRequest) -> Result<(String, Vec<u32>)> {
+        let text = self.render(request)?;
+        let ids = self.encode(&text)?;
+        Ok((text, ids))
+    }
+
+    /// Encodes text without adding special tokens (Qwen3 has no BOS); special
+    /// tokens written in the text (`<|im_start|>`, `<tool_call>`, ...) become
+    /// their single ids.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| ChatError::tokenizer("encoding text", e))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Decodes ids to text, keeping special tokens.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer
+            .decode(ids, false)
+            .map_err(|e| ChatError::tokenizer("decoding ids", e))
+    }
+
+    /// The id of a token string (vocabulary or added token), if any.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.token_to_id(token)
+    }
+
+    /// The string of a token id, if any.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
+    /// Ids of the chat format's special tokens.
+    pub fn special(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// Ids that end generation: the config's `eos_token` (`<|im_end|>`), then
+    /// `<|endoftext|>` (Qwen3's generation_config lists both).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// Number of ids, added tokens included (151669 for Qwen3; the model's
+    /// embedding may be larger, e.g. 151936).
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
+    /// The folder this tokenizer was loaded from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The template variables transformers passes: `messages`, `tools`,
+    /// `documents`, `add_generation_prompt`, the special-token strings, and
+    /// `enable_thinking` only when given.
+    fn template_context(&self, request: &ChatRequest) -> Result<minijinja::Value> {
+        if request.messages.is_empty() {
+            return Err(ChatError::Request("empty conversation".into()));
+        }
+        let messages = normalize_messages(&request.messages)?;
+        let mut ctx = Map::new();
+        for (key, token) in &self.special_tokens_map {
+            ctx.insert((*key).to_string(), Json::String(token.clone()));
+        }
+        ctx.insert("messages".into(), Json::Array(messages));
+        let tools = request.tools.clone().map(Json::Array).unwrap_or(Json::Null);
+        ctx.insert("tools".into(), tools);
+        ctx.insert("documents".into(), Json::Null);
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Json::Bool(request.add_generation_prompt),
+        );
+        if let Some(enable) = request.enable_thinking {
+            ctx.insert("enable_thinking".into(), Json::Bool(enable));
+        }
+        Ok(minijinja::Value::from_serialize(&Json::Object(ctx)))
+    }
+}
+
+/// transformers' message clean-up: drop `null`-valued keys, then alias the
+/// reasoning fields (`{"thinking": r, **message, "reasoning_content": r}`).
+fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>> {
+    const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            let Json::Object(map) = message else {
+                return Err(ChatError::Request(format!(
+                    "message {i} is not a JSON object: {message}"
+                )));
+            };
+            let map: Map<String, Json> = map
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let reasoning = REASONING_FIELDS.iter().find_map(|k| map.get(*k)).cloned();
+            let Some(reasoning) = reasoning else {
+                return Ok(Json::Object(map));
+            };
+            let mut aliased = Map::new();
+            aliased.insert("thinking".into(), reasoning.clone());
+            aliased.extend(map);
+            aliased.insert("reasoning_content".into(), reasoning);
+            Ok(Json::Object(aliased))
+        })
+        .collect()
+}
+
+/// Reads and parses a JSON file.
+pub(crate) fn read_json(path: &Path) -> Result<Json> {
+    let text = std::fs::read_to_string(path).map_err(|source| ChatError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ChatError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The template text: `chat_template` is a string, or a list of
+/// `{"name", "template"}` of which we take `"default"`.
+fn chat_template_source(config: &Json, path: &Path) -> Result<String> {
+    let bad = |reason: &str| ChatError::BadKey {
+        path: path.to_path_buf(),
+        key: "chat_template".into(),
+        reason: reason.into(),
+    };
+    match config.get("chat_template") {
+        None | Some(Json::Null) => Err(ChatError::MissingKey {
+            path: path.to_path_buf(),
+            key: "chat_template".into(),
+        }),
+        Some(Json::String(s)) => Ok(s.clone()),
+        Some(Json::Array(named)) => named
+            .iter()
+            .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+            .and_then(|t| t.get("template"))
+            .and_then(Json::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad("no template named \"default\"")),
+        Some(_) => Err(bad("expected a string or a list of named templates")),
+    }
+}
+
+/// A special-token entry: a string, `{"content": ..}`, or null/absent.
+fn token_string(config: &Json, key: &str, path: &Path) -> Result<Option<String>> {
+    match config.get(key) {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.clone())),
+        Some(obj @ Json::Object(_)) => match obj.get("content").and_then(Json::as_str) {
+            Some(s) => Ok(Some(s.to_string())),
+            None => Err(ChatError::BadKey {
+                path: path.to_path_buf(),
+                key: key.into(),
+                reason: "object without a string `content`".into(),
+            }),
+        },
+        Some(other) => Err(ChatError::BadKey {
+            path: path.to_path_buf(),
+            key: key.into(),
+            reason: format!("expected a token string, got {other}"),
+        }),
+    }
+}
+
+/// Every `added_tokens_decoder` entry must be the same id in tokenizer.json.
+fn check_added_tokens(tokenizer: &Tokenizer, config: &Json, path: &Path) -> Result<()> {
+    let Some(decoder) = config.get("added_tokens_decoder") else {
+        return Ok(());
+    };
+    let key = "added_tokens_decoder";
+    let bad = |reason: String| ChatError::BadKey {
+        path: path.to_path_buf(),
+        key: key.into(),
+        reason,
+    };
+    let Json::Object(entries) = decoder else {
+        return Err(bad("expected an object".into()));
+    };
+    for (id, entry) in entries {
+        let id: u32 = id
+            .parse()
+            .map_err(|_| bad(format!("`{id}` is not a token id")))?;
+        let content = entry
+            .get("content")
+            .and_then(Json::as_str)
+            .ok_or_else(|| bad(format!("entry {id} has no string `content`")))?;
+        let actual = tokenizer.token_to_id(content);
+        if actual != Some(id) {
+            return Err(bad(format!(
+                "`{content}` is id {id} here but {actual:?} in {TOKENIZER_FILE}"
+            )));
+        }
+    }
+    Ok(())
+}
