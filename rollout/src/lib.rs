@@ -2,8 +2,32 @@
 //!
 //! - [`chat`]: Qwen3's chat template rendered with minijinja, the tokenizer,
 //!   and the token-level chat format (special tokens, tool-call blocks).
+//! - [`repo`]: [`repo::SnapshotStore::open`]`(repos_dir).get(repo, commit)` ->
+//!   `Arc<`[`repo::Snapshot`]`>`, a commit's tree read from git objects once.
+//! - [`tools`]: [`tools::ToolRunner::run`]`(&Snapshot, &ToolCall)` ->
+//!   [`tools::ToolResult`] `{ output, entities, error }` for grep/glob/read_file;
+//!   `run_turn` runs one turn's calls in parallel, results in call order.
+//! - [`toolcall`]: [`toolcall::parse_tool_calls`]`(text)` ->
+//!   `Vec<Result<ToolCall, ToolCallError>>` from `<tool_call>` blocks.
+//! - [`entities`]: [`entities::Entity`] (`a/b.py`, `a/b.py:Class.method`).
+//! - [`spans`]: [`spans::FileSpans`], tree-sitter function spans (Python).
+//! - [`efficiency`]: [`efficiency::efficiency`]`(&[EntitySet])` -> e.
+//! - [`answer`]: [`answer::parse_answer`]`(text)` -> [`answer::Answer`], set F1.
+//! - [`reward`]: [`reward::score`]`(&Answer, &Gold, &RewardConfig, e)` ->
+//!   [`reward::Score`] (F1_file, F1_func, F1, e, R).
+//! - [`tasks`]: [`tasks::Task`] JSONL rows, [`tasks::gold::derive_gold`] from a
+//!   patch, [`tasks::history::tasks_from_history`].
 //!
 //! This crate has no ML framework in it: it speaks token ids, so it can drive
 //! our own model, an HTTP teacher or a scripted policy.
 
+pub mod answer;
 pub mod chat;
+pub mod efficiency;
+pub mod entities;
+pub mod repo;
+pub mod reward;
+pub mod spans;
+pub mod tasks;
+pub mod toolcall;
+pub mod tools;

@@ -1,0 +1,142 @@
+//! Entity names (DESIGN.md, "Entity names"): a file `a/b.py`, or a function
+//! `a/b.py:Class.method` / `a/b.py:func`, or a class body `a/b.py:Class`.
+//!
+//! One type serves the tools (what a call surfaces), the answer parser (what
+//! the model predicts) and the gold (what the patch changes), so the three
+//! compare exactly.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// A localization target at the file or the function level.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Entity {
+    /// A repo-relative file path, `a/b.py`.
+    File(String),
+    /// A function, method or class body inside `file`: `name` is the dotted
+    /// qualified name (`Class.method`, `func`, `Class`).
+    Function {
+        /// Repo-relative path of the file that holds it.
+        file: String,
+        /// Dotted qualified name inside the file.
+        name: String,
+    },
+}
+
+impl Entity {
+    /// A file entity.
+    pub fn file(path: impl Into<String>) -> Self {
+        Entity::File(path.into())
+    }
+
+    /// A function entity `file:name`.
+    pub fn function(file: impl Into<String>, name: impl Into<String>) -> Self {
+        Entity::Function { file: file.into(), name: name.into() }
+    }
+
+    /// The file this entity lives in (itself for a file).
+    pub fn file_path(&self) -> &str {
+        match self {
+            Entity::File(path) => path,
+            Entity::Function { file, .. } => file,
+        }
+    }
+
+    /// Whether this is a function-level entity.
+    pub fn is_function(&self) -> bool {
+        matches!(self, Entity::Function { .. })
+    }
+
+    /// Parses `path`, `path:Qualified.name` or `path::Qualified.name`.
+    /// Returns `None` for text that cannot be an entity (empty, whitespace
+    /// inside, empty path or name).
+    pub fn parse(text: &str) -> Option<Entity> {
+        let text = text.trim();
+        if text.is_empty() || text.chars().any(char::is_whitespace) {
+            return None;
+        }
+        let split = match text.find("::") {
+            Some(i) => Some((&text[..i], &text[i + 2..])),
+            None => text.rfind(':').map(|i| (&text[..i], &text[i + 1..])),
+        };
+        match split {
+            None => Some(Entity::file(text.trim_start_matches("./"))),
+            Some((file, name)) => {
+                let file = file.trim_start_matches("./");
+                if file.is_empty() || name.is_empty() || name.contains(':') {
+                    return None;
+                }
+                Some(Entity::function(file, name))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Entity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entity::File(path) => write!(f, "{path}"),
+            Entity::Function { file, name } => write!(f, "{file}:{name}"),
+        }
+    }
+}
+
+impl serde::Serialize for Entity {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Entity {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Entity::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("not an entity: {text:?}")))
+    }
+}
+
+/// The set of entities one tool call surfaced (sorted, deduplicated).
+pub type EntitySet = BTreeSet<Entity>;
+
+/// Entities split by level: the files and the functions of a set, as
+/// display strings. A function implies its file.
+pub fn split_levels(entities: &EntitySet) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut files = BTreeSet::new();
+    let mut functions = BTreeSet::new();
+    for entity in entities {
+        files.insert(entity.file_path().to_string());
+        if entity.is_function() {
+            functions.insert(entity.to_string());
+        }
+    }
+    (files, functions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_forms() {
+        let cases = [
+            ("a/b.py", Some(Entity::file("a/b.py"))),
+            ("a/b.py:C.m", Some(Entity::function("a/b.py", "C.m"))),
+            ("a/b.py::C.m", Some(Entity::function("a/b.py", "C.m"))),
+            ("./a.py:f", Some(Entity::function("a.py", "f"))),
+            ("  a.py  ", Some(Entity::file("a.py"))),
+            ("a.py:", None),
+            (":f", None),
+            ("two words", None),
+            ("", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(Entity::parse(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in ["a/b.py", "a/b.py:C.m", "x.py:f"] {
+            assert_eq!(Entity::parse(text).unwrap().to_string(), text);
+        }
+    }
+}

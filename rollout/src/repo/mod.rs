@@ -1,0 +1,67 @@
+//! Repository snapshots: the tree of one commit, read from git objects into
+//! memory once and shared (`Arc<Snapshot>`) by every episode on that commit.
+//!
+//! Nothing is checked out and nothing is written. Paths come only from the
+//! tree itself (git refuses `.git` and `..` entries in trees), symlinks are
+//! kept as their target text and never followed, submodules and binary files
+//! are kept as markers.
+
+mod load;
+pub mod path;
+mod snapshot;
+mod store;
+
+pub use load::{load_snapshot, open_repository, repo_dir_name};
+pub use snapshot::{FileEntry, FileKind, Snapshot, SnapshotConfig};
+pub use store::SnapshotStore;
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Why a snapshot could not be had.
+#[derive(Debug, Error)]
+pub enum RepoError {
+    /// `repo` is not `owner/name` with plain components.
+    #[error("repository name '{0}' is not of the form owner/name")]
+    BadName(String),
+    /// None of `<owner>__<name>`, `<owner>__<name>.git` exists under the repos dir.
+    #[error("repository '{repo}' not found under {dir} (looked for {tried})")]
+    NotFound {
+        /// The `owner/name` asked for.
+        repo: String,
+        /// The repos dir searched.
+        dir: PathBuf,
+        /// The candidate directory names.
+        tried: String,
+    },
+    /// The directory exists but git could not open it.
+    #[error("cannot open git repository {path}: {source}")]
+    Open {
+        /// The directory.
+        path: PathBuf,
+        /// libgit2's error.
+        source: git2::Error,
+    },
+    /// The revision does not name a commit in this repository.
+    #[error("commit '{rev}' not found in {repo}: {source}")]
+    MissingCommit {
+        /// The `owner/name`.
+        repo: String,
+        /// The revision asked for.
+        rev: String,
+        /// libgit2's error.
+        source: git2::Error,
+    },
+    /// Reading a tree or blob failed (a corrupt or shallow repository).
+    #[error("reading '{path}' at {commit} in {repo}: {source}")]
+    Read {
+        /// The `owner/name`.
+        repo: String,
+        /// The commit id.
+        commit: String,
+        /// The tree path being read.
+        path: String,
+        /// libgit2's error.
+        source: git2::Error,
+    },
+}

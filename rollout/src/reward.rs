@@ -1,0 +1,75 @@
+//! The reward R = alpha * F1 + gamma * F1 * e, with
+//! F1 = w_file * F1_file + w_func * F1_func (DESIGN.md).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::answer::{f1, Answer};
+
+/// Gold entities of a task (same shape as an answer).
+pub type Gold = Answer;
+
+/// Reward weights. Raw TOML/JSON is checked by [`RewardConfig::validate`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewardConfig {
+    /// Weight of file-level F1 in F1.
+    pub w_file: f64,
+    /// Weight of function-level F1 in F1.
+    pub w_func: f64,
+    /// Weight of F1 alone in R.
+    pub alpha: f64,
+    /// Weight of F1 * e in R.
+    pub gamma: f64,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        Self { w_file: 0.5, w_func: 0.5, alpha: 1.0, gamma: 1.0 }
+    }
+}
+
+/// A reward weight that is not a finite number >= 0.
+#[derive(Debug, Error, PartialEq)]
+#[error("reward config: '{field}' must be a finite number >= 0, got {value}")]
+pub struct RewardConfigError {
+    /// The field.
+    pub field: &'static str,
+    /// Its value.
+    pub value: f64,
+}
+
+impl RewardConfig {
+    /// Checks every weight is finite and non-negative.
+    pub fn validate(&self) -> Result<(), RewardConfigError> {
+        let fields = [("w_file", self.w_file), ("w_func", self.w_func), ("alpha", self.alpha), ("gamma", self.gamma)];
+        match fields.into_iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
+            Some((field, value)) => Err(RewardConfigError { field, value }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every number of one episode's reward.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// File-level F1.
+    pub f1_file: f64,
+    /// Function-level F1.
+    pub f1_func: f64,
+    /// Weighted F1.
+    pub f1: f64,
+    /// Tool efficiency.
+    pub e: f64,
+    /// The reward.
+    pub reward: f64,
+}
+
+/// Scores an answer against gold with efficiency `e`.
+pub fn score(answer: &Answer, gold: &Gold, config: &RewardConfig, e: f64) -> Score {
+    let f1_file = f1(&answer.files, &gold.files);
+    let f1_func = f1(&answer.functions, &gold.functions);
+    let f1 = config.w_file * f1_file + config.w_func * f1_func;
+    let reward = config.alpha * f1 + config.gamma * f1 * e;
+    Score { f1_file, f1_func, f1, e, reward }
+}

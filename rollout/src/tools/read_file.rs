@@ -1,0 +1,81 @@
+//! `read_file(path, start_line?, end_line?)`: numbered lines of a text file.
+
+use super::args::Args;
+use super::output::{clip, Output};
+use super::{ToolConfig, ToolError, ToolResult};
+use crate::entities::{Entity, EntitySet};
+use crate::repo::{path, FileEntry, FileKind, Snapshot};
+
+/// The contents of a text file, or the error that explains why not.
+pub(super) fn require_text(file: &FileEntry) -> Result<&[u8], ToolError> {
+    let path = file.path.clone();
+    match &file.kind {
+        FileKind::Text(bytes) => Ok(bytes),
+        FileKind::Binary { size } => Err(ToolError::Binary { path, size: *size }),
+        FileKind::TooLarge { size } => Err(ToolError::TooLarge { path, size: *size }),
+        FileKind::Symlink { target } => Err(ToolError::Symlink { path, target: target.clone() }),
+        FileKind::Submodule { commit } => Err(ToolError::Submodule { path, commit: commit.clone() }),
+    }
+}
+
+/// The `read_file` tool.
+pub(super) fn run(snapshot: &Snapshot, args: &Args, config: &ToolConfig) -> Result<ToolResult, ToolError> {
+    args.only(&["path", "start_line", "end_line"])?;
+    let path = path::normalize(args.required_string("path")?)?;
+    let start = args.line("start_line")?.unwrap_or(1);
+    let end = args.line("end_line")?;
+    let Some(file) = snapshot.file(&path) else {
+        if snapshot.is_dir(&path) {
+            return Err(ToolError::IsDirectory(if path.is_empty() { ".".into() } else { path }));
+        }
+        return Err(ToolError::NotFound(path));
+    };
+    let bytes = require_text(file)?;
+    let lines: Vec<&[u8]> = split_lines(bytes);
+    let out_of_range = |end| ToolError::LineOutOfRange { path: path.clone(), start, end, lines: lines.len() };
+    if lines.is_empty() && start == 1 && end.is_none() {
+        let entities = EntitySet::from([Entity::file(&path)]);
+        return Ok(ToolResult { output: "(empty file)\n".into(), entities, error: false });
+    }
+    if start > lines.len() || end.is_some_and(|e| e < start) {
+        return Err(out_of_range(end.unwrap_or(start)));
+    }
+    let end = end.unwrap_or(usize::MAX).min(lines.len());
+    Ok(render(file, &lines, start, end, config))
+}
+
+/// Lines without their terminators; a final newline adds no empty line.
+fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    body.split(|b| *b == b'\n').collect()
+}
+
+fn render(file: &FileEntry, lines: &[&[u8]], start: usize, end: usize, config: &ToolConfig) -> ToolResult {
+    let mut out = Output::new(config.max_output_bytes);
+    let mut last = start - 1;
+    for number in start..=end.min(start + config.max_read_lines - 1) {
+        let text = String::from_utf8_lossy(lines[number - 1]);
+        let text = text.trim_end_matches('\r');
+        if !out.push(&format!("{number}\t{}", clip(text, config.max_line_chars))) {
+            break;
+        }
+        last = number;
+    }
+    let note = (last < end).then(|| {
+        format!(
+            "[truncated: showed lines {start}-{last} of {}; call read_file with start_line={} to continue]",
+            lines.len(),
+            last + 1
+        )
+    });
+    let mut entities = EntitySet::from([Entity::file(&file.path)]);
+    if let Some(spans) = file.spans() {
+        for name in spans.owners_in(start, last) {
+            entities.insert(Entity::function(&file.path, name));
+        }
+    }
+    ToolResult { output: out.finish(note), entities, error: false }
+}
