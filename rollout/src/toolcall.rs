@@ -66,7 +66,7 @@ pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, ToolCallError>> {
     while let Some(open) = rest.find(TOOL_CALL_OPEN) {
         let index = calls.len();
         let body_start = &rest[open + TOOL_CALL_OPEN.len()..];
-        match body_start.find(TOOL_CALL_CLOSE) {
+        match close_of(body_start) {
             Some(close) => {
                 calls.push(parse_body(&body_start[..close], index));
                 rest = &body_start[close + TOOL_CALL_CLOSE.len()..];
@@ -78,6 +78,19 @@ pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, ToolCallError>> {
         }
     }
     calls
+}
+
+/// Closing tags tried per block when a JSON string itself contains `</tool_call>`.
+const MAX_CLOSE_CANDIDATES: usize = 8;
+
+/// Where the block that starts `body` ends: the first `</tool_call>` whose
+/// body is valid JSON (a string argument may contain the tag), else the
+/// first one.
+fn close_of(body: &str) -> Option<usize> {
+    let candidates: Vec<usize> =
+        body.match_indices(TOOL_CALL_CLOSE).map(|(i, _)| i).take(MAX_CLOSE_CANDIDATES).collect();
+    let parses = |&&i: &&usize| serde_json::from_str::<Value>(body[..i].trim()).is_ok();
+    candidates.iter().find(parses).or(candidates.first()).copied()
 }
 
 /// Whether `text` has at least one `<tool_call>` opening tag.
