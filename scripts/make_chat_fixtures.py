@@ -18,6 +18,7 @@ Needs `transformers`, `tokenizers` and `jinja2`.
 """
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -312,7 +313,7 @@ def main():
         path = OUT / f"{case['name']}.json"
         text_out = json.dumps(record, ensure_ascii=False, indent=1)
         # Keep the id list on one line so the files stay small and diffable.
-        text_out = text_out.replace(json.dumps(ids, indent=1), json.dumps(ids))
+        text_out = re.sub(r"\[\s*-?\d+(?:,\s*-?\d+)*\s*\]", lambda m: json.dumps(json.loads(m.group(0))), text_out)
         path.write_text(text_out + "\n", encoding="utf-8")
         print(f"{path.name}: {len(text)} chars, {len(ids)} ids")
 

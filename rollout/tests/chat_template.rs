@@ -284,3 +284,13 @@ fn small_tokenizer_rejects_bad_sizes() {
     let tok = ChatTokenizer::from_dir(dir.path()).unwrap();
     assert_eq!(tok.vocab_size(), SMALL_VOCAB_MIN);
 }
+
+#[test]
+fn small_tokenizer_reaches_its_documented_maximum() {
+    let max = rollout::chat::max_small_vocab();
+    let (_dir, tok) = small(max);
+    assert_eq!(tok.vocab_size(), max);
+    let dir = tempfile::tempdir().unwrap();
+    let err = write_small_tokenizer(dir.path(), max + 1).unwrap_err();
+    assert!(err.to_string().contains("too large"), "{err}");
+}

@@ -142,7 +142,7 @@ fn train_small_tokenizer(vocab_size: usize) -> Result<Bpe> {
 
 /// Largest vocabulary the built-in corpus is known to reach (checked by a test).
 pub fn max_small_vocab() -> usize {
-    8192
+    32_768
 }
 
 /// Qwen3's pipeline (NFC, split regex + byte level, byte-level decoding) with
@@ -268,7 +268,7 @@ const TOOLS: &[&str] = &["read_file", "run_tests", "search", "list_dir", "edit_f
 fn training_corpus() -> Vec<String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut docs = Vec::new();
-    for i in 0..2400 {
+    for i in 0..4000 {
         let doc = match i % 4 {
             0 => python_doc(&mut rng),
             1 => prose_doc(&mut rng),
@@ -280,10 +280,30 @@ fn training_corpus() -> Vec<String> {
     docs
 }
 
+const ONSETS: &[&str] = &[
+    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
+    "ch", "sh", "th", "st", "pr", "tr", "bl", "gr", "qu", "sp", "",
+];
+const VOWELS: &[&str] = &["a", "e", "i", "o", "u", "ai", "ea", "ou", "io", "y", "ee", "oa"];
+const CODAS: &[&str] = &["", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "x", "nd", "st"];
+
+/// An invented word of 1-4 syllables: gives the trainer many distinct merges.
+fn pseudo_word(rng: &mut Rng) -> String {
+    let mut word = String::new();
+    for _ in 0..1 + rng.below(4) {
+        word.push_str(rng.pick(ONSETS));
+        word.push_str(rng.pick(VOWELS));
+        word.push_str(rng.pick(CODAS));
+    }
+    word
+}
+
 fn identifier(rng: &mut Rng) -> String {
-    match rng.below(3) {
+    match rng.below(5) {
         0 => format!("{}_{}", rng.pick(VERBS), rng.pick(NOUNS)),
         1 => format!("{}_{}", rng.pick(ADJECTIVES), rng.pick(NOUNS)),
+        2 => format!("{}_{}", rng.pick(VERBS), pseudo_word(rng)),
+        3 => pseudo_word(rng),
         _ => rng.pick(NOUNS).to_string(),
     }
 }
@@ -316,18 +336,19 @@ fn sentence(rng: &mut Rng) -> String {
     let len = 6 + rng.below(10);
     let mut words = Vec::with_capacity(len);
     for j in 0..len {
-        let word = match rng.below(5) {
-            0 => rng.pick(NOUNS),
-            1 => rng.pick(VERBS),
-            2 => rng.pick(ADJECTIVES),
-            _ => rng.pick(FILLER),
+        let word = match rng.below(6) {
+            0 => rng.pick(NOUNS).to_string(),
+            1 => rng.pick(VERBS).to_string(),
+            2 => rng.pick(ADJECTIVES).to_string(),
+            3 => pseudo_word(rng),
+            _ => rng.pick(FILLER).to_string(),
         };
         if j == 0 {
             let mut w = word[..1].to_uppercase();
             w.push_str(&word[1..]);
             words.push(w);
         } else {
-            words.push(word.to_string());
+            words.push(word);
         }
     }
     let end = [".", ".", ".", "?", "!", ":"][rng.below(6)];
