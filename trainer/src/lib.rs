@@ -1,1 +1,30 @@
 //! `trainer`: the model and everything that learns.
+//!
+//! - [`config::Qwen3Config`]: the architecture, read from a Hugging Face
+//!   `config.json` and validated key by key.
+//! - [`model::Qwen3`]: Qwen3 in differentiable Candle ops,
+//!   `forward(tokens, positions, cache)` with a caller-owned
+//!   [`model::cache::KvCache`] and per-row [`model::cache::Positions`].
+//! - [`weights`]: load and save safetensors checkpoints (single file or
+//!   sharded with an index) under Hugging Face names; [`hub`] resolves a
+//!   folder or a hub id.
+//! - [`logprobs`]: per-token log-probabilities; [`sampling`] and
+//!   [`generate`]: seeded sampling and batched generation with the KV cache.
+//! - [`init`]: random tiny Qwen3 checkpoints for tests and CPU runs.
+//! - [`device`]: the device and dtype enums the CLI and configs choose from.
+
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod generate;
+pub mod hub;
+pub mod init;
+pub mod logprobs;
+pub mod model;
+pub mod params;
+pub mod sampling;
+pub mod weights;
+
+pub use config::Qwen3Config;
+pub use error::{Error, Result};
+pub use model::Qwen3;

@@ -27,9 +27,20 @@ enum Command {
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
     Generate(cli::generate::Args),
+    /// Benchmark loading and a forward pass of a full-size random model.
+    BenchModel(cli::bench_model::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
+    /// Run one tool call (grep, glob, read_file) on a repository at a commit.
+    Tool(cli::env::ToolArgs),
+    /// Score an episode against its task: F1_file, F1_func, e and R.
+    Reward(cli::env::RewardArgs),
+    /// Task data: gold from patches, tasks from a repository's history.
+    #[command(subcommand)]
+    Tasks(cli::env::TasksCommand),
+    /// Benchmark our grep on a warm snapshot against ripgrep on a checkout.
+    BenchGrep(cli::bench_grep::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +54,10 @@ fn main() -> anyhow::Result<()> {
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
+        Command::Tool(args) => cli::env::run_tool(args),
+        Command::Reward(args) => cli::env::run_reward(args),
+        Command::Tasks(cmd) => cli::env::run_tasks(cmd),
+        Command::BenchGrep(args) => cli::bench_grep::run(args),
+        Command::BenchModel(args) => cli::bench_model::run(args),
     }
 }

@@ -1,6 +1,10 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
+pub mod bench_model;
+pub mod bench_grep;
 pub mod chat;
+pub mod common;
+pub mod env;
 pub mod generate;
 pub mod init_tiny;
 pub mod score;

@@ -1,6 +1,36 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `fusegrpo score`: per-token log-probs of each input sequence.
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use super::common::{load_model, read_id_lines, write_json_lines, RunOn};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model folder (config.json + safetensors) or hub id.
+    #[arg(long)]
+    pub model: String,
+    /// JSONL, one `{"ids": [...]}` per line.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// JSONL, one `{"logprobs": [null, ...]}` per input line.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub on: RunOn,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (model, _) = load_model(&args.model, &args.on)?;
+    let rows = read_id_lines(&args.input)?;
+    let vocab = model.config().vocab_size as u32;
+    let mut out = Vec::with_capacity(rows.len());
+    for (n, ids) in rows.iter().enumerate() {
+        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+            anyhow::bail!("{}:{}: token id {bad} is outside the vocabulary (size {vocab})", args.input.display(), n + 1);
+        }
+        let logprobs = trainer::logprobs::score_sequence(&model, ids)?;
+        out.push(serde_json::json!({ "logprobs": logprobs }));
+    }
+    write_json_lines(&args.output, &out)?;
+    tracing::info!(rows = out.len(), output = %args.output.display(), "scored");
+    Ok(())
 }

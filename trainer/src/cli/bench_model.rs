@@ -1,0 +1,94 @@
+//! `fusegrpo bench-model`: load time, resident memory and forward time of a
+//! full-size architecture with random weights, written as the hub lays it out.
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device, Tensor};
+use std::path::PathBuf;
+use std::time::Instant;
+use trainer::device::DTypeKind;
+use trainer::model::cache::Positions;
+use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
+
+/// Architectures with published shapes.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Arch {
+    /// Qwen3-4B: hidden 2560, 36 layers, 32 x 128 query heads, 8 KV heads, tied.
+    Qwen3_4b,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value_t = Arch::Qwen3_4b)]
+    pub arch: Arch,
+    /// Checkpoint folder; random weights are written there first if absent.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Tokens in the timed forward pass (one row).
+    #[arg(long, default_value_t = 512)]
+    pub tokens: usize,
+    /// Dtype of the written checkpoint and of the run.
+    #[arg(long, value_enum, default_value_t = DTypeKind::Bf16)]
+    pub dtype: DTypeKind,
+    /// Safetensors shards to write (the hub uses 3 for Qwen3-4B).
+    #[arg(long, default_value_t = 3)]
+    pub shards: usize,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = match args.arch {
+        Arch::Qwen3_4b => trainer::init::qwen3_4b_config(),
+    };
+    let dtype: DType = args.dtype.into();
+    if !args.dir.join(INDEX_FILE).exists() {
+        let t0 = Instant::now();
+        let w = trainer::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
+        save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
+            .with_context(|| format!("writing {}", args.dir.display()))?;
+        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), t0.elapsed().as_secs_f64());
+    }
+    let rss_before = rss_kib("VmRSS");
+    let t0 = Instant::now();
+    let cfg = trainer::Qwen3Config::from_file(&args.dir.join("config.json"))?;
+    let w = load_weights(&args.dir, &cfg, dtype, &Device::Cpu)?;
+    let model = trainer::Qwen3::new(&cfg, &w)?;
+    drop(w);
+    let load_s = t0.elapsed().as_secs_f64();
+    let rss_loaded = rss_kib("VmRSS");
+    let ids: Vec<u32> = (0..args.tokens as u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+    let tokens = Tensor::from_vec(ids, (1, args.tokens), &Device::Cpu)?;
+    let t0 = Instant::now();
+    let hidden = model.forward(&tokens, &Positions::sequential(1, args.tokens), None)?;
+    let logits = model.logits(&hidden.narrow(1, args.tokens - 1, 1)?)?;
+    let finite = logits.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?.is_finite();
+    let forward_s = t0.elapsed().as_secs_f64();
+    let report = serde_json::json!({
+        "arch": format!("{:?}", args.arch),
+        "params": trainer::params::parameter_count(&cfg),
+        "dtype": format!("{:?}", args.dtype),
+        "shards": args.shards,
+        "load_seconds": load_s,
+        "rss_before_load_mib": rss_before / 1024,
+        "rss_after_load_mib": rss_loaded / 1024,
+        "peak_rss_mib": rss_kib("VmHWM") / 1024,
+        "forward_tokens": args.tokens,
+        "forward_seconds": forward_s,
+        "forward_tokens_per_second": args.tokens as f64 / forward_s,
+        "logits_finite": finite,
+        "threads": rayon::current_num_threads(),
+    });
+    println!("{report}");
+    anyhow::ensure!(finite, "non-finite logits");
+    Ok(())
+}
+
+/// A `/proc/self/status` memory field in KiB (0 where unavailable).
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}

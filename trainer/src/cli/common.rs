@@ -1,0 +1,62 @@
+//! Helpers shared by subcommands: model loading and JSONL input/output.
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use std::io::{BufRead, Write};
+use std::path::Path;
+use trainer::device::{DTypeKind, DeviceKind};
+use trainer::Qwen3;
+
+/// Where and in which precision a model runs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunOn {
+    /// Device to run on.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// Weights/activations dtype (checkpoint weights are converted to it).
+    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
+    pub dtype: DTypeKind,
+}
+
+/// Load a model from a folder or hub id.
+pub fn load_model(spec: &str, on: &RunOn) -> Result<(Qwen3, Device)> {
+    let device = on.device.open()?;
+    let dir = trainer::hub::resolve_model_dir(spec)?;
+    let cfg = trainer::Qwen3Config::from_file(&dir.join("config.json"))?;
+    let t0 = std::time::Instant::now();
+    let weights = trainer::weights::load_weights(&dir, &cfg, on.dtype.into(), &device)?;
+    let model = Qwen3::new(&cfg, &weights)?;
+    tracing::info!(model = %dir.display(), params = trainer::params::parameter_count(&cfg), secs = t0.elapsed().as_secs_f64(), "loaded");
+    Ok((model, device))
+}
+
+/// Read `{"ids": [...]}` lines; errors name the file and line.
+pub fn read_id_lines(path: &Path) -> Result<Vec<Vec<u32>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            ids: Vec<u32>,
+        }
+        let row: Row = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{}: expected {{\"ids\": [non-negative integers]}}", path.display(), n + 1))?;
+        out.push(row.ids);
+    }
+    Ok(out)
+}
+
+/// Write one JSON value per line.
+pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for row in rows {
+        serde_json::to_writer(&mut w, row)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush().with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,82 @@
+//! Batched generation with the KV cache: prompts are left-padded into one
+//! batch (padding positions are -1), prefilled once, then decoded one token
+//! per step for every live row. A row that emits a stop token or reaches its
+//! budget leaves the batch (its cache rows are dropped), so nothing waits on
+//! the slowest row more than it must.
+
+use crate::error::{Error, Result};
+use crate::model::cache::{KvCache, Positions};
+use crate::model::Qwen3;
+use crate::sampling::SamplerConfig;
+use candle_core::{DType, IndexOp, Tensor};
+use rand::Rng;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateConfig {
+    pub max_new_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Generation of a row ends after it emits one of these (kept in output).
+    pub stop_tokens: Vec<u32>,
+}
+
+/// New tokens of one row and their sampling log-probs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
+/// Continue every prompt; results are in prompt order.
+pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfig, rng: &mut R) -> Result<Vec<Generation>> {
+    if let Some(i) = prompts.iter().position(Vec::is_empty) {
+        return Err(Error::invalid("generate", format!("prompt {i} is empty")));
+    }
+    let mut out: Vec<Generation> = prompts.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();
+    if prompts.is_empty() || cfg.max_new_tokens == 0 {
+        return Ok(out);
+    }
+    let device = model.device().clone();
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let (mut tok_rows, mut pos_rows) = (Vec::new(), Vec::new());
+    for p in prompts {
+        let pad = width - p.len();
+        tok_rows.extend(std::iter::repeat_n(0u32, pad).chain(p.iter().copied()));
+        pos_rows.push((0..width).map(|j| j as i64 - pad as i64).map(|x| if x < 0 { -1 } else { x }).collect::<Vec<_>>());
+    }
+    let mut cache = KvCache::new(model.config().num_hidden_layers, prompts.len());
+    let tokens = Tensor::from_vec(tok_rows, (prompts.len(), width), &device)?;
+    let hidden = model.forward(&tokens, &Positions::from_rows(&pos_rows)?, Some(&mut cache))?;
+    let mut last_hidden = hidden.i((.., width - 1, ..))?;
+    // live[i] = index into `prompts` of batch row i; next_pos[i] its next position.
+    let mut live: Vec<usize> = (0..prompts.len()).collect();
+    let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+    loop {
+        let logits = model.logits(&last_hidden)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut keep = Vec::new();
+        let mut fed = Vec::new();
+        for (row, logits) in logits.iter().enumerate() {
+            let s = cfg.sampler.sample(logits, rng);
+            let g = &mut out[live[row]];
+            g.ids.push(s.token);
+            g.logprobs.push(s.logprob);
+            let done = g.ids.len() >= cfg.max_new_tokens || cfg.stop_tokens.contains(&s.token);
+            if !done {
+                keep.push(row);
+                fed.push(s.token);
+            }
+        }
+        if keep.is_empty() {
+            return Ok(out);
+        }
+        if keep.len() != live.len() {
+            cache.retain_rows(&keep)?;
+            live = keep.iter().map(|&r| live[r]).collect();
+            next_pos = keep.iter().map(|&r| next_pos[r]).collect();
+        }
+        let tokens = Tensor::from_vec(fed, (live.len(), 1), &device)?;
+        let positions = Positions { batch: live.len(), len: 1, data: next_pos.clone() };
+        last_hidden = model.forward(&tokens, &positions, Some(&mut cache))?.squeeze(1)?;
+        next_pos.iter_mut().for_each(|p| *p += 1);
+    }
+}

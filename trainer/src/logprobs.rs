@@ -1,0 +1,31 @@
+//! Per-token log-probabilities of sequences under the model (the quantity
+//! GRPO's ratio and `fusegrpo score` are built on).
+
+use crate::error::Result;
+use crate::model::{cache::Positions, ops, Qwen3};
+use candle_core::{DType, Tensor, D};
+
+/// Log-probs `[n]` (f32) of `targets` `[n]` given hidden states `[n, hidden]`,
+/// with the logits divided by `temperature` (1.0 for plain scoring).
+pub fn token_logprobs(model: &Qwen3, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+    let logits = model.logits(hidden)?.to_dtype(DType::F32)?;
+    let logits = if temperature == 1.0 { logits } else { (logits / temperature)? };
+    let logp = ops::log_softmax_last(&logits)?;
+    Ok(logp.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?.squeeze(D::Minus1)?)
+}
+
+/// Log-probability of every token of `ids` given its prefix; the first entry
+/// is `None` (nothing predicts it).
+pub fn score_sequence(model: &Qwen3, ids: &[u32]) -> Result<Vec<Option<f32>>> {
+    if ids.len() < 2 {
+        return Ok(vec![None; ids.len()]);
+    }
+    let device = model.device();
+    let n = ids.len();
+    let tokens = Tensor::from_slice(ids, (1, n), device)?;
+    let hidden = model.forward(&tokens, &Positions::sequential(1, n), None)?;
+    let hidden = hidden.squeeze(0)?.narrow(0, 0, n - 1)?;
+    let targets = Tensor::from_slice(&ids[1..], n - 1, device)?;
+    let lp = token_logprobs(model, &hidden, &targets, 1.0)?.to_vec1::<f32>()?;
+    Ok(std::iter::once(None).chain(lp.into_iter().map(Some)).collect())
+}

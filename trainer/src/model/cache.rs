@@ -1,0 +1,128 @@
+//! Positions and the KV cache, both passed into `forward` by the caller.
+//!
+//! Every row of a batch is its own sequence with its own positions; a
+//! position of -1 marks padding. The cache stores, per layer, keys and values
+//! `[b, kv_heads, slots, head_dim]` and, per row, the position of each slot,
+//! from which the attention mask is built (a query at position p sees the
+//! slots of its row whose position is in 0..=p).
+
+use candle_core::{Device, Result, Tensor};
+
+/// Row-major `[batch, len]` token positions; negative entries are padding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Positions {
+    pub batch: usize,
+    pub len: usize,
+    pub data: Vec<i64>,
+}
+
+impl Positions {
+    /// Rows of equal length.
+    pub fn from_rows(rows: &[Vec<i64>]) -> Result<Self> {
+        let len = rows.first().map_or(0, Vec::len);
+        if rows.iter().any(|r| r.len() != len) {
+            candle_core::bail!("positions: rows have different lengths");
+        }
+        Ok(Positions { batch: rows.len(), len, data: rows.concat() })
+    }
+
+    /// `0..len` for every row (training on unpadded, equal-length rows).
+    pub fn sequential(batch: usize, len: usize) -> Self {
+        let row: Vec<i64> = (0..len as i64).collect();
+        Positions { batch, len, data: row.repeat(batch) }
+    }
+
+    pub fn row(&self, i: usize) -> &[i64] {
+        &self.data[i * self.len..(i + 1) * self.len]
+    }
+}
+
+/// Keys and values of every layer for a batch of sequences being generated.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    key_positions: Vec<Vec<i64>>,
+}
+
+impl KvCache {
+    pub fn new(num_layers: usize, batch: usize) -> Self {
+        KvCache { layers: vec![None; num_layers], key_positions: vec![Vec::new(); batch] }
+    }
+
+    /// Rows in the cache.
+    pub fn batch(&self) -> usize {
+        self.key_positions.len()
+    }
+
+    /// Slots per row (including padding slots).
+    pub fn slots(&self) -> usize {
+        self.key_positions.first().map_or(0, Vec::len)
+    }
+
+    /// Position of each slot, per row (-1 for padding).
+    pub fn key_positions(&self) -> &[Vec<i64>] {
+        &self.key_positions
+    }
+
+    /// Bytes held by keys and values.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// Append this step's keys/values for `layer`; returns the full tensors.
+    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (k, v) = match &self.layers[layer] {
+            None => (k.clone(), v.clone()),
+            Some((pk, pv)) => (Tensor::cat(&[pk, k], 2)?, Tensor::cat(&[pv, v], 2)?),
+        };
+        self.layers[layer] = Some((k.clone(), v.clone()));
+        Ok((k, v))
+    }
+
+    /// Record the positions of the slots appended by the last forward pass.
+    pub(crate) fn push_positions(&mut self, positions: &Positions) {
+        for (i, row) in self.key_positions.iter_mut().enumerate() {
+            row.extend_from_slice(positions.row(i));
+        }
+    }
+
+    /// Keep only `rows` (in this order), e.g. when episodes finish.
+    pub fn retain_rows(&mut self, rows: &[usize]) -> Result<()> {
+        if rows.is_empty() {
+            self.layers.iter_mut().for_each(|l| *l = None);
+            self.key_positions.clear();
+            return Ok(());
+        }
+        let device = self.layers.iter().flatten().next().map(|(k, _)| k.device().clone());
+        if let Some(device) = device {
+            let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &device)?;
+            for (k, v) in self.layers.iter_mut().flatten() {
+                *k = k.index_select(&idx, 0)?;
+                *v = v.index_select(&idx, 0)?;
+            }
+        }
+        self.key_positions = rows.iter().map(|&r| self.key_positions[r].clone()).collect();
+        Ok(())
+    }
+}
+
+/// Additive attention mask `[b, 1, t, keys]` (0 = visible, -inf = hidden).
+/// A padding query sees every key so that its softmax stays finite.
+pub fn attention_mask(queries: &Positions, keys: &[Vec<i64>], device: &Device) -> Result<Tensor> {
+    let (b, t) = (queries.batch, queries.len);
+    let tk = keys.first().map_or(0, Vec::len);
+    let mut data = Vec::with_capacity(b * t * tk);
+    for (r, key_row) in keys.iter().enumerate() {
+        for &q in queries.row(r) {
+            for &k in key_row {
+                let visible = q < 0 || (k >= 0 && k <= q);
+                data.push(if visible { 0f32 } else { f32::NEG_INFINITY });
+            }
+        }
+    }
+    Tensor::from_vec(data, (b, 1, t, tk), device)
+}

@@ -1,0 +1,245 @@
+//! Qwen3 for training and generation, in plain differentiable Candle ops.
+//!
+//! One set of weights serves both uses: `forward(tokens, positions, cache)`
+//! takes per-row positions (padding = -1) and an optional KV cache owned by
+//! the caller. Supports GQA, q/k RMSNorm, a head_dim independent of
+//! hidden_size, rope_theta, tied or untied embeddings and optional q/k/v bias.
+
+pub mod cache;
+pub mod ops;
+pub mod rope;
+
+use crate::config::Qwen3Config;
+use crate::error::{Error, Result};
+use crate::params::parameter_shapes;
+use crate::weights::TensorMap;
+use cache::{attention_mask, KvCache, Positions};
+use candle_core::{DType, Tensor, Var};
+use rope::RopeTables;
+use std::collections::BTreeMap;
+
+struct Attention {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    q_bias: Option<Tensor>,
+    k_bias: Option<Tensor>,
+    v_bias: Option<Tensor>,
+    q_norm: Tensor,
+    k_norm: Tensor,
+}
+
+struct Layer {
+    input_norm: Tensor,
+    attn: Attention,
+    post_norm: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+}
+
+/// A Qwen3 causal language model.
+pub struct Qwen3 {
+    cfg: Qwen3Config,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Tensor,
+}
+
+fn take(map: &TensorMap, name: &str) -> Result<Tensor> {
+    map.get(name).cloned().ok_or_else(|| Error::invalid("model weights", format!("tensor `{name}` is missing")))
+}
+
+impl Qwen3 {
+    /// Build from named tensors (Hugging Face names); shapes are checked.
+    pub fn new(cfg: &Qwen3Config, map: &TensorMap) -> Result<Self> {
+        for (name, shape) in parameter_shapes(cfg) {
+            let t = take(map, &name)?;
+            if t.dims() != shape.as_slice() {
+                return Err(Error::invalid(
+                    "model weights",
+                    format!("tensor `{name}` has shape {:?}, expected {shape:?}", t.dims()),
+                ));
+            }
+        }
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|l| {
+                let g = |s: &str| take(map, &format!("model.layers.{l}.{s}"));
+                let bias = |s: &str| if cfg.attention_bias { g(s).map(Some) } else { Ok(None) };
+                Ok(Layer {
+                    input_norm: g("input_layernorm.weight")?,
+                    attn: Attention {
+                        q: g("self_attn.q_proj.weight")?,
+                        k: g("self_attn.k_proj.weight")?,
+                        v: g("self_attn.v_proj.weight")?,
+                        o: g("self_attn.o_proj.weight")?,
+                        q_bias: bias("self_attn.q_proj.bias")?,
+                        k_bias: bias("self_attn.k_proj.bias")?,
+                        v_bias: bias("self_attn.v_proj.bias")?,
+                        q_norm: g("self_attn.q_norm.weight")?,
+                        k_norm: g("self_attn.k_norm.weight")?,
+                    },
+                    post_norm: g("post_attention_layernorm.weight")?,
+                    gate: g("mlp.gate_proj.weight")?,
+                    up: g("mlp.up_proj.weight")?,
+                    down: g("mlp.down_proj.weight")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let embed = take(map, "model.embed_tokens.weight")?;
+        let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { take(map, "lm_head.weight")? };
+        Ok(Qwen3 { cfg: cfg.clone(), embed, layers, norm: take(map, "model.norm.weight")?, lm_head })
+    }
+
+    /// Build a trainable model: every parameter becomes a `Var` whose
+    /// gradient `backward()` fills. Tied embeddings share one `Var`.
+    pub fn trainable(cfg: &Qwen3Config, map: &TensorMap) -> Result<(Self, BTreeMap<String, Var>)> {
+        let mut vars = BTreeMap::new();
+        let mut tensors = TensorMap::new();
+        for (name, _) in parameter_shapes(cfg) {
+            let var = Var::from_tensor(&take(map, &name)?)?;
+            tensors.insert(name.clone(), var.as_tensor().clone());
+            vars.insert(name, var);
+        }
+        Ok((Qwen3::new(cfg, &tensors)?, vars))
+    }
+
+    pub fn config(&self) -> &Qwen3Config {
+        &self.cfg
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.embed.dtype()
+    }
+
+    pub fn device(&self) -> &candle_core::Device {
+        self.embed.device()
+    }
+
+    /// Every parameter by Hugging Face name (the tied head is not repeated).
+    pub fn tensors(&self) -> TensorMap {
+        let mut out = TensorMap::new();
+        out.insert("model.embed_tokens.weight".into(), self.embed.clone());
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut put = |s: &str, t: &Tensor| {
+                out.insert(format!("model.layers.{l}.{s}"), t.clone());
+            };
+            put("input_layernorm.weight", &layer.input_norm);
+            put("self_attn.q_proj.weight", &layer.attn.q);
+            put("self_attn.k_proj.weight", &layer.attn.k);
+            put("self_attn.v_proj.weight", &layer.attn.v);
+            put("self_attn.o_proj.weight", &layer.attn.o);
+            for (s, b) in [("q", &layer.attn.q_bias), ("k", &layer.attn.k_bias), ("v", &layer.attn.v_bias)] {
+                if let Some(b) = b {
+                    put(&format!("self_attn.{s}_proj.bias"), b);
+                }
+            }
+            put("self_attn.q_norm.weight", &layer.attn.q_norm);
+            put("self_attn.k_norm.weight", &layer.attn.k_norm);
+            put("post_attention_layernorm.weight", &layer.post_norm);
+            put("mlp.gate_proj.weight", &layer.gate);
+            put("mlp.up_proj.weight", &layer.up);
+            put("mlp.down_proj.weight", &layer.down);
+        }
+        out.insert("model.norm.weight".into(), self.norm.clone());
+        if !self.cfg.tie_word_embeddings {
+            out.insert("lm_head.weight".into(), self.lm_head.clone());
+        }
+        out
+    }
+
+    /// Final hidden states `[b, t, hidden]` for `tokens` `[b, t]` (u32).
+    /// With a cache, the new tokens attend to the cached slots of their row,
+    /// and their keys/values and positions are appended to it.
+    pub fn forward(&self, tokens: &Tensor, positions: &Positions, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        if positions.batch != b || positions.len != t {
+            return Err(Error::invalid(
+                "forward",
+                format!("positions are {}x{}, tokens are {b}x{t}", positions.batch, positions.len),
+            ));
+        }
+        let keys: Vec<Vec<i64>> = match cache.as_deref() {
+            Some(c) if c.batch() != b => {
+                return Err(Error::invalid("forward", format!("cache holds {} rows, tokens {b}", c.batch())))
+            }
+            Some(c) => (0..b).map(|r| [c.key_positions()[r].as_slice(), positions.row(r)].concat()).collect(),
+            None => (0..b).map(|r| positions.row(r).to_vec()).collect(),
+        };
+        let device = tokens.device();
+        let mask = attention_mask(positions, &keys, device)?;
+        let rope = RopeTables::new(&positions.data, b, t, self.cfg.head_dim, self.cfg.rope_theta, self.dtype(), device)?;
+        let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            x = self.layer_forward(l, layer, &x, &rope, &mask, cache.as_deref_mut())?;
+        }
+        if let Some(c) = cache {
+            c.push_positions(positions);
+        }
+        Ok(ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps)?)
+    }
+
+    /// Logits `[.., vocab]` of hidden states `[.., hidden]`.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(ops::linear(hidden, &self.lm_head, None)?)
+    }
+
+    /// The output projection `[vocab, hidden]` (the embedding when tied).
+    pub fn lm_head(&self) -> &Tensor {
+        &self.lm_head
+    }
+
+    fn layer_forward(
+        &self,
+        l: usize,
+        layer: &Layer,
+        x: &Tensor,
+        rope: &RopeTables,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let eps = self.cfg.rms_norm_eps;
+        let h = ops::rms_norm(x, &layer.input_norm, eps)?;
+        let attn = self.attention(l, &layer.attn, &h, rope, mask, cache)?;
+        let x = (x + attn)?;
+        let h = ops::rms_norm(&x, &layer.post_norm, eps)?;
+        Ok((&x + ops::swiglu(&h, &layer.gate, &layer.up, &layer.down)?)?)
+    }
+
+    fn attention(
+        &self,
+        l: usize,
+        a: &Attention,
+        x: &Tensor,
+        rope: &RopeTables,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let c = &self.cfg;
+        let (b, t, _) = x.dims3()?;
+        let heads = |w: &Tensor, bias: &Option<Tensor>, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+            let y = ops::linear(x, w, bias.as_ref())?.reshape((b, t, n, c.head_dim))?;
+            let y = match norm {
+                Some(nw) => ops::rms_norm(&y, nw, c.rms_norm_eps)?,
+                None => y,
+            };
+            Ok(y.transpose(1, 2)?.contiguous()?)
+        };
+        let q = rope.apply(&heads(&a.q, &a.q_bias, c.num_attention_heads, Some(&a.q_norm))?)?;
+        let k = rope.apply(&heads(&a.k, &a.k_bias, c.num_key_value_heads, Some(&a.k_norm))?)?;
+        let v = heads(&a.v, &a.v_bias, c.num_key_value_heads, None)?;
+        let (k, v) = match cache {
+            Some(cache) => cache.append(l, &k, &v)?,
+            None => (k, v),
+        };
+        let k = ops::repeat_kv(&k, c.kv_groups())?;
+        let v = ops::repeat_kv(&v, c.kv_groups())?;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(mask)?;
+        let probs = ops::softmax_last(&scores)?.to_dtype(v.dtype())?;
+        let out = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, c.num_attention_heads * c.head_dim))?;
+        Ok(ops::linear(&out, &a.o, None)?)
+    }
+}

@@ -1,0 +1,64 @@
+//! Differentiable building blocks, composed from stock Candle ops so that
+//! gradients reach every weight (Candle's fused `rms_norm`, `rope` and
+//! `softmax_last_dim` have no backward). The fused kernels of issue 6 will
+//! replace these where faster, each checked against them.
+
+use candle_core::{DType, Result, Tensor, D};
+
+/// `x @ w^T (+ b)` for `x` of shape `[.., in]` and `w` of shape `[out, in]`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let inner = dims[dims.len() - 1];
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    let y = x.reshape((rows, inner))?.matmul(&w.t()?)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = dims;
+    *out_dims.last_mut().expect("non-empty") = w.dim(0)?;
+    y.reshape(out_dims)
+}
+
+/// RMSNorm over the last dimension, computed in f32 as transformers does:
+/// `w * (x / sqrt(mean(x^2) + eps)).to(dtype)`.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let xf = x.to_dtype(DType::F32)?;
+    let var = xf.sqr()?.mean_keepdim(D::Minus1)?;
+    let normed = xf.broadcast_mul(&(var + eps)?.sqrt()?.recip()?)?;
+    normed.to_dtype(dtype)?.broadcast_mul(w)
+}
+
+/// Softmax over the last dimension (max-shifted, differentiable).
+pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&max)?.exp()?;
+    let sum = e.sum_keepdim(D::Minus1)?;
+    e.broadcast_div(&sum)
+}
+
+/// Log-softmax over the last dimension (max-shifted, differentiable).
+pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let shifted = x.broadcast_sub(&max)?;
+    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    shifted.broadcast_sub(&lse)
+}
+
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+pub fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
+    let g = linear(x, gate, None)?.silu()?;
+    let u = linear(x, up, None)?;
+    linear(&(g * u)?, down, None)
+}
+
+/// Repeat key/value heads for grouped-query attention:
+/// `[b, kv, t, d] -> [b, kv * groups, t, d]`, head `h` reading kv head `h / groups`.
+pub fn repeat_kv(x: &Tensor, groups: usize) -> Result<Tensor> {
+    if groups == 1 {
+        return Ok(x.clone());
+    }
+    let (b, kv, t, d) = x.dims4()?;
+    Tensor::cat(&vec![x; groups], 2)?.reshape((b, kv * groups, t, d))
+}

@@ -1,0 +1,47 @@
+//! Rotary position embeddings with per-row positions (rotate-half layout, as
+//! transformers' Qwen3). Angles are computed in f32 exactly as transformers
+//! does (`inv_freq = 1 / theta^(2i/d)`, `freqs = pos * inv_freq`).
+
+use candle_core::{DType, Device, Result, Tensor, D};
+
+/// cos/sin tables for one forward pass, shape `[b, 1, t, head_dim]`.
+pub struct RopeTables {
+    pub cos: Tensor,
+    pub sin: Tensor,
+}
+
+impl RopeTables {
+    /// Tables for `positions` (row-major `[b, t]`; negative = padding, treated as 0).
+    pub fn new(positions: &[i64], b: usize, t: usize, head_dim: usize, theta: f64, dtype: DType, device: &Device) -> Result<Self> {
+        let half = head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0f32 / (theta as f32).powf((2 * i) as f32 / head_dim as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(b * t * head_dim);
+        let mut sin = Vec::with_capacity(b * t * head_dim);
+        for &p in positions {
+            let p = p.max(0) as f32;
+            for _ in 0..2 {
+                for f in &inv_freq {
+                    let angle = p * f;
+                    cos.push(angle.cos());
+                    sin.push(angle.sin());
+                }
+            }
+        }
+        let shape = (b, 1, t, head_dim);
+        Ok(RopeTables {
+            cos: Tensor::from_vec(cos, shape, device)?.to_dtype(dtype)?,
+            sin: Tensor::from_vec(sin, shape, device)?.to_dtype(dtype)?,
+        })
+    }
+
+    /// `x * cos + rotate_half(x) * sin` for `x` of shape `[b, heads, t, head_dim]`.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let d = x.dim(D::Minus1)?;
+        let x1 = x.narrow(D::Minus1, 0, d / 2)?;
+        let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;
+        let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+        x.broadcast_mul(&self.cos)? + rotated.broadcast_mul(&self.sin)?
+    }
+}

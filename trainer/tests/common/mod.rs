@@ -1,0 +1,35 @@
+//! Shared helpers for the trainer's integration tests: the golden fixtures
+//! made by scripts/make_model_fixtures.py (transformers, f32, CPU).
+#![allow(dead_code)]
+
+use candle_core::{DType, Device};
+use std::path::PathBuf;
+use trainer::weights::{load_weights, TensorMap};
+use trainer::{Qwen3, Qwen3Config};
+
+pub const CASES: [&str; 2] = ["tied_sharded", "untied"];
+
+pub fn fixture_dir(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(case)
+}
+
+pub fn load(case: &str) -> (Qwen3Config, TensorMap) {
+    let dir = fixture_dir(case);
+    let cfg = Qwen3Config::from_file(&dir.join("config.json")).expect("fixture config");
+    let w = load_weights(&dir, &cfg, DType::F32, &Device::Cpu).expect("fixture weights");
+    (cfg, w)
+}
+
+pub fn model(case: &str) -> Qwen3 {
+    let (cfg, w) = load(case);
+    Qwen3::new(&cfg, &w).expect("model")
+}
+
+pub fn expected(case: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture_dir(case).join("expected.json")).expect("expected.json");
+    serde_json::from_str(&text).expect("expected.json parses")
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
