@@ -7,14 +7,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("cannot access {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// A file is not valid JSON.
-    #[error("{path}: invalid JSON: {source}")]
+    #[error("{path}: invalid JSON")]
     Json {
         path: PathBuf,
         #[source]
