@@ -37,6 +37,11 @@ pub fn open_repository(repos_dir: &Path, repo: &str) -> Result<Repository, RepoE
     Repository::open(path).map_err(|source| RepoError::Open { path: path.clone(), source })
 }
 
+/// Opens a repository directory directly (plain or bare).
+pub fn open_repository_path(path: &Path) -> Result<Repository, RepoError> {
+    Repository::open(path).map_err(|source| RepoError::Open { path: path.to_path_buf(), source })
+}
+
 /// Resolves `rev` (a full or short id, a branch, a tag) to a commit id.
 pub fn resolve_commit(git: &Repository, repo: &str, rev: &str) -> Result<Oid, RepoError> {
     let missing = |source| RepoError::MissingCommit {
