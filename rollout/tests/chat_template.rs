@@ -78,7 +78,9 @@ fn text_diff(ours: &str, theirs: &str) -> Option<String> {
     let (a, b): (Vec<char>, Vec<char>) = (ours.chars().collect(), theirs.chars().collect());
     let pos = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
     let around = |s: &[char]| -> String {
-        s[pos.saturating_sub(30)..(pos + 30).min(s.len())].iter().collect()
+        s[pos.saturating_sub(30)..(pos + 30).min(s.len())]
+            .iter()
+            .collect()
     };
     Some(format!(
         "text differs at char {pos} (ours {} chars, transformers {}):\n  ours:         {:?}\n  transformers: {:?}",
@@ -106,7 +108,11 @@ fn ids_diff(ours: &[u32], theirs: &[u32]) -> Option<String> {
 fn golden_fixtures_match_transformers() {
     let tok = qwen();
     let fixtures = load_fixtures();
-    assert!(fixtures.len() >= 15, "expected the golden fixtures, found {}", fixtures.len());
+    assert!(
+        fixtures.len() >= 15,
+        "expected the golden fixtures, found {}",
+        fixtures.len()
+    );
     let mut failures = Vec::new();
     for fx in &fixtures {
         let (text, ids) = match tok.render_ids(&fx.request) {
@@ -154,7 +160,10 @@ fn fixtures_cover_the_required_cases() {
         "no_system_generation_prompt",
         "system_no_generation_prompt",
     ] {
-        assert!(names.iter().any(|n| n == needed), "missing fixture {needed}");
+        assert!(
+            names.iter().any(|n| n == needed),
+            "missing fixture {needed}"
+        );
     }
 }
 
@@ -162,9 +171,15 @@ fn fixtures_cover_the_required_cases() {
 fn real_tokenizer_special_tokens_and_round_trip() {
     let tok = qwen();
     let s = *tok.special();
-    assert_eq!((s.endoftext, s.im_start, s.im_end), (151643, 151644, 151645));
+    assert_eq!(
+        (s.endoftext, s.im_start, s.im_end),
+        (151643, 151644, 151645)
+    );
     assert_eq!((s.tool_call_start, s.tool_call_end), (151657, 151658));
-    assert_eq!((s.tool_response_start, s.tool_response_end), (151665, 151666));
+    assert_eq!(
+        (s.tool_response_start, s.tool_response_end),
+        (151665, 151666)
+    );
     assert_eq!((s.think_start, s.think_end), (151667, 151668));
     assert_eq!(tok.eos_ids(), &[151645, 151643]);
     assert_eq!(tok.vocab_size(), 151669);
@@ -181,14 +196,24 @@ fn builtin_template_is_qwen3s() {
     let path = qwen_tokenizer_dir().join("tokenizer_config.json");
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert_eq!(config["chat_template"].as_str().unwrap(), QWEN3_CHAT_TEMPLATE);
+    assert_eq!(
+        config["chat_template"].as_str().unwrap(),
+        QWEN3_CHAT_TEMPLATE
+    );
     let decoder = config["added_tokens_decoder"].as_object().unwrap();
     let real: Vec<(String, bool)> = decoder
         .values()
-        .map(|t| (t["content"].as_str().unwrap().to_string(), t["special"].as_bool().unwrap()))
+        .map(|t| {
+            (
+                t["content"].as_str().unwrap().to_string(),
+                t["special"].as_bool().unwrap(),
+            )
+        })
         .collect();
-    let ours: Vec<(String, bool)> =
-        QWEN3_ADDED_TOKENS.iter().map(|(c, s)| (c.to_string(), *s)).collect();
+    let ours: Vec<(String, bool)> = QWEN3_ADDED_TOKENS
+        .iter()
+        .map(|(c, s)| (c.to_string(), *s))
+        .collect();
     assert_eq!(ours, real);
 }
 
@@ -235,7 +260,10 @@ fn small_tokenizer_is_deterministic_and_exact() {
         assert_eq!(tok.encode(token).unwrap(), vec![id], "{token}");
         assert_eq!(tok.decode(&[id]).unwrap(), *token);
     }
-    assert_eq!(tok.eos_ids(), &[tok.special().im_end, tok.special().endoftext]);
+    assert_eq!(
+        tok.eos_ids(),
+        &[tok.special().im_end, tok.special().endoftext]
+    );
     // Every id decodes and no id is out of range.
     let max_id = (0..vocab as u32).filter_map(|i| tok.id_to_token(i)).count();
     assert_eq!(max_id, vocab);
@@ -257,7 +285,11 @@ fn small_tokenizer_round_trips_and_renders_like_qwen() {
     let real = qwen();
     for fx in load_fixtures() {
         let text = tok.render(&fx.request).unwrap();
-        assert_eq!(text, fx.expected.text, "[{}] small tokenizer renders differently", fx.name);
+        assert_eq!(
+            text, fx.expected.text,
+            "[{}] small tokenizer renders differently",
+            fx.name
+        );
         let ids = tok.encode(&text).unwrap();
         assert_eq!(tok.decode(&ids).unwrap(), text, "[{}]", fx.name);
         // Special tokens land on the same positions as with the real tokenizer.
@@ -267,7 +299,12 @@ fn small_tokenizer_round_trips_and_renders_like_qwen() {
                 .filter(|&&i| i == s.im_start || i == s.tool_call_start || i == s.think_end)
                 .count()
         };
-        assert_eq!(count(&tok, &ids), count(&real, &fx.expected.ids), "[{}]", fx.name);
+        assert_eq!(
+            count(&tok, &ids),
+            count(&real, &fx.expected.ids),
+            "[{}]",
+            fx.name
+        );
     }
 }
 

@@ -32,7 +32,11 @@ fn chat_render_matches_transformers_on_every_fixture() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 15, "expected the chat fixtures in {}", fixtures.display());
+    assert!(
+        paths.len() >= 15,
+        "expected the chat fixtures in {}",
+        fixtures.display()
+    );
     let work = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for path in &paths {
@@ -57,7 +61,11 @@ fn chat_render_matches_transformers_on_every_fixture() {
             .output()
             .unwrap();
         if !out.status.success() {
-            failures.push(format!("[{name}] exit {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+            failures.push(format!(
+                "[{name}] exit {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
             continue;
         }
         let stdout = String::from_utf8(out.stdout).unwrap();
@@ -72,5 +80,11 @@ fn chat_render_matches_transformers_on_every_fixture() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} differ:\n{}", failures.len(), paths.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        paths.len(),
+        failures.join("\n")
+    );
 }

@@ -46,7 +46,9 @@ pub enum ChatError {
     #[error("invalid chat request: {0}")]
     Request(String),
     /// The small tokenizer cannot have the requested vocabulary size.
-    #[error("small tokenizer: vocab_size {requested} is {problem} (it must be between {min} and {max})")]
+    #[error(
+        "small tokenizer: vocab_size {requested} is {problem} (it must be between {min} and {max})"
+    )]
     VocabSize {
         requested: usize,
         problem: &'static str,

@@ -2,7 +2,7 @@
 //!
 //! Overview:
 //! - [`ChatTokenizer`] loads a Hugging Face tokenizer folder (`tokenizer.json`
-//!   + `tokenizer_config.json`), renders a [`ChatRequest`] (transformers'
+//!   and `tokenizer_config.json`), renders a [`ChatRequest`] (transformers'
 //!   message format: system/user/assistant/tool roles, `tool_calls`,
 //!   `reasoning_content`, inline `<think>`) with the folder's own chat template,
 //!   and encodes/decodes text. Text and ids match transformers'

@@ -109,7 +109,11 @@ fn train_small_tokenizer(vocab_size: usize) -> Result<Bpe> {
     if vocab_size < SMALL_VOCAB_MIN || vocab_size > max {
         return Err(ChatError::VocabSize {
             requested: vocab_size,
-            problem: if vocab_size < SMALL_VOCAB_MIN { "too small" } else { "too large" },
+            problem: if vocab_size < SMALL_VOCAB_MIN {
+                "too small"
+            } else {
+                "too large"
+            },
             min: SMALL_VOCAB_MIN,
             max,
         });
@@ -234,18 +238,68 @@ impl Rng {
 }
 
 const NOUNS: &[&str] = &[
-    "file", "test", "function", "value", "result", "error", "list", "name", "path", "line",
-    "model", "token", "reward", "policy", "group", "repository", "module", "class", "method",
-    "argument", "string", "number", "table", "index", "buffer", "config", "user", "message",
-    "server", "request", "response", "query", "cache", "batch", "step", "loss", "gradient",
-    "parser", "tree", "node", "graph", "matrix", "vector", "record", "field", "key", "count",
-    "window", "process", "thread", "queue", "stream", "socket", "header", "payload", "score",
+    "file",
+    "test",
+    "function",
+    "value",
+    "result",
+    "error",
+    "list",
+    "name",
+    "path",
+    "line",
+    "model",
+    "token",
+    "reward",
+    "policy",
+    "group",
+    "repository",
+    "module",
+    "class",
+    "method",
+    "argument",
+    "string",
+    "number",
+    "table",
+    "index",
+    "buffer",
+    "config",
+    "user",
+    "message",
+    "server",
+    "request",
+    "response",
+    "query",
+    "cache",
+    "batch",
+    "step",
+    "loss",
+    "gradient",
+    "parser",
+    "tree",
+    "node",
+    "graph",
+    "matrix",
+    "vector",
+    "record",
+    "field",
+    "key",
+    "count",
+    "window",
+    "process",
+    "thread",
+    "queue",
+    "stream",
+    "socket",
+    "header",
+    "payload",
+    "score",
 ];
 const VERBS: &[&str] = &[
     "read", "write", "parse", "check", "return", "compute", "update", "load", "save", "find",
-    "open", "close", "build", "run", "fix", "print", "sort", "filter", "split", "merge",
-    "send", "receive", "create", "delete", "validate", "render", "encode", "decode", "train",
-    "evaluate", "search", "replace", "count", "format", "handle", "raise", "call", "test",
+    "open", "close", "build", "run", "fix", "print", "sort", "filter", "split", "merge", "send",
+    "receive", "create", "delete", "validate", "render", "encode", "decode", "train", "evaluate",
+    "search", "replace", "count", "format", "handle", "raise", "call", "test",
 ];
 const ADJECTIVES: &[&str] = &[
     "new", "old", "empty", "small", "large", "first", "last", "next", "previous", "valid",
@@ -253,16 +307,48 @@ const ADJECTIVES: &[&str] = &[
     "broken", "correct", "missing", "unique", "sorted", "total", "random", "hidden", "public",
 ];
 const FILLER: &[&str] = &[
-    "the", "a", "an", "this", "that", "of", "to", "in", "for", "with", "and", "or", "but",
-    "is", "was", "will", "should", "can", "we", "it", "then", "when", "if", "because", "so",
-    "not", "all", "each", "every", "before", "after", "from", "into", "by", "on", "at",
+    "the", "a", "an", "this", "that", "of", "to", "in", "for", "with", "and", "or", "but", "is",
+    "was", "will", "should", "can", "we", "it", "then", "when", "if", "because", "so", "not",
+    "all", "each", "every", "before", "after", "from", "into", "by", "on", "at",
 ];
 const NON_ASCII: &[&str] = &[
-    "café", "naïve", "résumé", "über", "Straße", "señor", "façade", "déjà vu", "Ångström",
-    "日本語", "中文文本", "翻译", "こんにちは", "안녕하세요", "Привет", "Ελληνικά", "שלום",
-    "مرحبا", "🙂", "🚀", "✅", "🍣", "—", "«guillemets»", "…", "€", "½", "→",
+    "café",
+    "naïve",
+    "résumé",
+    "über",
+    "Straße",
+    "señor",
+    "façade",
+    "déjà vu",
+    "Ångström",
+    "日本語",
+    "中文文本",
+    "翻译",
+    "こんにちは",
+    "안녕하세요",
+    "Привет",
+    "Ελληνικά",
+    "שלום",
+    "مرحبا",
+    "🙂",
+    "🚀",
+    "✅",
+    "🍣",
+    "—",
+    "«guillemets»",
+    "…",
+    "€",
+    "½",
+    "→",
 ];
-const TOOLS: &[&str] = &["read_file", "run_tests", "search", "list_dir", "edit_file", "apply_patch"];
+const TOOLS: &[&str] = &[
+    "read_file",
+    "run_tests",
+    "search",
+    "list_dir",
+    "edit_file",
+    "apply_patch",
+];
 
 /// The training documents: code, prose, chat-format tool calls, non-ASCII.
 fn training_corpus() -> Vec<String> {
@@ -281,11 +367,15 @@ fn training_corpus() -> Vec<String> {
 }
 
 const ONSETS: &[&str] = &[
-    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
-    "ch", "sh", "th", "st", "pr", "tr", "bl", "gr", "qu", "sp", "",
+    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "ch",
+    "sh", "th", "st", "pr", "tr", "bl", "gr", "qu", "sp", "",
 ];
-const VOWELS: &[&str] = &["a", "e", "i", "o", "u", "ai", "ea", "ou", "io", "y", "ee", "oa"];
-const CODAS: &[&str] = &["", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "x", "nd", "st"];
+const VOWELS: &[&str] = &[
+    "a", "e", "i", "o", "u", "ai", "ea", "ou", "io", "y", "ee", "oa",
+];
+const CODAS: &[&str] = &[
+    "", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "x", "nd", "st",
+];
 
 /// An invented word of 1-4 syllables: gives the trainer many distinct merges.
 fn pseudo_word(rng: &mut Rng) -> String {
@@ -375,7 +465,7 @@ fn chat_doc(rng: &mut Rng) -> String {
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n<think>\n{}\n</think>\n\n<tool_call>\n{{\"name\": \"{tool}\", \"arguments\": {{\"path\": \"{path}\", \"max_lines\": {n}, \"verbose\": {}}}}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n{}<|im_end|>\n",
         sentence(rng),
         sentence(rng),
-        if n % 2 == 0 { "true" } else { "false" },
+        ["true", "false"][n % 2],
         python_doc(rng).lines().take(6).collect::<Vec<_>>().join("\n"),
         sentence(rng),
     )
@@ -388,7 +478,13 @@ fn mixed_doc(rng: &mut Rng) -> String {
         text.push(' ');
         text.push_str(rng.pick(NON_ASCII));
         text.push(' ');
-        text.push_str(&format!("{{\"{}\": {}, \"{}\": \"{}\"}}\n", rng.pick(NOUNS), rng.below(10_000), rng.pick(NOUNS), rng.pick(NON_ASCII)));
+        text.push_str(&format!(
+            "{{\"{}\": {}, \"{}\": \"{}\"}}\n",
+            rng.pick(NOUNS),
+            rng.below(10_000),
+            rng.pick(NOUNS),
+            rng.pick(NON_ASCII)
+        ));
     }
     text
 }

@@ -87,7 +87,10 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, Error> {
     }
     if let Some(seps) = kwargs.get::<Option<Vec<String>>>("separators")? {
         let [item, key]: [String; 2] = seps.try_into().map_err(|_| {
-            Error::new(ErrorKind::InvalidOperation, "tojson: separators must be (item, key)")
+            Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be (item, key)",
+            )
         })?;
         opts.item_sep = item;
         opts.key_sep = key;
@@ -104,7 +107,10 @@ fn python_indent(indent: &Value) -> std::result::Result<String, Error> {
         return Ok(s.to_string());
     }
     let n = i64::try_from(indent.clone()).map_err(|_| {
-        Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an int or a string")
+        Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: indent must be an int or a string",
+        )
     })?;
     Ok(" ".repeat(n.max(0) as usize))
 }
@@ -124,11 +130,27 @@ fn strftime_now(format: String) -> std::result::Result<Value, Error> {
 }
 
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 const WEEKDAYS: [&str; 7] = [
-    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
 ];
 
 /// Formats `unix_secs` (UTC) with the common `strftime` directives
@@ -214,7 +236,10 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(strftime("%Y-%m-%d %H:%M:%S", t), "2024-02-29 13:05:09");
-        assert_eq!(strftime("%d %b %Y, %A %I%p %j %%", t), "29 Feb 2024, Thursday 01PM 060 %");
+        assert_eq!(
+            strftime("%d %b %Y, %A %I%p %j %%", t),
+            "29 Feb 2024, Thursday 01PM 060 %"
+        );
         assert_eq!(strftime("%F", 0), "1970-01-01");
     }
 
@@ -232,7 +257,10 @@ mod tests {
         let ctx = Value::from_serialize(serde_json::json!({
             "d": {"z": 1, "a": "<é>"}, "l": [1, 2, 3]
         }));
-        assert_eq!(tpl.render(ctx).unwrap(), "{\"z\": 1, \"a\": \"<é>\"}|b|s|[3, 2, 1]");
+        assert_eq!(
+            tpl.render(ctx).unwrap(),
+            "{\"z\": 1, \"a\": \"<é>\"}|b|s|[3, 2, 1]"
+        );
         let err = ChatTemplate::new("{{ raise_exception('nope') }}".into(), Path::new("t"))
             .unwrap()
             .render(Value::from(()))

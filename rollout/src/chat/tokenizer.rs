@@ -258,7 +258,7 @@ impl ChatTokenizer {
         if let Some(enable) = request.enable_thinking {
             ctx.insert("enable_thinking".into(), Json::Bool(enable));
         }
-        Ok(minijinja::Value::from_serialize(&Json::Object(ctx)))
+        Ok(minijinja::Value::from_serialize(Json::Object(ctx)))
     }
 }
 
