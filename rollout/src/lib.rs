@@ -18,6 +18,10 @@
 //! - [`tasks`]: [`tasks::Task`] JSONL rows, [`tasks::gold::derive_gold`] from a
 //!   patch, [`tasks::history::tasks_from_history`].
 //!
+//! - [`policy::Policy`]: what writes assistant turns (token ids in, token
+//!   ids + log-probs or text out); [`episode`]: the episode state machine
+//!   and [`episode::driver::run_episodes`], token-in token-out with a loss mask.
+//!
 //! This crate has no ML framework in it: it speaks token ids, so it can drive
 //! our own model, an HTTP teacher or a scripted policy.
 
@@ -25,9 +29,12 @@ pub mod answer;
 pub mod chat;
 pub mod efficiency;
 pub mod entities;
+pub mod episode;
+pub mod policy;
 pub mod repo;
 pub mod reward;
 pub mod spans;
 pub mod tasks;
+pub mod teacher;
 pub mod toolcall;
 pub mod tools;

@@ -51,7 +51,7 @@ impl RewardConfig {
 }
 
 /// Every number of one episode's reward.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Score {
     /// File-level F1.
     pub f1_file: f64,

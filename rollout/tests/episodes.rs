@@ -1,0 +1,192 @@
+//! Episodes end to end with the scripted teacher on a generated repository:
+//! the state machine, token-in token-out with its loss mask, tool calls run
+//! in parallel, the reward, and a replay through the chat template that
+//! shows where (and why) the token sequences agree.
+
+mod repo_builder;
+
+use repo_builder::TempRepo;
+use rollout::chat::{write_small_tokenizer, ChatRequest, ChatTokenizer};
+use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::prompt::tool_schemas;
+use rollout::episode::{EpisodeConfig, Phase, StopReason};
+use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
+use rollout::reward::RewardConfig;
+use rollout::tasks::Task;
+use rollout::teacher::scripted::ScriptedTeacher;
+use rollout::tools::ToolRunner;
+use serde_json::json;
+
+const HTTP: &str = "\
+import socket
+
+POOL_SIZE = 10
+
+
+class Adapter:
+    def __init__(self, size=POOL_SIZE):
+        self.size = size
+
+    def send_request(self, request):
+        if self.full():
+            raise PoolFullError('connection pool is full, discarding connection')
+        return socket.send(request)
+
+    def full(self):
+        return False
+
+
+def helper():
+    return 1
+";
+
+fn setup() -> (TempRepo, String, tempfile::TempDir, ChatTokenizer) {
+    let repo = TempRepo::new("acme/webby");
+    repo.file("webby/http.py", HTTP);
+    repo.file("webby/util.py", "def slugify(text):\n    return text.lower()\n");
+    repo.file("README.md", "webby: a tiny web client\n");
+    let commit = repo.commit("initial");
+    let tok_dir = tempfile::tempdir().unwrap();
+    write_small_tokenizer(tok_dir.path(), 1500).unwrap();
+    let tok = ChatTokenizer::from_dir(tok_dir.path()).unwrap();
+    (repo, commit, tok_dir, tok)
+}
+
+fn task(commit: &str) -> Task {
+    serde_json::from_value(json!({
+        "instance_id": "acme__webby-1",
+        "repo": "acme/webby",
+        "base_commit": commit,
+        "problem_statement": "Requests fail with 'connection pool is full, discarding connection' when `send_request` is called in a loop.",
+        "gold": {"files": ["webby/http.py"], "functions": ["webby/http.py:Adapter.send_request"]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn scripted_teacher_localizes_with_masked_tool_responses() {
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let mut done = 0;
+    let eps = run_episodes(&mut ScriptedTeacher::default(), &env, &[task(&commit)], 2, &EpisodeConfig::default(), |_| done += 1).unwrap();
+    assert_eq!((eps.len(), done), (2, 2));
+    for ep in &eps {
+        assert_eq!(ep.phase, Phase::Done(StopReason::Answer), "{:#?}", ep.turns);
+        let s = ep.score.unwrap();
+        assert_eq!((s.f1_file, s.f1_func), (1.0, 1.0), "answer {:?}", ep.answer);
+        assert!(s.e > 0.0 && s.e <= 1.0);
+        assert!(ep.turns[0].calls.len() >= 2, "parallel calls in the first turn");
+        assert_eq!(ep.tokens.len(), ep.loss_mask.len());
+        assert_eq!(ep.tokens.len(), ep.logprobs.len());
+        // The masked-in tokens are exactly the assistant turns (+ <|im_end|>).
+        let policy: Vec<u32> = ep.tokens.iter().zip(&ep.loss_mask).filter(|(_, &m)| m == 1).map(|(&t, _)| t).collect();
+        let turns: String = ep.turns.iter().map(|t| t.text.clone() + "<|im_end|>").collect();
+        assert_eq!(tok.decode(&policy).unwrap(), turns);
+        // Tool responses never carry loss.
+        let resp = tok.special().tool_response_start;
+        assert!(ep.tokens.iter().zip(&ep.loss_mask).all(|(&t, &m)| t != resp || m == 0));
+        assert!(ep.tokens.contains(&resp));
+    }
+    assert_eq!(eps[0].tokens, eps[1].tokens, "the scripted teacher is deterministic");
+}
+
+#[test]
+fn replay_through_the_chat_template_agrees_except_past_empty_think_blocks() {
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let mut messages = Vec::new();
+    struct Recorder<'a>(ScriptedTeacher, &'a mut Vec<serde_json::Value>);
+    impl Policy for Recorder<'_> {
+        fn name(&self) -> String {
+            "recorder".into()
+        }
+        fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+            *self.1 = r[0].messages.to_vec();
+            self.0.next_turns(r)
+        }
+    }
+    let ep = run_episodes(&mut Recorder(ScriptedTeacher::default(), &mut messages), &env, &[task(&commit)], 1, &EpisodeConfig::default(), |_| {})
+        .unwrap()
+        .remove(0);
+    // The full conversation: the messages the policy saw before its last
+    // turn, plus that last turn (the answer).
+    messages.push(json!({"role": "assistant", "content": ep.turns.last().unwrap().text}));
+    let req = ChatRequest { messages, tools: Some(tool_schemas()), add_generation_prompt: false, enable_thinking: Some(false) };
+    let (_, rendered) = tok.render_ids(&req).unwrap();
+    // Why they differ: every assistant turn was generated after an
+    // `enable_thinking=False` prompt, so our sequence holds an empty
+    // `<think>\n\n</think>\n\n` before each turn; the template keeps that
+    // block only on the last assistant turn (Qwen3 drops past reasoning),
+    // and it ends the conversation with "<|im_end|>\n" where generation
+    // stopped at <|im_end|>. Everything else must agree token for token.
+    let think = tok.encode("<think>\n\n</think>\n\n").unwrap();
+    let mut ours = ep.tokens.clone();
+    let starts: Vec<usize> = (0..ours.len()).filter(|&i| ours[i..].starts_with(&think)).collect();
+    assert_eq!(starts.len(), ep.turns.len(), "one empty think block per turn");
+    for &i in starts[..starts.len() - 1].iter().rev() {
+        ours.drain(i..i + think.len());
+    }
+    let mut theirs = rendered.clone();
+    assert_eq!(theirs.pop(), tok.encode("\n").unwrap().last().copied());
+    if ours != theirs {
+        let at = ours.iter().zip(&theirs).position(|(a, b)| a != b).unwrap_or(ours.len().min(theirs.len()));
+        panic!(
+            "diverge at token {at}: ours {:?} vs template {:?}",
+            tok.decode(&ours[at.saturating_sub(5)..(at + 10).min(ours.len())]).unwrap(),
+            tok.decode(&theirs[at.saturating_sub(5)..(at + 10).min(theirs.len())]).unwrap()
+        );
+    }
+    println!("replay: {} tokens identical after removing {} past empty think blocks", ours.len(), starts.len() - 1);
+}
+
+/// A policy that writes fixed turns, to drive the state machine's edges.
+struct Script(Vec<&'static str>);
+impl Policy for Script {
+    fn name(&self) -> String {
+        "script".into()
+    }
+    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        let turn = r[0].messages.iter().filter(|m| m["role"] == "assistant").count();
+        Ok(r.iter().map(|_| TurnOutput::Text(self.0[turn.min(self.0.len() - 1)].to_string())).collect())
+    }
+}
+
+#[test]
+fn malformed_calls_cost_a_call_and_limits_stop_episodes() {
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let run = |script: Vec<&'static str>, cfg: EpisodeConfig| {
+        run_episodes(&mut Script(script), &env, &[task(&commit)], 1, &cfg, |_| {}).unwrap().remove(0)
+    };
+    // A malformed block gets an error response and the episode continues.
+    let ep = run(
+        vec!["<tool_call>\n{not json}\n</tool_call>\n<tool_call>\n{\"name\": \"grep\", \"arguments\": {\"pattern\": \"send_request\"}}\n</tool_call>", "webby/http.py"],
+        EpisodeConfig::default(),
+    );
+    assert_eq!(ep.stop_reason(), Some(StopReason::Answer));
+    assert!(ep.turns[0].calls[0].error && ep.turns[0].calls[0].output.starts_with("Error:"));
+    assert!(!ep.turns[0].calls[1].error);
+    let s = ep.score.unwrap();
+    assert_eq!(s.f1_file, 1.0);
+    assert_eq!(s.e, 0.5, "the malformed call gains nothing: e = (0 + 1) / 2");
+    // ... or ends it, when configured so.
+    let cfg = EpisodeConfig { malformed_calls: rollout::episode::MalformedCalls::End, ..Default::default() };
+    let ep = run(vec!["<tool_call>\n[1, 2]\n</tool_call>"], cfg);
+    assert_eq!(ep.stop_reason(), Some(StopReason::Malformed));
+    assert_eq!(ep.score.unwrap().reward, 0.0);
+    // Calling tools forever stops at max_turns.
+    let cfg = EpisodeConfig { max_turns: 3, ..Default::default() };
+    let ep = run(vec!["<tool_call>\n{\"name\": \"glob\", \"arguments\": {\"pattern\": \"**/*.py\"}}\n</tool_call>"], cfg);
+    assert_eq!((ep.stop_reason(), ep.turns.len()), (Some(StopReason::MaxTurns), 3));
+    // A context too small for the tool responses stops with ContextFull.
+    let prompt = rollout::episode::driver::prompt_tokens(&tok, &task(&commit), &EpisodeConfig::default()).unwrap().1.len();
+    let cfg = EpisodeConfig { max_total_tokens: prompt + 40, ..Default::default() };
+    let ep = run(vec!["<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"webby/http.py\"}}\n</tool_call>"], cfg);
+    assert_eq!(ep.stop_reason(), Some(StopReason::ContextFull));
+}
