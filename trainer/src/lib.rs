@@ -12,6 +12,8 @@
 //!   [`generate`]: seeded sampling and batched generation with the KV cache.
 //! - [`init`]: random tiny Qwen3 checkpoints for tests and CPU runs.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
+//! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
+//!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
 
 pub mod config;
 pub mod device;
@@ -22,6 +24,8 @@ pub mod init;
 pub mod logprobs;
 pub mod model;
 pub mod params;
+pub mod policy;
+pub mod run_config;
 pub mod sampling;
 pub mod weights;
 

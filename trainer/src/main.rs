@@ -29,6 +29,10 @@ enum Command {
     Generate(cli::generate::Args),
     /// Benchmark loading and a forward pass of a full-size random model.
     BenchModel(cli::bench_model::Args),
+    /// Run episodes for a task set with a policy; write them as JSONL.
+    Rollout(cli::rollout::Args),
+    /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time).
+    Eval(cli::rollout::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
@@ -54,6 +58,8 @@ fn main() -> anyhow::Result<()> {
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
+        Command::Rollout(args) => cli::rollout::run_rollout(args),
+        Command::Eval(args) => cli::rollout::run_eval(args),
         Command::Tool(args) => cli::env::run_tool(args),
         Command::Reward(args) => cli::env::run_reward(args),
         Command::Tasks(cmd) => cli::env::run_tasks(cmd),

@@ -7,4 +7,5 @@ pub mod common;
 pub mod env;
 pub mod generate;
 pub mod init_tiny;
+pub mod rollout;
 pub mod score;

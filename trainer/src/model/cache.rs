@@ -110,6 +110,61 @@ impl KvCache {
     }
 }
 
+impl KvCache {
+    /// Take row `r` out as a compact single-row cache (its padding slots
+    /// dropped), e.g. to park an episode between turns.
+    pub fn extract_row(&self, r: usize) -> Result<KvCache> {
+        let valid: Vec<u32> = (0..self.slots()).filter(|&j| self.key_positions[r][j] >= 0).map(|j| j as u32).collect();
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            layers.push(match layer {
+                None => None,
+                Some((k, v)) => {
+                    let idx = Tensor::from_vec(valid.clone(), valid.len(), k.device())?;
+                    let row = Tensor::from_vec(vec![r as u32], 1, k.device())?;
+                    let k = k.index_select(&row, 0)?.index_select(&idx, 2)?;
+                    let v = v.index_select(&row, 0)?.index_select(&idx, 2)?;
+                    Some((k, v))
+                }
+            });
+        }
+        let positions = valid.iter().map(|&j| self.key_positions[r][j as usize]).collect();
+        Ok(KvCache { layers, key_positions: vec![positions] })
+    }
+
+    /// Stack caches row-wise into one batch, left-padding shorter rows with
+    /// invisible slots (position -1). Every part must have the same layers.
+    pub fn stack(parts: &[KvCache]) -> Result<KvCache> {
+        let num_layers = parts.first().map_or(0, |p| p.layers.len());
+        if parts.iter().any(|p| p.layers.len() != num_layers) {
+            candle_core::bail!("KvCache::stack: caches have different layer counts");
+        }
+        let width = parts.iter().map(KvCache::slots).max().unwrap_or(0);
+        let mut layers = Vec::with_capacity(num_layers);
+        for l in 0..num_layers {
+            let mut ks = Vec::new();
+            let mut vs = Vec::new();
+            for p in parts {
+                let Some((k, v)) = &p.layers[l] else {
+                    candle_core::bail!("KvCache::stack: layer {l} is empty in one part");
+                };
+                let pad = width - p.slots();
+                ks.push(if pad == 0 { k.clone() } else { k.pad_with_zeros(2, pad, 0)? });
+                vs.push(if pad == 0 { v.clone() } else { v.pad_with_zeros(2, pad, 0)? });
+            }
+            layers.push(Some((Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?)));
+        }
+        let key_positions = parts
+            .iter()
+            .flat_map(|p| {
+                let pad = width - p.slots();
+                p.key_positions.iter().map(move |row| std::iter::repeat_n(-1, pad).chain(row.iter().copied()).collect())
+            })
+            .collect();
+        Ok(KvCache { layers, key_positions })
+    }
+}
+
 /// Additive attention mask `[b, 1, t, keys]` (0 = visible, -inf = hidden).
 /// A padding query sees every key so that its softmax stays finite.
 pub fn attention_mask(queries: &Positions, keys: &[Vec<i64>], device: &Device) -> Result<Tensor> {

@@ -1,0 +1,149 @@
+//! `fusegrpo rollout` and `fusegrpo eval`: run episodes for a task set with
+//! a policy (our model, the scripted teacher, or an HTTP teacher).
+
+use super::common::{load_model, write_json_lines, RunOn};
+use anyhow::{Context, Result};
+use rand::SeedableRng;
+use rollout::chat::ChatTokenizer;
+use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::summary::Summary;
+use rollout::episode::Episode;
+use rollout::policy::Policy;
+use rollout::repo::SnapshotStore;
+use rollout::teacher::scripted::ScriptedTeacher;
+use rollout::tools::ToolRunner;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use trainer::policy::ModelPolicy;
+use trainer::run_config::RunConfig;
+
+/// Which policy writes the assistant turns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyChoice {
+    /// The config's model, sampled with the config's sampling settings.
+    Model,
+    /// The scripted teacher (no model).
+    Scripted,
+    /// An OpenAI-compatible chat-completions endpoint (base URL).
+    Http(String),
+}
+
+impl FromStr for PolicyChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "model" => Ok(PolicyChoice::Model),
+            "scripted" => Ok(PolicyChoice::Scripted),
+            url if url.starts_with("http://") || url.starts_with("https://") => Ok(PolicyChoice::Http(url.into())),
+            other => Err(format!("`{other}`: expected model, scripted or an http(s):// URL")),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration (TOML; see configs/).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Tasks (JSONL, SWE-bench-style rows).
+    #[arg(long)]
+    pub tasks: PathBuf,
+    /// Episodes (JSONL), one line per episode.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// model | scripted | http://host:port (OpenAI-compatible teacher).
+    #[arg(long, default_value = "model")]
+    pub policy: PolicyChoice,
+    /// Episodes per task (default: the config's rollout.group).
+    #[arg(long)]
+    pub group: Option<usize>,
+    /// Use only the first N tasks.
+    #[arg(long)]
+    pub max_tasks: Option<usize>,
+}
+
+/// Run the episodes of `args`; returns them with the config used.
+pub fn collect(args: &Args) -> Result<Vec<Episode>> {
+    let cfg = RunConfig::from_file(&args.config)?;
+    let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
+    if let Some(n) = args.max_tasks {
+        tasks.truncate(n);
+    }
+    let group = args.group.unwrap_or(cfg.rollout.group);
+    let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let tok_dir = cfg.tokenizer_dir(&model_dir);
+    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    let store = SnapshotStore::open(&cfg.env.repos_dir);
+    let tools = ToolRunner::new(cfg.env.tools.clone());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
+    let bar = progress_bar((tasks.len() * group) as u64, "episodes");
+    let on_done = |e: &Episode| {
+        bar.inc(1);
+        bar.set_message(format!("last R={:.3}", e.score.map_or(0.0, |s| s.reward)));
+    };
+    let episodes = match &args.policy {
+        PolicyChoice::Model => {
+            let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
+            let (model, _) = load_model(&cfg.model.path, &on)?;
+            let stop = vec![tok.special().im_end, tok.special().endoftext];
+            let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
+            let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.max_batch_tokens);
+            run(&mut policy, &env, &tasks, group, &cfg, on_done)?
+        }
+        PolicyChoice::Scripted => run(&mut ScriptedTeacher::default(), &env, &tasks, group, &cfg, on_done)?,
+        PolicyChoice::Http(url) => anyhow::bail!("--policy {url}: the HTTP teacher is not wired into this command yet"),
+    };
+    bar.finish_and_clear();
+    Ok(episodes)
+}
+
+fn run(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[rollout::tasks::Task],
+    group: usize,
+    cfg: &RunConfig,
+    on_done: impl FnMut(&Episode),
+) -> Result<Vec<Episode>> {
+    Ok(run_episodes(policy, env, tasks, group, &cfg.episode, on_done)?)
+}
+
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!("{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {what} (eta {{eta}}) {{msg}}"))
+            .expect("valid template"),
+    );
+    bar
+}
+
+pub fn run_rollout(args: Args) -> Result<()> {
+    let out = args.out.clone().context("--out EPISODES.jsonl is required")?;
+    let episodes = collect(&args)?;
+    write_episodes(&out, &episodes)?;
+    eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("rollout"));
+    Ok(())
+}
+
+pub fn run_eval(args: Args) -> Result<()> {
+    let episodes = collect(&args)?;
+    if let Some(out) = &args.out {
+        write_episodes(out, &episodes)?;
+    }
+    println!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("eval"));
+    Ok(())
+}
+
+fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
+    let rows: Vec<serde_json::Value> = episodes
+        .iter()
+        .map(|e| {
+            let mut v = serde_json::to_value(e).expect("episodes serialize");
+            v["stop_reason"] = serde_json::to_value(e.stop_reason()).expect("serializes");
+            v["policy_tokens"] = e.policy_tokens().into();
+            v["tool_calls"] = e.tool_calls().into();
+            v
+        })
+        .collect();
+    write_json_lines(path, &rows)
+}

@@ -1,0 +1,154 @@
+//! Run configuration: raw TOML (unknown keys rejected, by name) -> a
+//! validated [`RunConfig`]. Every section has defaults, so a preset only
+//! states what differs. Training sections join this file with issue 5.
+
+use crate::device::{DTypeKind, DeviceKind};
+use crate::error::{Error, Result};
+use crate::sampling::SamplerConfig;
+use rollout::episode::EpisodeConfig;
+use rollout::reward::RewardConfig;
+use rollout::tools::ToolConfig;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The model a run starts from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// A folder (config.json + safetensors + tokenizer) or a hub id.
+    pub path: String,
+    /// Tokenizer folder (default: the model folder).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default)]
+    pub dtype: DTypeKind,
+    #[serde(default)]
+    pub device: DeviceKind,
+}
+
+/// Where tasks' repositories are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSection {
+    /// Folder of `<owner>__<name>[.git]` repositories.
+    pub repos_dir: PathBuf,
+    #[serde(default)]
+    pub tools: ToolConfig,
+}
+
+/// Sampling of rollouts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplingSection {
+    /// 0 = greedy.
+    pub temperature: f64,
+    pub top_p: f64,
+    /// 0 = off.
+    pub top_k: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplingSection {
+    fn default() -> Self {
+        SamplingSection { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 0 }
+    }
+}
+
+impl SamplingSection {
+    pub fn sampler(&self) -> SamplerConfig {
+        SamplerConfig { temperature: self.temperature, top_p: self.top_p, top_k: self.top_k }
+    }
+}
+
+/// Shape of rollouts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutSection {
+    /// Episodes per task (G).
+    pub group: usize,
+    /// Bound on rows x (tokens + new tokens) in one generation batch.
+    pub max_batch_tokens: usize,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        RolloutSection { group: 4, max_batch_tokens: 262_144 }
+    }
+}
+
+/// A whole run's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Name of the run (checkpoints/<name> by default).
+    pub name: String,
+    pub model: ModelSection,
+    pub env: EnvSection,
+    #[serde(default)]
+    pub episode: EpisodeConfig,
+    #[serde(default)]
+    pub reward: RewardConfig,
+    #[serde(default)]
+    pub sampling: SamplingSection,
+    #[serde(default)]
+    pub rollout: RolloutSection,
+}
+
+impl RunConfig {
+    /// Read, parse and validate a TOML file. Relative paths in it are taken
+    /// relative to the file's folder.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let mut cfg: RunConfig = toml::from_str(&text).map_err(|e| Error::Config {
+            path: path.into(),
+            key: e.span().map(|s| text[..s.start].lines().count().to_string()).map_or("?".into(), |l| format!("line {l}")),
+            message: e.message().to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        cfg.resolve_paths(base);
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut self.env.repos_dir);
+        if let Some(t) = self.model.tokenizer.as_mut() {
+            fix(t);
+        }
+        let local = base.join(&self.model.path);
+        if Path::new(&self.model.path).is_relative() && (local.exists() || self.model.path.starts_with('.')) {
+            self.model.path = local.to_string_lossy().into_owned();
+        }
+    }
+
+    /// Check values serde cannot: ranges and consistency. Errors name the key.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let bad = |key: &str, message: String| Err(Error::Config { path: path.into(), key: key.into(), message });
+        if self.rollout.group == 0 {
+            return bad("rollout.group", "must be at least 1".into());
+        }
+        if !(self.sampling.top_p > 0.0 && self.sampling.top_p <= 1.0) {
+            return bad("sampling.top_p", format!("must be in (0, 1], got {}", self.sampling.top_p));
+        }
+        if self.sampling.temperature < 0.0 {
+            return bad("sampling.temperature", format!("must be >= 0, got {}", self.sampling.temperature));
+        }
+        if self.episode.max_turns == 0 || self.episode.max_turn_tokens == 0 {
+            return bad("episode.max_turns / episode.max_turn_tokens", "must be at least 1".into());
+        }
+        if let Err(e) = self.reward.validate() {
+            return bad(&format!("reward.{}", e.field), e.to_string());
+        }
+        Ok(())
+    }
+
+    /// The tokenizer folder: explicit, else the model folder.
+    pub fn tokenizer_dir(&self, model_dir: &Path) -> PathBuf {
+        self.model.tokenizer.clone().unwrap_or_else(|| model_dir.to_path_buf())
+    }
+}
