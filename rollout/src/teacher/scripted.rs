@@ -52,6 +52,9 @@ static IDENT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*").expect("valid regex"));
 static BACKTICK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`\n]{3,80})`").expect("valid regex"));
 static QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#""([^"\n]{12,80})"|'([^'\n]{12,80})'"#).expect("valid regex"));
+static SHORT_QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#""([^"\s]{4,40})"|'([^'\s]{4,40})'"#).expect("valid regex"));
+/// Outline pattern: every def/class line (grep'd per file to name functions).
+const OUTLINE: &str = r"^\s*(async\s+)?(def|class)\s";
 static FILE_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b([\w/]+\.(?:py|rs|go|js|ts|java))\b").expect("valid regex"));
 static GREP_LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^([^:\n]+):(\d+):").expect("valid regex"));
 static READ_LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^(\d+)\t(.*)$").expect("valid regex"));
@@ -97,12 +100,15 @@ impl ScriptedTeacher {
         let calls: Vec<Value> = ranked_files(&hits)
             .into_iter()
             .take(self.config.max_files)
-            .map(|(path, lines)| {
+            .flat_map(|(path, lines)| {
                 let first = lines.iter().min().copied().unwrap_or(1);
                 let last = lines.iter().max().copied().unwrap_or(first);
                 let start = first.saturating_sub(self.config.context_lines).max(1);
                 let end = (last + self.config.context_lines / 3).max(start);
-                json!({"name": "read_file", "arguments": {"path": path, "start_line": start, "end_line": end}})
+                [
+                    json!({"name": "read_file", "arguments": {"path": path, "start_line": start, "end_line": end}}),
+                    json!({"name": "grep", "arguments": {"pattern": OUTLINE, "path": path}}),
+                ]
             })
             .collect();
         if calls.is_empty() {
@@ -113,7 +119,10 @@ impl ScriptedTeacher {
 
     fn answer_turn(&self, messages: &[Value]) -> String {
         let hits = grep_hits(messages);
-        let reads = read_outputs(messages);
+        let mut reads = read_outputs(messages);
+        for (path, lines) in outlines(messages) {
+            reads.entry(path).or_default().extend(lines);
+        }
         let mut lines = Vec::new();
         for (path, hit_lines) in ranked_files(&hits).into_iter().take(self.config.max_files) {
             lines.push(path.clone());
@@ -151,8 +160,12 @@ pub fn keywords(issue: &str) -> Vec<String> {
     }
     for c in QUOTED.captures_iter(issue) {
         let phrase = c.get(1).or_else(|| c.get(2)).map_or("", |m| m.as_str());
-        if phrase.contains(' ') {
-            add(phrase, 5);
+        add(phrase, if phrase.contains(' ') { 5 } else { 4 });
+    }
+    for c in SHORT_QUOTED.captures_iter(issue) {
+        let word = c.get(1).or_else(|| c.get(2)).map_or("", |m| m.as_str());
+        if word.len() >= 4 && !word.contains(' ') {
+            add(word, 4);
         }
     }
     for m in IDENT.find_iter(issue) {
@@ -166,6 +179,9 @@ pub fn keywords(issue: &str) -> Vec<String> {
         let score = 2 * snake as i32 + 2 * camel as i32 + dotted as i32;
         if score > 0 {
             add(word, score + (word.len() > 10) as i32);
+        } else if word.len() >= 7 && word.chars().all(|c| c.is_ascii_lowercase()) {
+            // Plain words only as a last resort.
+            add(word, 0);
         }
     }
     let mut v: Vec<(String, i32)> = scored.into_iter().collect();
@@ -200,11 +216,11 @@ fn tool_exchanges(messages: &[Value]) -> Vec<(Value, String)> {
     calls.into_iter().zip(outputs).collect()
 }
 
-/// Per grep call: file -> hit lines (a call's hits weigh 1 / files it hit).
+/// Per search grep (outline greps excluded): file -> hit lines (a call's hits weigh 1 / files it hit).
 fn grep_hits(messages: &[Value]) -> Vec<HashMap<String, Vec<usize>>> {
     tool_exchanges(messages)
         .into_iter()
-        .filter(|(c, _)| c["name"] == "grep")
+        .filter(|(c, _)| c["name"] == "grep" && c["arguments"]["pattern"] != OUTLINE)
         .map(|(_, out)| {
             let mut files: HashMap<String, Vec<usize>> = HashMap::new();
             for line in out.lines() {
@@ -217,6 +233,36 @@ fn grep_hits(messages: &[Value]) -> Vec<HashMap<String, Vec<usize>>> {
         .collect()
 }
 
+
+/// File -> its def/class lines, from outline greps.
+fn outlines(messages: &[Value]) -> HashMap<String, BTreeMap<usize, String>> {
+    let mut out: HashMap<String, BTreeMap<usize, String>> = HashMap::new();
+    for (c, text) in tool_exchanges(messages) {
+        if c["name"] != "grep" || c["arguments"]["pattern"] != OUTLINE {
+            continue;
+        }
+        for line in text.lines() {
+            if let Some(m) = GREP_LINE.captures(line) {
+                let rest = &line[m.get(0).map_or(0, |g| g.end())..];
+                out.entry(m[1].to_string()).or_default().insert(m[2].parse().unwrap_or(0), rest.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// How much a file's hits count: source over tests over docs.
+fn file_weight(path: &str) -> f64 {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if !crate::tasks::gold::is_code_path(path) {
+        0.1
+    } else if name.starts_with("test_") || path.starts_with("tests/") || path.contains("/tests/") {
+        0.3
+    } else {
+        1.0
+    }
+}
+
 /// Files by rarity-weighted hits, best first, with their hit lines.
 fn ranked_files(hits: &[HashMap<String, Vec<usize>>]) -> Vec<(String, Vec<usize>)> {
     let mut score: BTreeMap<String, (f64, Vec<usize>)> = BTreeMap::new();
@@ -224,7 +270,7 @@ fn ranked_files(hits: &[HashMap<String, Vec<usize>>]) -> Vec<(String, Vec<usize>
         let weight = 1.0 / call.len().max(1) as f64;
         for (file, lines) in call {
             let e = score.entry(file.clone()).or_default();
-            e.0 += weight;
+            e.0 += weight * file_weight(file);
             e.1.extend(lines);
         }
     }
