@@ -343,7 +343,9 @@ mod tests {
         assert_eq!(k[0], "Content-Length", "{k:?}");
         assert!(k.contains(&"prepare_content_length".to_string()), "{k:?}");
         assert!(k.contains(&"PreparedRequest".to_string()), "{k:?}");
-        assert!(!k.iter().any(|w| w == "sending" || w == "ALWAYS"), "{k:?}");
+        assert!(!k.iter().any(|w| w == "ALWAYS" || w == "requests"), "{k:?}");
+        // Plain words only after every code name.
+        assert_eq!(k.last().map(String::as_str), Some("sending"), "{k:?}");
     }
 
     #[test]
