@@ -49,6 +49,8 @@ pub enum Error {
     Hub { id: String, message: String },
     #[error("{what}: {message}")]
     Invalid { what: String, message: String },
+    #[error("optimizer state: tensor `{name}` {message}")]
+    OptimizerState { name: String, message: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

@@ -14,15 +14,20 @@
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
+//! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
+//!   and its aggregations, micro-batched gradient accumulation.
+//! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
 pub mod config;
 pub mod device;
 pub mod error;
 pub mod generate;
+pub mod grpo;
 pub mod hub;
 pub mod init;
 pub mod logprobs;
 pub mod model;
+pub mod optim;
 pub mod params;
 pub mod policy;
 pub mod run_config;

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Golden fixtures for GRPO's maths and the optimizer, from TRL and PyTorch.
+
+Not run by tests: run it by hand when the fixtures must change, from a venv
+outside the repository that has torch, transformers and trl (1.16.0 was used):
+
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers trl
+    /tmp/ref/bin/python scripts/make_grpo_fixtures.py trainer/tests/fixtures/grpo
+
+Writes under <out>/:
+  advantages.json   reward groups (ties, all-equal groups) and TRL's advantages
+                    for scale_rewards group / batch / none, frac_reward_zero_std.
+  loss.json         inputs (logp, old and ref log-probs, advantages, mask) and,
+                    per loss_type x beta (and mu == 1), the loss, d(loss)/d(logp)
+                    and TRL's metrics, all from TRL's own
+                    GRPOTrainer._compute_loss called on a stand-in trainer whose
+                    log-prob function returns the given logp.
+  optim.safetensors / optim.json
+                    torch.optim.AdamW (weight decay) over 3 steps with
+                    clip_grad_norm_ before each: parameters, gradients, norms,
+                    moments; and transformers' LR schedule values.
+"""
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+from types import SimpleNamespace
+
+import torch
+import trl
+from safetensors.torch import save_file
+from transformers.optimization import (
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+    get_cosine_with_min_lr_schedule_with_warmup,
+)
+from trl.trainer.grpo_trainer import GRPOTrainer
+from trl.trainer.utils import nanstd
+
+
+def tolist(t):
+    return t.detach().double().tolist()
+
+
+# ---------------------------------------------------------------- advantages
+def trl_advantages(rewards, num_generations, scale_rewards):
+    """TRL 1.16.0 _generate_and_score_completions, sum_then_normalize, one
+    reward function of weight 1 (copied line for line)."""
+    rewards = torch.tensor(rewards, dtype=torch.float32)
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ["group", "none"]:
+        std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)
+        std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
+    else:
+        std_rewards = nanstd(rewards).expand_as(rewards)
+    advantages = rewards - mean_grouped_rewards
+    if scale_rewards != "none":
+        advantages = advantages / (std_rewards + 1e-4)
+    is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))
+    return {
+        "advantages": tolist(advantages),
+        "frac_reward_zero_std": is_std_zero.float().mean().item(),
+        "reward": torch.nanmean(rewards).item(),
+        "reward_std": nanstd(rewards).item(),
+    }
+
+
+def advantages_cases():
+    cases = []
+    groups = [
+        ([1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.9, 0.1, 0.9, 0.3], 4),  # ties, an all-equal group
+        ([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.2, 0.7, 0.7], 3),  # two all-equal groups
+        ([0.3, 0.8, 0.8, 0.3, 0.55, 0.05, 1.0, 0.6], 2),
+    ]
+    for rewards, g in groups:
+        case = {"rewards": rewards, "group_size": g}
+        for scale in ["group", "batch", "none"]:
+            case[scale] = trl_advantages(rewards, g, scale)
+        cases.append(case)
+    return cases
+
+
+# ---------------------------------------------------------------- loss
+class Accel:
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+
+def stand_in(loss_type, beta, logp, entropies, max_completion_length, eps_low, eps_high):
+    s = SimpleNamespace()
+    s._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropies, None)
+    s.top_entropy_quantile = 1.0
+    s.off_policy_mask_threshold = None
+    s.importance_sampling_level = "token"
+    s.beta = beta
+    s.loss_type = loss_type
+    s.epsilon_low = eps_low
+    s.epsilon_high = eps_high
+    s.args = SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1)
+    s.use_vllm = False
+    s.vllm_importance_sampling_correction = False
+    s.model = SimpleNamespace(training=True)
+    s.current_gradient_accumulation_steps = 1
+    s.max_completion_length = max_completion_length
+    s.accelerator = Accel()
+    s._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    s._entropy_bonus_enabled = False
+    s.aux_loss_enabled = False
+    return s
+
+
+def loss_cases():
+    torch.manual_seed(0)
+    b, t = 4, 9
+    lengths = [8, 5, 3, 7]  # policy tokens start at column 1
+    mask = torch.zeros(b, t)
+    for i, n in enumerate(lengths):
+        mask[i, 1 : 1 + n] = 1.0
+    mask[3, 4] = 0.0  # a tool-response token inside an episode
+    logp = -torch.rand(b, t) * 3.0
+    logp[:, 0] = 0.0
+    # ratios spread over [0.5, 1.6]: clipping active on both sides
+    old = logp - torch.empty(b, t).uniform_(-0.7, 0.5)
+    ref = logp + 0.3 * torch.randn(b, t)
+    advantages = torch.tensor([1.2, -0.8, 0.5, -1.5])
+    entropies = torch.rand(b, t)
+    max_completion_length = 10
+    eps_low, eps_high = 0.2, 0.28
+    out = {
+        "trl_version": trl.__version__,
+        "logp": tolist(logp), "old_logp": tolist(old), "ref_logp": tolist(ref),
+        "advantages": tolist(advantages), "mask": tolist(mask),
+        "max_completion_length": max_completion_length, "eps_low": eps_low, "eps_high": eps_high,
+        "cases": [],
+    }
+    for loss_type in ["grpo", "bnpo", "dr_grpo", "dapo"]:
+        for beta, mu1 in [(0.0, False), (0.04, False), (0.04, True)]:
+            leaf = logp.clone().requires_grad_(True)
+            s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
+            inputs = {
+                "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
+                "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
+                "advantages": advantages, "num_items_in_batch": mask.sum(),
+            }
+            if not mu1:
+                inputs["old_per_token_logps"] = old
+            if beta != 0.0:
+                inputs["ref_per_token_logps"] = ref
+            loss = GRPOTrainer._compute_loss(s, None, inputs)
+            loss.backward()
+            m = s._metrics["train"]
+            out["cases"].append({
+                "loss_type": loss_type, "beta": beta, "old": "current" if mu1 else "stored",
+                "loss": loss.item(), "grad_logp": tolist(leaf.grad),
+                "kl": m["kl"][0] if "kl" in m else None,
+                "clip_ratio/low_mean": m["clip_ratio/low_mean"][0],
+                "clip_ratio/high_mean": m["clip_ratio/high_mean"][0],
+                "clip_ratio/region_mean": m["clip_ratio/region_mean"][0],
+            })
+    return out
+
+
+# ---------------------------------------------------------------- optimizer
+def optim_case():
+    torch.manual_seed(1)
+    params = {
+        "model.layers.0.mlp.up_proj.weight": torch.randn(5, 3),
+        "model.layers.0.input_layernorm.weight": 1.0 + 0.1 * torch.randn(3),
+        "lm_head.weight": torch.randn(4, 3),
+    }
+    names = list(params)
+    ps = [torch.nn.Parameter(params[n].clone()) for n in names]
+    lrs = [1e-2, 5e-3, 2e-3]
+    opt = torch.optim.AdamW(ps, lr=lrs[0], betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, foreach=False)
+    tensors = {f"init.{n}": params[n].clone() for n in names}
+    norms = []
+    scales = [3.0, 0.05, 0.7]  # step 1 clipped, step 2 not
+    for k, lr in enumerate(lrs):
+        for n, p in zip(names, ps):
+            p.grad = scales[k] * torch.randn_like(p)
+            tensors[f"grad{k}.{n}"] = p.grad.clone()
+        norms.append(torch.nn.utils.clip_grad_norm_(ps, max_norm=1.0).item())
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        for n, p in zip(names, ps):
+            tensors[f"after{k}.{n}"] = p.detach().clone()
+    for n, p in zip(names, ps):
+        st = opt.state[p]
+        tensors[f"exp_avg.{n}"] = st["exp_avg"].clone()
+        tensors[f"exp_avg_sq.{n}"] = st["exp_avg_sq"].clone()
+    meta = {"names": names, "lrs": lrs, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
+            "max_norm": 1.0, "total_norms": norms, "torch_version": torch.__version__}
+    return tensors, meta
+
+
+def schedules():
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    steps = list(range(0, 14))
+    out = {"steps": steps}
+    for key, make in [
+        ("warmup_cosine", lambda o: get_cosine_schedule_with_warmup(o, 3, 10)),
+        ("warmup_cosine_min_0.1", lambda o: get_cosine_with_min_lr_schedule_with_warmup(o, 3, 10, min_lr_rate=0.1)),
+        ("warmup_constant", lambda o: get_constant_schedule_with_warmup(o, 4)),
+    ]:
+        sched = make(torch.optim.SGD(p, lr=1.0))
+        out[key] = [sched.lr_lambdas[0](s) for s in steps]
+    return out
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures/grpo"
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "advantages.json"), "w") as f:
+        json.dump(advantages_cases(), f, indent=1)
+    with open(os.path.join(out, "loss.json"), "w") as f:
+        json.dump(loss_cases(), f, indent=1)
+    tensors, meta = optim_case()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "optim.safetensors"))
+    meta["schedules"] = schedules()
+    with open(os.path.join(out, "optim.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()

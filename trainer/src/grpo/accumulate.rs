@@ -1,0 +1,162 @@
+//! Micro-batching with gradient accumulation. An optimizer batch of `B` rows
+//! is cut into row ranges; each micro-batch's loss is its share of the
+//! aggregation over the whole batch ([`BatchTotals`] of the full mask), so the
+//! sum of the micro-batch gradients is the gradient of the one-big-batch loss,
+//! whatever the split.
+
+use super::loss::{aggregate, per_token_loss, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums};
+use super::sequence_logprobs;
+use crate::error::{Error, Result};
+use crate::model::Qwen3;
+use crate::optim::Gradients;
+use candle_core::{DType, Tensor, Var};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// The `logp_old` of the ratio.
+#[derive(Debug, Clone)]
+pub enum OldLogprobs {
+    /// `num_iterations` (mu) == 1: the policy that sampled is the one being
+    /// updated, so `logp_old` is the detached current log-prob (ratio 1 in
+    /// value, gradient `A`), as TRL does.
+    Current,
+    /// mu > 1: log-probs `[B, T]` recorded before the first of the mu updates
+    /// on this batch (see [`detached_logprobs`]).
+    Stored(Tensor),
+}
+
+/// One optimizer batch of right-padded episodes.
+#[derive(Debug, Clone)]
+pub struct GrpoBatch {
+    /// `[B, T]` u32 token ids, each row an episode from position 0.
+    pub tokens: Tensor,
+    /// `[B, T]` f32, 1 on the policy's own tokens (never column 0).
+    pub mask: Tensor,
+    /// `[B]` f32, one advantage per row.
+    pub advantages: Tensor,
+    pub old_logprobs: OldLogprobs,
+    /// `[B, T]` f32 log-probs under the frozen reference model (required
+    /// when beta > 0; see [`detached_logprobs`]).
+    pub ref_logprobs: Option<Tensor>,
+}
+
+impl GrpoBatch {
+    /// Rows `range`, trimmed to the columns up to the last policy token of
+    /// those rows (later columns cannot change earlier log-probs).
+    pub fn rows(&self, range: Range<usize>) -> Result<GrpoBatch> {
+        let n = range.len();
+        let mask = self.mask.narrow(0, range.start, n)?;
+        let cols = used_columns(&mask)?;
+        let cut = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, range.start, n)?.narrow(1, 0, cols)?) };
+        Ok(GrpoBatch {
+            tokens: cut(&self.tokens)?,
+            mask: mask.narrow(1, 0, cols)?,
+            advantages: self.advantages.narrow(0, range.start, n)?,
+            old_logprobs: match &self.old_logprobs {
+                OldLogprobs::Current => OldLogprobs::Current,
+                OldLogprobs::Stored(t) => OldLogprobs::Stored(cut(t)?),
+            },
+            ref_logprobs: self.ref_logprobs.as_ref().map(cut).transpose()?,
+        })
+    }
+
+    fn check(&self) -> Result<(usize, usize)> {
+        let (b, t) = self.tokens.dims2()?;
+        let bad = |name: &str, dims: &[usize], want: String| {
+            Err(Error::invalid("grpo batch", format!("{name} is {dims:?}, expected {want}")))
+        };
+        if self.mask.dims() != [b, t] {
+            return bad("mask", self.mask.dims(), format!("[{b}, {t}]"));
+        }
+        if self.advantages.dims() != [b] {
+            return bad("advantages", self.advantages.dims(), format!("[{b}]"));
+        }
+        if let OldLogprobs::Stored(o) = &self.old_logprobs {
+            if o.dims() != [b, t] {
+                return bad("old log-probs", o.dims(), format!("[{b}, {t}]"));
+            }
+        }
+        if let Some(r) = &self.ref_logprobs {
+            if r.dims() != [b, t] {
+                return bad("reference log-probs", r.dims(), format!("[{b}, {t}]"));
+            }
+        }
+        if t > 0 && self.mask.narrow(1, 0, 1)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()? != 0.0 {
+            return Err(Error::invalid("grpo batch", "mask is 1 in column 0, which no token predicts"));
+        }
+        Ok((b, t))
+    }
+}
+
+/// Columns `0..=last` where `last` is the last column with a nonzero mask in
+/// any row (at least 1 column).
+fn used_columns(mask: &Tensor) -> Result<usize> {
+    let (_, t) = mask.dims2()?;
+    let any = mask.to_dtype(DType::F32)?.abs()?.max(0)?.to_vec1::<f32>()?;
+    Ok(any.iter().rposition(|&x| x != 0.0).map_or(1.min(t), |j| j + 1))
+}
+
+/// Contiguous row ranges of at most `micro_rows` rows covering `0..rows`.
+pub fn micro_batches(rows: usize, micro_rows: usize) -> Result<Vec<Range<usize>>> {
+    if micro_rows == 0 {
+        return Err(Error::invalid("micro-batching", "micro-batch size is 0 rows"));
+    }
+    Ok((0..rows).step_by(micro_rows).map(|s| s..(s + micro_rows).min(rows)).collect())
+}
+
+/// Detached log-probs `[B, T]` of `tokens` under `model` (old log-probs for
+/// mu > 1, or the reference model's for the KL), computed `micro_rows` rows
+/// at a time. Never part of a gradient graph.
+pub fn detached_logprobs(model: &Qwen3, tokens: &Tensor, temperature: f64, micro_rows: usize) -> Result<Tensor> {
+    let (b, _) = tokens.dims2()?;
+    let parts = micro_batches(b, micro_rows)?
+        .into_iter()
+        .map(|r| {
+            let (lp, _) = sequence_logprobs(model, &tokens.narrow(0, r.start, r.len())?, temperature, EntropyMetric::Skip)?;
+            Ok(lp.detach())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&parts, 0)?)
+}
+
+/// Loss and gradients of one optimizer batch, `micro_rows` rows at a time:
+/// for each micro-batch, forward, [`per_token_loss`], its share of
+/// [`aggregate`] over the whole batch, backward, and the gradients of
+/// `params` (the model's `Var`s by name) added into the result in f32.
+/// Parameters that receive no gradient are absent from the result.
+pub fn accumulate_gradients(
+    model: &Qwen3,
+    params: &BTreeMap<String, Var>,
+    batch: &GrpoBatch,
+    cfg: &GrpoLossConfig,
+    micro_rows: usize,
+) -> Result<(Gradients, GrpoMetrics)> {
+    cfg.validate()?;
+    let (b, _) = batch.check()?;
+    if cfg.beta != 0.0 && batch.ref_logprobs.is_none() {
+        return Err(Error::invalid("grpo batch", format!("beta is {} but no reference log-probs were given", cfg.beta)));
+    }
+    let totals = BatchTotals::of_mask(&batch.mask)?;
+    let mut grads = Gradients::default();
+    let mut sums = LossSums::default();
+    for range in micro_batches(b, micro_rows)? {
+        let mb = batch.rows(range)?;
+        let (logp, entropy) = sequence_logprobs(model, &mb.tokens, cfg.temperature, cfg.entropy)?;
+        let old = match &mb.old_logprobs {
+            OldLogprobs::Current => logp.detach(),
+            OldLogprobs::Stored(t) => t.clone(),
+        };
+        let mask = mb.mask.to_dtype(DType::F32)?;
+        let adv = mb.advantages.to_dtype(DType::F32)?;
+        let pt = per_token_loss(&logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
+        let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
+        sums.add(&LossSums::of(&loss, &pt, entropy.as_ref(), &adv, &mask, cfg.clip)?);
+        let store = loss.backward()?;
+        for (name, var) in params {
+            if let Some(g) = store.get(var.as_tensor()) {
+                grads.add(name, &g.to_dtype(DType::F32)?)?;
+            }
+        }
+    }
+    Ok((grads, sums.metrics()))
+}

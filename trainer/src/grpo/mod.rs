@@ -1,0 +1,67 @@
+//! GRPO's numerical core: advantages, the clipped loss with optional k3 KL,
+//! and micro-batched gradient accumulation.
+//!
+//! - [`advantages`]: group-relative advantages from rewards (pure, on slices).
+//! - [`loss`]: per-token loss, the [`LossAggregation`] variants, metrics.
+//! - [`accumulate`]: split an optimizer batch ([`GrpoBatch`]) into
+//!   micro-batches and accumulate gradients that equal the one-big-batch ones.
+//! - [`sequence_logprobs`]: the per-token log-probs `[b, t]` every stage uses.
+
+pub mod accumulate;
+pub mod advantages;
+pub mod loss;
+
+pub use accumulate::{accumulate_gradients, detached_logprobs, micro_batches, GrpoBatch, OldLogprobs};
+pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
+pub use loss::{
+    aggregate, per_token_loss, BatchTotals, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossAggregation,
+    LossSums, PerTokenLoss,
+};
+
+use crate::error::Result;
+use crate::logprobs::token_logprobs;
+use crate::model::{cache::Positions, ops, Qwen3};
+use candle_core::{DType, Tensor, D};
+
+/// Rows of the vocabulary-wide entropy softmax computed at once (bounds the
+/// extra memory of [`EntropyMetric::Compute`]).
+const ENTROPY_CHUNK_ROWS: usize = 1024;
+
+/// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under
+/// `model` with logits divided by `temperature`: column `j >= 1` is
+/// `log p(tokens[j] | tokens[..j])`, column 0 is 0 (nothing predicts the first
+/// token). Rows are right-padded sequences at positions `0..t`. With
+/// `entropy`, also the detached per-position entropy `[b, t]` of the
+/// temperature-scaled distribution that predicts each token (0 in column 0).
+pub fn sequence_logprobs(
+    model: &Qwen3,
+    tokens: &Tensor,
+    temperature: f64,
+    entropy: EntropyMetric,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (b, t) = tokens.dims2()?;
+    if t < 2 {
+        return Ok((Tensor::zeros((b, t), DType::F32, tokens.device())?, None));
+    }
+    let hidden = model.forward(tokens, &Positions::sequential(b, t), None)?;
+    let hidden = hidden.narrow(1, 0, t - 1)?.reshape((b * (t - 1), ()))?;
+    let targets = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
+    let lp = token_logprobs(model, &hidden, &targets, temperature)?.reshape((b, t - 1))?;
+    let lp = lp.pad_with_zeros(1, 1, 0)?;
+    let ent = match entropy {
+        EntropyMetric::Skip => None,
+        EntropyMetric::Compute => {
+            let hidden = hidden.detach();
+            let n = b * (t - 1);
+            let mut parts = Vec::new();
+            for start in (0..n).step_by(ENTROPY_CHUNK_ROWS) {
+                let h = hidden.narrow(0, start, ENTROPY_CHUNK_ROWS.min(n - start))?;
+                let logits = (model.logits(&h)?.to_dtype(DType::F32)? / temperature)?;
+                let logp = ops::log_softmax_last(&logits)?;
+                parts.push((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?);
+            }
+            Some(Tensor::cat(&parts, 0)?.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?.detach())
+        }
+    };
+    Ok((lp, ent))
+}
