@@ -10,6 +10,8 @@
 //!   folder or a hub id.
 //! - [`logprobs`]: per-token log-probabilities; [`sampling`] and
 //!   [`generate`]: seeded sampling and batched generation with the KV cache.
+//! - [`checkpoint`]: atomic training checkpoints (model, optimizer, state
+//!   with RNG streams and data cursor, DONE last), retention and resume.
 //! - [`init`]: random tiny Qwen3 checkpoints for tests and CPU runs.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
@@ -18,6 +20,7 @@
 //!   and its aggregations, micro-batched gradient accumulation.
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
+pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod error;

@@ -1,0 +1,246 @@
+//! Training checkpoints: `<run>/step_00000100/` holding model.safetensors +
+//! config.json (Hugging Face layout, loadable by transformers),
+//! optimizer.safetensors, state.json (format version, step, RNG states, data
+//! cursor, the run config and its hash) and DONE, written last.
+//!
+//! Saving is atomic: everything is written into a temporary folder, synced,
+//! then the folder is renamed into place; a crash mid-save leaves only a
+//! temporary folder, which resume ignores and the next save removes.
+
+use crate::config::Qwen3Config;
+use crate::error::{Error, Result};
+use crate::weights::{save_checkpoint as save_model, ShardPolicy, TensorMap};
+use candle_core::Device;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever state.json changes incompatibly.
+pub const FORMAT_VERSION: u32 = 1;
+pub const DONE_FILE: &str = "DONE";
+pub const STATE_FILE: &str = "state.json";
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+const TMP_PREFIX: &str = ".tmp-";
+
+/// A ChaCha8 stream position, enough to continue it exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RngState {
+    pub seed: [u8; 32],
+    pub stream: u64,
+    /// Word position as a decimal string (u128 does not fit JSON numbers).
+    pub word_pos: String,
+}
+
+impl RngState {
+    pub fn capture(rng: &ChaCha8Rng) -> Self {
+        RngState { seed: rng.get_seed(), stream: rng.get_stream(), word_pos: rng.get_word_pos().to_string() }
+    }
+
+    pub fn restore(&self) -> Result<ChaCha8Rng> {
+        use rand::SeedableRng;
+        let pos: u128 = self.word_pos.parse().map_err(|_| Error::invalid("state.json rng.word_pos", format!("`{}` is not an integer", self.word_pos)))?;
+        let mut rng = ChaCha8Rng::from_seed(self.seed);
+        rng.set_stream(self.stream);
+        rng.set_word_pos(pos);
+        Ok(rng)
+    }
+}
+
+/// Where the task sampler is in its data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataCursor {
+    pub epoch: u64,
+    /// Next index into the epoch's shuffled order.
+    pub index: u64,
+}
+
+/// Everything besides tensors that a resumed run needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    pub format_version: u32,
+    pub step: u64,
+    /// Named RNG streams (sampling, task order, ...).
+    pub rngs: std::collections::BTreeMap<String, RngState>,
+    pub data: DataCursor,
+    /// The run config as JSON, and its hash ([`config_hash`]).
+    pub config: serde_json::Value,
+    pub config_hash: String,
+    /// Hash of the model architecture (config.json fields that shape weights).
+    pub arch_hash: String,
+}
+
+/// FNV-1a 64 of a value's canonical JSON (keys sorted), as hex.
+pub fn config_hash(value: &serde_json::Value) -> String {
+    fn canonical(v: &serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut keys: Vec<_> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), canonical(&m[k]));
+                }
+                serde_json::Value::Object(out)
+            }
+            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    let text = canonical(value).to_string();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Hash of the fields of a model config that determine its weights.
+pub fn arch_hash(cfg: &Qwen3Config) -> String {
+    config_hash(&serde_json::json!({
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim,
+        "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": cfg.attention_bias,
+    }))
+}
+
+/// `step_00000100`.
+pub fn step_dir_name(step: u64) -> String {
+    format!("step_{step:08}")
+}
+
+fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix("step_").and_then(|s| s.parse().ok())
+}
+
+fn sync_file(path: &Path) -> Result<()> {
+    File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(path, e))
+}
+
+/// Save a checkpoint atomically and keep the newest `keep_last` (0 = all).
+pub fn save(
+    run_dir: &Path,
+    model_cfg: &Qwen3Config,
+    model: &TensorMap,
+    optimizer: &TensorMap,
+    state: &TrainState,
+    keep_last: usize,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(run_dir).map_err(|e| Error::io(run_dir, e))?;
+    remove_stale_temporaries(run_dir)?;
+    let final_dir = run_dir.join(step_dir_name(state.step));
+    let tmp = run_dir.join(format!("{TMP_PREFIX}{}-{}", step_dir_name(state.step), std::process::id()));
+    save_model(&tmp, model_cfg, model, ShardPolicy::Single)?;
+    let opt_path = tmp.join(OPTIMIZER_FILE);
+    let opt: Vec<(String, candle_core::Tensor)> = optimizer
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?.contiguous()?)))
+        .collect::<Result<_>>()?;
+    safetensors::serialize_to_file(opt, None, &opt_path)
+        .map_err(|e| Error::Safetensors { path: opt_path.clone(), message: e.to_string() })?;
+    let state_path = tmp.join(STATE_FILE);
+    let text = serde_json::to_string_pretty(state).expect("state serializes");
+    std::fs::write(&state_path, text).map_err(|e| Error::io(&state_path, e))?;
+    for entry in std::fs::read_dir(&tmp).map_err(|e| Error::io(&tmp, e))? {
+        sync_file(&entry.map_err(|e| Error::io(&tmp, e))?.path())?;
+    }
+    let done = tmp.join(DONE_FILE);
+    std::fs::write(&done, b"").map_err(|e| Error::io(&done, e))?;
+    sync_file(&done)?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
+    }
+    std::fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+    sync_file(run_dir)?;
+    prune(run_dir, keep_last)?;
+    Ok(final_dir)
+}
+
+fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(run_dir).map_err(|e| Error::io(run_dir, e))? {
+        let path = entry.map_err(|e| Error::io(run_dir, e))?.path();
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(TMP_PREFIX)) {
+            tracing::warn!(path = %path.display(), "removing an interrupted checkpoint save");
+            std::fs::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Complete checkpoints (with DONE), oldest first.
+pub fn complete_checkpoints(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    if !run_dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(run_dir).map_err(|e| Error::io(run_dir, e))? {
+        let path = entry.map_err(|e| Error::io(run_dir, e))?.path();
+        let step = path.file_name().and_then(|n| n.to_str()).and_then(step_of);
+        if let Some(step) = step {
+            if path.join(DONE_FILE).exists() {
+                out.push((step, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The newest complete checkpoint, if any.
+pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
+    Ok(complete_checkpoints(run_dir)?.pop().map(|(_, p)| p))
+}
+
+fn prune(run_dir: &Path, keep_last: usize) -> Result<()> {
+    if keep_last == 0 {
+        return Ok(());
+    }
+    let all = complete_checkpoints(run_dir)?;
+    for (_, path) in all.iter().take(all.len().saturating_sub(keep_last)) {
+        std::fs::remove_dir_all(path).map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
+}
+
+/// Read state.json of a checkpoint; refuses an incomplete checkpoint or
+/// another format version.
+pub fn load_state(dir: &Path) -> Result<TrainState> {
+    if !dir.join(DONE_FILE).exists() {
+        return Err(Error::invalid(dir.display().to_string(), "incomplete checkpoint (no DONE file): the save was interrupted"));
+    }
+    let path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let state: TrainState = serde_json::from_str(&text).map_err(|source| Error::Json { path: path.clone(), source })?;
+    if state.format_version != FORMAT_VERSION {
+        return Err(Error::Config {
+            path,
+            key: "format_version".into(),
+            message: format!("{} is not supported (this build reads {FORMAT_VERSION})", state.format_version),
+        });
+    }
+    Ok(state)
+}
+
+/// Check a checkpoint against the run about to resume from it.
+pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config_hash: &str, allow_config_change: bool) -> Result<()> {
+    let path = dir.join(STATE_FILE);
+    if state.arch_hash != arch {
+        return Err(Error::Config { path, key: "arch_hash".into(), message: "the checkpoint's model architecture differs from the config's model".into() });
+    }
+    if state.config_hash != config_hash && !allow_config_change {
+        return Err(Error::Config {
+            path,
+            key: "config_hash".into(),
+            message: format!("run config changed since this checkpoint ({} != {config_hash}); pass --allow-config-change to resume anyway", state.config_hash),
+        });
+    }
+    Ok(())
+}
+
+/// Load optimizer.safetensors of a checkpoint.
+pub fn load_optimizer(dir: &Path, device: &Device) -> Result<TensorMap> {
+    let path = dir.join(OPTIMIZER_FILE);
+    candle_core::safetensors::load(&path, device).map_err(|e| Error::Safetensors { path, message: e.to_string() })
+}
