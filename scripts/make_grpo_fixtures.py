@@ -19,6 +19,12 @@ Writes under <out>/:
                     torch.optim.AdamW (weight decay) over 3 steps with
                     clip_grad_norm_ before each: parameters, gradients, norms,
                     moments; and transformers' LR schedule values.
+  update.json / update.safetensors
+                    one full GRPO update of the tiny `untied` model fixture
+                    (../untied): per-token log-probs at a temperature from the
+                    transformers model, TRL's _compute_loss (dapo, beta > 0,
+                    stored old log-probs), backward, clip_grad_norm_, AdamW;
+                    the reference model is the fixture scaled by 1.03.
 """
 import json
 import math
@@ -218,6 +224,65 @@ def schedules():
     return out
 
 
+# ---------------------------------------------------------------- full update
+def model_logps(model, tokens, temperature):
+    """TRL's _get_per_token_logps_and_entropies on right-padded rows, aligned
+    with the tokens (column 0 = 0): logits[:, :-1] / T, log-softmax, gather."""
+    logits = model(input_ids=tokens).logits[:, :-1, :].float() / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
+    return torch.cat([torch.zeros(tokens.shape[0], 1), lp], dim=1)
+
+
+def update_case(model_dir):
+    from transformers import Qwen3ForCausalLM
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM.from_pretrained(model_dir, attn_implementation="eager").float().train()
+    ref = Qwen3ForCausalLM.from_pretrained(model_dir, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.mul_(1.03)
+    b, t, temperature = 4, 12, 0.8
+    lengths = [12, 7, 10, 5]
+    tokens = torch.zeros(b, t, dtype=torch.long)
+    mask = torch.zeros(b, t)
+    for i, n in enumerate(lengths):
+        tokens[i, :n] = torch.randint(0, model.config.vocab_size, (n,))
+        mask[i, 2:n] = 1.0
+    mask[0, 5:7] = 0.0  # a tool response
+    advantages = torch.tensor([0.9, -1.1, 0.3, -0.4])
+    with torch.no_grad():
+        old = model_logps(model, tokens, temperature) + torch.empty(b, t).uniform_(-0.4, 0.4)
+        ref_lp = model_logps(ref, tokens, temperature)
+    beta, eps_low, eps_high, lr, max_norm = 0.05, 0.2, 0.28, 1e-3, 0.5
+    logp = model_logps(model, tokens, temperature)
+    s = stand_in("dapo", beta, logp, torch.zeros(b, t), t, eps_low, eps_high)
+    inputs = {
+        "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
+        "completion_ids": tokens, "completion_mask": mask, "advantages": advantages,
+        "num_items_in_batch": mask.sum(), "old_per_token_logps": old, "ref_per_token_logps": ref_lp,
+    }
+    loss = GRPOTrainer._compute_loss(s, None, inputs)
+    loss.backward()
+    params = dict(model.named_parameters())
+    grads = {f"grad.{n}": p.grad.detach().clone() for n, p in params.items()}
+    norm = torch.nn.utils.clip_grad_norm_(params.values(), max_norm=max_norm).item()
+    # eps 1e-6, not 1e-8: Adam's first step is ~lr * sign(g), which turns
+    # float-noise gradients (|g| ~ 1e-10, true value 0) into +-lr updates in
+    # one implementation or the other; a larger eps damps exactly those.
+    opt = torch.optim.AdamW(params.values(), lr=lr, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01, foreach=False)
+    opt.step()
+    tensors = {f"after.{n}": p.detach().clone() for n, p in params.items()}
+    tensors.update(grads)
+    meta = {
+        "tokens": tokens.tolist(), "mask": tolist(mask), "advantages": tolist(advantages),
+        "old_logp": tolist(old), "ref_logp": tolist(ref_lp), "temperature": temperature,
+        "beta": beta, "eps_low": eps_low, "eps_high": eps_high, "lr": lr, "max_norm": max_norm,
+        "betas": [0.9, 0.99], "eps": 1e-6, "weight_decay": 0.01, "max_completion_length": t,
+        "loss": loss.item(), "grad_norm": norm, "kl": s._metrics["train"]["kl"][0],
+    }
+    return tensors, meta
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures/grpo"
     os.makedirs(out, exist_ok=True)
@@ -230,6 +295,10 @@ def main():
     meta["schedules"] = schedules()
     with open(os.path.join(out, "optim.json"), "w") as f:
         json.dump(meta, f, indent=1)
+    tensors, meta = update_case(os.path.join(out, "..", "untied"))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "update.safetensors"))
+    with open(os.path.join(out, "update.json"), "w") as f:
+        json.dump(meta, f)
     print("wrote", out)
 
 

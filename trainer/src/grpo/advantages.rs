@@ -71,6 +71,8 @@ pub struct Advantages {
     pub zero_std_groups: usize,
     /// TRL's `frac_reward_zero_std`: fraction of rows in such a group (equal
     /// to the fraction of groups, as every group has `group_size` rows).
+    /// Always about groups: with [`AdvantageScaling::Batch`] TRL instead
+    /// tests the batch std, which is rarely what one wants to watch.
     pub frac_reward_zero_std: f64,
     /// TRL's `reward`: mean of all rewards (before any drop).
     pub reward_mean: f64,
