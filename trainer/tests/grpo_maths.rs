@@ -6,17 +6,23 @@ use candle_core::{Device, Tensor, Var};
 use serde_json::Value;
 use std::path::PathBuf;
 use trainer::grpo::{
-    aggregate, group_advantages, per_token_loss, AdvantageScaling, BatchTotals, ClipRange, LossAggregation,
-    LossSums, ZeroStdGroups,
+    aggregate, group_advantages, per_token_loss, AdvantageScaling, BatchTotals, ClipRange,
+    LossAggregation, LossSums, ZeroStdGroups,
 };
 
 fn fixture(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grpo").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/grpo")
+        .join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).expect("fixture")).expect("fixture json")
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
 }
 
 fn matrix(v: &Value) -> Vec<Vec<f64>> {
@@ -40,9 +46,11 @@ fn advantages_match_trl() {
     for case in cases.as_array().unwrap() {
         let rewards = floats(&case["rewards"]);
         let g = case["group_size"].as_u64().unwrap() as usize;
-        for (key, scaling) in
-            [("group", AdvantageScaling::Group), ("batch", AdvantageScaling::Batch), ("none", AdvantageScaling::None)]
-        {
+        for (key, scaling) in [
+            ("group", AdvantageScaling::Group),
+            ("batch", AdvantageScaling::Batch),
+            ("none", AdvantageScaling::None),
+        ] {
             let want = &case[key];
             let got = group_advantages(&rewards, g, scaling, 1e-4, ZeroStdGroups::Keep).unwrap();
             for (a, b) in got.values.iter().zip(floats(&want["advantages"])) {
@@ -54,7 +62,12 @@ fn advantages_match_trl() {
             // TRL's frac_reward_zero_std with "batch" scaling tests the batch std;
             // ours always counts constant groups, which equals TRL's for group/none.
             if scaling != AdvantageScaling::Batch {
-                assert!((got.frac_reward_zero_std - want["frac_reward_zero_std"].as_f64().unwrap()).abs() < 1e-6, "{key}");
+                assert!(
+                    (got.frac_reward_zero_std - want["frac_reward_zero_std"].as_f64().unwrap())
+                        .abs()
+                        < 1e-6,
+                    "{key}"
+                );
             }
         }
     }
@@ -65,7 +78,9 @@ fn advantages_match_trl() {
 #[test]
 fn zero_std_groups_are_counted_and_dropped() {
     // groups: [1,0,.5,.5] [.25 x4] [0,0,0,0]
-    let r = [1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.0, 0.0, 0.0, 0.0];
+    let r = [
+        1.0, 0.0, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.0, 0.0, 0.0, 0.0,
+    ];
     let keep = group_advantages(&r, 4, AdvantageScaling::Group, 1e-4, ZeroStdGroups::Keep).unwrap();
     assert_eq!(keep.zero_std_groups, 2);
     assert!((keep.frac_reward_zero_std - 2.0 / 3.0).abs() < 1e-12);
@@ -81,9 +96,23 @@ fn zero_std_groups_are_counted_and_dropped() {
     assert!((keep.groups[0].std - (1.0f64 / 6.0).sqrt()).abs() < 1e-12);
     assert!((keep.values[0] as f64 - 0.5 / ((1.0f64 / 6.0).sqrt() + 1e-4)).abs() < 1e-6);
     // malformed input is an error, not a panic
-    assert!(group_advantages(&r[..5], 4, AdvantageScaling::Group, 1e-4, ZeroStdGroups::Keep).is_err());
+    assert!(group_advantages(
+        &r[..5],
+        4,
+        AdvantageScaling::Group,
+        1e-4,
+        ZeroStdGroups::Keep
+    )
+    .is_err());
     assert!(group_advantages(&r, 1, AdvantageScaling::Group, 1e-4, ZeroStdGroups::Keep).is_err());
-    assert!(group_advantages(&[f64::NAN, 1.0], 2, AdvantageScaling::Group, 1e-4, ZeroStdGroups::Keep).is_err());
+    assert!(group_advantages(
+        &[f64::NAN, 1.0],
+        2,
+        AdvantageScaling::Group,
+        1e-4,
+        ZeroStdGroups::Keep
+    )
+    .is_err());
 }
 
 fn aggregation(name: &str) -> LossAggregation {
@@ -105,7 +134,10 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
     let mask = tensor2(&f["mask"]);
     let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
     let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
-    let clip = ClipRange { low: f["eps_low"].as_f64().unwrap(), high: f["eps_high"].as_f64().unwrap() };
+    let clip = ClipRange {
+        low: f["eps_low"].as_f64().unwrap(),
+        high: f["eps_high"].as_f64().unwrap(),
+    };
     let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
     let totals = BatchTotals::of_mask(&mask).unwrap();
     let cases = f["cases"].as_array().unwrap();
@@ -116,12 +148,21 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
         let agg = aggregation(case["loss_type"].as_str().unwrap());
         let beta = case["beta"].as_f64().unwrap();
         let logp = Var::from_tensor(&logp0).unwrap();
-        let old_used = if case["old"] == "current" { logp.as_tensor().detach() } else { old.clone() };
+        let old_used = if case["old"] == "current" {
+            logp.as_tensor().detach()
+        } else {
+            old.clone()
+        };
         let refp = (beta != 0.0).then_some(&reference);
-        let pt = per_token_loss(logp.as_tensor(), &old_used, refp, &adv, &mask, clip, beta).unwrap();
+        let pt =
+            per_token_loss(logp.as_tensor(), &old_used, refp, &adv, &mask, clip, beta).unwrap();
         let loss = aggregate(&pt.loss, &mask, agg, totals, max_len).unwrap();
         let grads = loss.backward().unwrap();
-        let grad = grads.get(logp.as_tensor()).expect("gradient reaches logp").to_vec2::<f32>().unwrap();
+        let grad = grads
+            .get(logp.as_tensor())
+            .expect("gradient reaches logp")
+            .to_vec2::<f32>()
+            .unwrap();
         let want_loss = case["loss"].as_f64().unwrap();
         let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
         let dl = rel_diff(got_loss, want_loss);
@@ -131,10 +172,16 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
             for (g, w) in gr.iter().zip(wr) {
                 let d = (*g as f64 - w).abs();
                 max_grad = max_grad.max(d);
-                assert!(d < 1e-6 + 1e-5 * w.abs(), "{}: grad {g} vs TRL {w}", case["loss_type"]);
+                assert!(
+                    d < 1e-6 + 1e-5 * w.abs(),
+                    "{}: grad {g} vs TRL {w}",
+                    case["loss_type"]
+                );
             }
         }
-        let m = LossSums::of(&loss, &pt, None, &adv, &mask, clip).unwrap().metrics();
+        let m = LossSums::of(&loss, &pt, None, &adv, &mask, clip)
+            .unwrap()
+            .metrics();
         for (got, key) in [
             (m.clip_ratio_low_mean, "clip_ratio/low_mean"),
             (m.clip_ratio_high_mean, "clip_ratio/high_mean"),
@@ -145,7 +192,10 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
             assert!((got - want).abs() < 1e-6, "{key}: {got} vs {want}");
         }
         if case["old"] == "stored" {
-            saw_clip = (saw_clip.0 || m.clip_ratio_low_mean > 0.0, saw_clip.1 || m.clip_ratio_high_mean > 0.0);
+            saw_clip = (
+                saw_clip.0 || m.clip_ratio_low_mean > 0.0,
+                saw_clip.1 || m.clip_ratio_high_mean > 0.0,
+            );
         }
         match (m.kl, case["kl"].as_f64()) {
             (Some(got), Some(want)) => {
@@ -165,16 +215,35 @@ fn padding_values_cannot_poison_the_loss() {
     // Huge stored values at masked positions would give inf/NaN without the
     // masking of old/ref inputs.
     let dev = Device::Cpu;
-    let logp = Var::from_tensor(&Tensor::new(&[[0.0f32, -1.0, -2.0, -0.5]], &dev).unwrap()).unwrap();
+    let logp =
+        Var::from_tensor(&Tensor::new(&[[0.0f32, -1.0, -2.0, -0.5]], &dev).unwrap()).unwrap();
     let mask = Tensor::new(&[[0.0f32, 1.0, 1.0, 0.0]], &dev).unwrap();
     let old = Tensor::new(&[[-1e4f32, -1.1, -1.9, -1e4]], &dev).unwrap();
     let reference = Tensor::new(&[[1e4f32, -1.0, -2.1, 1e4]], &dev).unwrap();
     let adv = Tensor::new(&[1.0f32], &dev).unwrap();
-    let clip = ClipRange { low: 0.2, high: 0.2 };
-    let pt = per_token_loss(logp.as_tensor(), &old, Some(&reference), &adv, &mask, clip, 0.1).unwrap();
+    let clip = ClipRange {
+        low: 0.2,
+        high: 0.2,
+    };
+    let pt = per_token_loss(
+        logp.as_tensor(),
+        &old,
+        Some(&reference),
+        &adv,
+        &mask,
+        clip,
+        0.1,
+    )
+    .unwrap();
     let totals = BatchTotals::of_mask(&mask).unwrap();
     let loss = aggregate(&pt.loss, &mask, LossAggregation::Dapo, totals, 4).unwrap();
-    let g = loss.backward().unwrap().get(logp.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+    let g = loss
+        .backward()
+        .unwrap()
+        .get(logp.as_tensor())
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
     assert!(loss.to_scalar::<f32>().unwrap().is_finite());
     assert!(g[0].iter().all(|x| x.is_finite()), "{g:?}");
     assert_eq!((g[0][0], g[0][3]), (0.0, 0.0));

@@ -9,8 +9,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::grpo::{
-    accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig, LossAggregation,
-    OldLogprobs,
+    accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
+    LossAggregation, OldLogprobs,
 };
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
@@ -21,7 +21,10 @@ const COLS: usize = 14;
 
 fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
     GrpoLossConfig {
-        clip: ClipRange { low: 0.2, high: 0.28 },
+        clip: ClipRange {
+            low: 0.2,
+            high: 0.28,
+        },
         beta,
         temperature: 0.7,
         aggregation,
@@ -33,7 +36,10 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
 /// A reference model: the fixture weights scaled by 1.03 (so the KL has a
 /// nonzero gradient), built from `Var`s so a stray gradient would show.
 fn reference(c: &Qwen3Config, w: &TensorMap) -> (Qwen3, BTreeMap<String, Var>) {
-    let scaled: TensorMap = w.iter().map(|(n, t)| (n.clone(), (t * 1.03).unwrap())).collect();
+    let scaled: TensorMap = w
+        .iter()
+        .map(|(n, t)| (n.clone(), (t * 1.03).unwrap()))
+        .collect();
     Qwen3::trainable(c, &scaled).unwrap()
 }
 
@@ -59,10 +65,18 @@ fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize, seed: u64, temperature:
     // stored old log-probs = current ones shifted by up to +-0.45, so the ratio
     // is clipped on both sides
     let current = detached_logprobs(model, &tokens, temperature, 2).unwrap();
-    let noise: Vec<f32> = (0..ROWS * COLS).map(|_| rng.random_range(-0.45f32..0.45)).collect();
+    let noise: Vec<f32> = (0..ROWS * COLS)
+        .map(|_| rng.random_range(-0.45f32..0.45))
+        .collect();
     let old = (current + Tensor::from_vec(noise, (ROWS, COLS), &dev).unwrap()).unwrap();
     let ref_logprobs = Some(detached_logprobs(reference, &tokens, temperature, 3).unwrap());
-    GrpoBatch { tokens, mask, advantages, old_logprobs: OldLogprobs::Stored(old), ref_logprobs }
+    GrpoBatch {
+        tokens,
+        mask,
+        advantages,
+        old_logprobs: OldLogprobs::Stored(old),
+        ref_logprobs,
+    }
 }
 
 fn max_rel_diff(a: &Gradients, b: &Gradients) -> f64 {
@@ -70,8 +84,25 @@ fn max_rel_diff(a: &Gradients, b: &Gradients) -> f64 {
     let mut worst = 0f64;
     for (name, ga) in a.iter() {
         let gb = b.get(name).expect("same parameters");
-        let scale = ga.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap() as f64;
-        let d = (ga - gb).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let scale = ga
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap() as f64;
+        let d = (ga - gb)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap() as f64;
         worst = worst.max(d / scale.max(1e-12));
     }
     worst
@@ -84,16 +115,27 @@ fn micro_batches_give_the_big_batch_gradients_for_every_aggregation() {
         let (model, params) = Qwen3::trainable(&c, &w).unwrap();
         let (ref_model, _) = reference(&c, &w);
         let b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
-        for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        for agg in [
+            LossAggregation::Grpo,
+            LossAggregation::Bnpo,
+            LossAggregation::DrGrpo,
+            LossAggregation::Dapo,
+        ] {
             let cfg = cfg(agg, 0.05);
             let (big, mb) = accumulate_gradients(&model, &params, &b, &cfg, ROWS).unwrap();
             assert_eq!(big.len(), params.len(), "every parameter gets a gradient");
-            assert!(mb.clip_ratio_low_mean > 0.0 && mb.clip_ratio_high_mean > 0.0, "{mb:?}");
+            assert!(
+                mb.clip_ratio_low_mean > 0.0 && mb.clip_ratio_high_mean > 0.0,
+                "{mb:?}"
+            );
             assert!(mb.kl.unwrap() > 0.0 && mb.entropy.unwrap() > 0.0);
             for micro in [2, 1] {
                 let (small, ms) = accumulate_gradients(&model, &params, &b, &cfg, micro).unwrap();
                 let d = max_rel_diff(&big, &small);
-                println!("{case} {agg:?} micro={micro}: grads max rel diff = {d:.3e}, loss {} vs {}", mb.loss, ms.loss);
+                println!(
+                    "{case} {agg:?} micro={micro}: grads max rel diff = {d:.3e}, loss {} vs {}",
+                    mb.loss, ms.loss
+                );
                 assert!(d < 1e-5, "{case} {agg:?} micro={micro}: {d:.3e}");
                 assert!((mb.loss - ms.loss).abs() <= 1e-5 * mb.loss.abs().max(1e-3));
                 assert!((mb.kl.unwrap() - ms.kl.unwrap()).abs() < 1e-6);
@@ -111,7 +153,11 @@ fn aggregations_differ_so_the_equivalence_test_can_fail() {
     let (model, params) = Qwen3::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
-    let g = |agg| accumulate_gradients(&model, &params, &b, &cfg(agg, 0.05), ROWS).unwrap().0;
+    let g = |agg| {
+        accumulate_gradients(&model, &params, &b, &cfg(agg, 0.05), ROWS)
+            .unwrap()
+            .0
+    };
     assert!(max_rel_diff(&g(LossAggregation::Grpo), &g(LossAggregation::Dapo)) > 1e-2);
     assert!(max_rel_diff(&g(LossAggregation::DrGrpo), &g(LossAggregation::Dapo)) > 1e-2);
 }
@@ -121,27 +167,56 @@ fn one_update_lowers_the_loss_and_the_reference_gets_no_gradient() {
     let (c, w) = common::load("tied_sharded");
     let (model, params) = Qwen3::trainable(&c, &w).unwrap();
     let (ref_model, ref_params) = reference(&c, &w);
-    let ref_before: Vec<Tensor> = ref_params.values().map(|v| v.as_tensor().copy().unwrap()).collect();
+    let ref_before: Vec<Tensor> = ref_params
+        .values()
+        .map(|v| v.as_tensor().copy().unwrap())
+        .collect();
     let b = batch(&model, &ref_model, c.vocab_size, 11, 1.0);
     let cfg = cfg(LossAggregation::Grpo, 0.1);
 
     let (mut grads, before) = accumulate_gradients(&model, &params, &b, &cfg, 2).unwrap();
     // The reference model's Vars are absent from the gradients of the loss.
     let (ref_grads, _) = accumulate_gradients(&model, &ref_params, &b, &cfg, 2).unwrap();
-    assert!(ref_grads.is_empty(), "reference received gradients: {:?}", ref_grads.iter().map(|(n, _)| n).collect::<Vec<_>>());
+    assert!(
+        ref_grads.is_empty(),
+        "reference received gradients: {:?}",
+        ref_grads.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
 
     let norm = grads.clip_global_norm(1.0).unwrap();
     assert!(norm.is_finite() && norm > 0.0);
-    let adamw = AdamWConfig { weight_decay: 0.0, decay_scope: WeightDecayScope::SkipBiasesAndNorms, ..AdamWConfig::default() };
+    let adamw = AdamWConfig {
+        weight_decay: 0.0,
+        decay_scope: WeightDecayScope::SkipBiasesAndNorms,
+        ..AdamWConfig::default()
+    };
     let mut opt = AdamW::new(&params, adamw).unwrap();
     opt.step(&params, &grads, 2e-3).unwrap();
 
     let (_, after) = accumulate_gradients(&model, &params, &b, &cfg, 2).unwrap();
-    println!("grpo update: loss {:.6} -> {:.6} (kl {:?} -> {:?}), grad norm {norm:.4}", before.loss, after.loss, before.kl, after.kl);
-    assert!(after.loss < before.loss - 1e-3, "loss {} -> {}", before.loss, after.loss);
+    println!(
+        "grpo update: loss {:.6} -> {:.6} (kl {:?} -> {:?}), grad norm {norm:.4}",
+        before.loss, after.loss, before.kl, after.kl
+    );
+    assert!(
+        after.loss < before.loss - 1e-3,
+        "loss {} -> {}",
+        before.loss,
+        after.loss
+    );
     for (t0, v) in ref_before.iter().zip(ref_params.values()) {
-        let d = (t0 - v.as_tensor()).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        assert_eq!(d.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        let d = (t0 - v.as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap();
+        assert_eq!(
+            d.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(),
+            0.0
+        );
     }
 }
 
@@ -153,20 +228,71 @@ fn bad_batches_are_errors() {
     let good = batch(&model, &ref_model, c.vocab_size, 3, 1.0);
     let mut no_ref = good.clone();
     no_ref.ref_logprobs = None;
-    let err = accumulate_gradients(&model, &params, &no_ref, &cfg(LossAggregation::Dapo, 0.1), 2).unwrap_err();
+    let err = accumulate_gradients(
+        &model,
+        &params,
+        &no_ref,
+        &cfg(LossAggregation::Dapo, 0.1),
+        2,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("reference"), "{err}");
-    assert!(accumulate_gradients(&model, &params, &no_ref, &cfg(LossAggregation::Dapo, 0.0), 2).is_ok());
+    assert!(accumulate_gradients(
+        &model,
+        &params,
+        &no_ref,
+        &cfg(LossAggregation::Dapo, 0.0),
+        2
+    )
+    .is_ok());
     let mut first_col = good.clone();
-    first_col.mask = first_col.mask.slice_assign(&[0..1, 0..1], &Tensor::ones((1, 1), DType::F32, &Device::Cpu).unwrap()).unwrap();
-    assert!(accumulate_gradients(&model, &params, &first_col, &cfg(LossAggregation::Dapo, 0.1), 2).is_err());
+    first_col.mask = first_col
+        .mask
+        .slice_assign(
+            &[0..1, 0..1],
+            &Tensor::ones((1, 1), DType::F32, &Device::Cpu).unwrap(),
+        )
+        .unwrap();
+    assert!(accumulate_gradients(
+        &model,
+        &params,
+        &first_col,
+        &cfg(LossAggregation::Dapo, 0.1),
+        2
+    )
+    .is_err());
     let mut short_adv = good;
     short_adv.advantages = short_adv.advantages.narrow(0, 0, 3).unwrap();
-    assert!(accumulate_gradients(&model, &params, &short_adv, &cfg(LossAggregation::Dapo, 0.1), 2).is_err());
-    assert!(accumulate_gradients(&model, &params, &no_ref, &cfg(LossAggregation::Dapo, 0.0), 0).is_err());
+    assert!(accumulate_gradients(
+        &model,
+        &params,
+        &short_adv,
+        &cfg(LossAggregation::Dapo, 0.1),
+        2
+    )
+    .is_err());
+    assert!(accumulate_gradients(
+        &model,
+        &params,
+        &no_ref,
+        &cfg(LossAggregation::Dapo, 0.0),
+        0
+    )
+    .is_err());
 }
 
 fn json_matrix(v: &serde_json::Value) -> Vec<Vec<f64>> {
-    v.as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
 }
 
 fn f32_tensor2(v: &serde_json::Value) -> Tensor {
@@ -176,29 +302,50 @@ fn f32_tensor2(v: &serde_json::Value) -> Tensor {
 }
 
 fn max_abs(t: &Tensor) -> f64 {
-    t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap() as f64
+    t.abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap() as f64
 }
 
 #[test]
 fn one_update_matches_pytorch_and_trl() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grpo");
-    let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("update.json")).unwrap()).unwrap();
-    let want = candle_core::safetensors::load(dir.join("update.safetensors"), &Device::Cpu).unwrap();
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("update.json")).unwrap()).unwrap();
+    let want =
+        candle_core::safetensors::load(dir.join("update.safetensors"), &Device::Cpu).unwrap();
     let (c, w) = common::load("untied");
     let (model, params) = Qwen3::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let num = |k: &str| f[k].as_f64().unwrap();
-    let tokens: Vec<u32> = json_matrix(&f["tokens"]).iter().flatten().map(|&x| x as u32).collect();
+    let tokens: Vec<u32> = json_matrix(&f["tokens"])
+        .iter()
+        .flatten()
+        .map(|&x| x as u32)
+        .collect();
     let rows = f["tokens"].as_array().unwrap().len();
     let tokens = Tensor::from_vec(tokens, (rows, ()), &Device::Cpu).unwrap();
-    let adv: Vec<f32> = f["advantages"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let adv: Vec<f32> = f["advantages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
     let temperature = num("temperature");
 
     // the reference path reproduces transformers' log-probs
     let ref_logp = f32_tensor2(&f["ref_logp"]);
     let ours = detached_logprobs(&ref_model, &tokens, temperature, 3).unwrap();
     let ref_diff = max_abs(&(&ours - &ref_logp).unwrap());
-    assert!(ref_diff < 1e-4, "reference log-probs differ by {ref_diff:.3e}");
+    assert!(
+        ref_diff < 1e-4,
+        "reference log-probs differ by {ref_diff:.3e}"
+    );
 
     let batch = GrpoBatch {
         tokens,
@@ -208,7 +355,10 @@ fn one_update_matches_pytorch_and_trl() {
         ref_logprobs: Some(ref_logp),
     };
     let cfg = GrpoLossConfig {
-        clip: ClipRange { low: num("eps_low"), high: num("eps_high") },
+        clip: ClipRange {
+            low: num("eps_low"),
+            high: num("eps_high"),
+        },
         beta: num("beta"),
         temperature,
         aggregation: LossAggregation::Dapo,

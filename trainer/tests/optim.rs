@@ -44,7 +44,12 @@ fn config(m: &Value) -> AdamWConfig {
 }
 
 fn names(m: &Value) -> Vec<String> {
-    m["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
+    m["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Runs the golden's 3 steps (clip then AdamW) on `dtype` parameters;
@@ -54,12 +59,20 @@ fn run(dtype: DType, steps: usize) -> (AdamW, BTreeMap<String, Var>, Vec<f64>) {
 }
 
 /// As [`run`], with the initial weights first rounded to `init_dtype`.
-fn run_from(init_dtype: DType, dtype: DType, steps: usize) -> (AdamW, BTreeMap<String, Var>, Vec<f64>) {
+fn run_from(
+    init_dtype: DType,
+    dtype: DType,
+    steps: usize,
+) -> (AdamW, BTreeMap<String, Var>, Vec<f64>) {
     let (m, g) = (meta(), golden());
     let params: BTreeMap<String, Var> = names(&m)
         .into_iter()
         .map(|n| {
-            let t = g[&format!("init.{n}")].to_dtype(init_dtype).unwrap().to_dtype(dtype).unwrap();
+            let t = g[&format!("init.{n}")]
+                .to_dtype(init_dtype)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
             (n, Var::from_tensor(&t).unwrap())
         })
         .collect();
@@ -70,8 +83,13 @@ fn run_from(init_dtype: DType, dtype: DType, steps: usize) -> (AdamW, BTreeMap<S
         for n in params.keys() {
             grads.add(n, &g[&format!("grad{k}.{n}")]).unwrap();
         }
-        norms.push(grads.clip_global_norm(m["max_norm"].as_f64().unwrap()).unwrap());
-        opt.step(&params, &grads, m["lrs"][k].as_f64().unwrap()).unwrap();
+        norms.push(
+            grads
+                .clip_global_norm(m["max_norm"].as_f64().unwrap())
+                .unwrap(),
+        );
+        opt.step(&params, &grads, m["lrs"][k].as_f64().unwrap())
+            .unwrap();
     }
     (opt, params, norms)
 }
@@ -94,8 +112,14 @@ fn adamw_and_clipping_match_torch() {
     let state = opt.export_state().unwrap();
     let mut max_m = 0f64;
     for n in params.keys() {
-        max_m = max_m.max(max_abs_diff(&state[&format!("state.{n}.exp_avg")], &g[&format!("exp_avg.{n}")]));
-        max_m = max_m.max(max_abs_diff(&state[&format!("state.{n}.exp_avg_sq")], &g[&format!("exp_avg_sq.{n}")]));
+        max_m = max_m.max(max_abs_diff(
+            &state[&format!("state.{n}.exp_avg")],
+            &g[&format!("exp_avg.{n}")],
+        ));
+        max_m = max_m.max(max_abs_diff(
+            &state[&format!("state.{n}.exp_avg_sq")],
+            &g[&format!("exp_avg_sq.{n}")],
+        ));
     }
     println!("adamw: params max |diff| = {max_p:.3e}, moments max |diff| = {max_m:.3e}");
     assert!(max_p < 1e-6, "params differ from torch by {max_p:.3e}");
@@ -108,10 +132,15 @@ fn adamw_and_clipping_match_torch() {
 #[test]
 fn clip_scales_only_above_max_norm() {
     let mut g = Gradients::default();
-    g.add("a", &Tensor::new(&[3.0f32, 0.0], &Device::Cpu).unwrap()).unwrap();
-    g.add("b", &Tensor::new(&[[0.0f32, 4.0]], &Device::Cpu).unwrap()).unwrap();
+    g.add("a", &Tensor::new(&[3.0f32, 0.0], &Device::Cpu).unwrap())
+        .unwrap();
+    g.add("b", &Tensor::new(&[[0.0f32, 4.0]], &Device::Cpu).unwrap())
+        .unwrap();
     assert_eq!(g.clip_global_norm(10.0).unwrap(), 5.0);
-    assert_eq!(g.get("a").unwrap().to_vec1::<f32>().unwrap(), vec![3.0, 0.0]);
+    assert_eq!(
+        g.get("a").unwrap().to_vec1::<f32>().unwrap(),
+        vec![3.0, 0.0]
+    );
     let total = g.clip_global_norm(1.0).unwrap();
     assert_eq!(total, 5.0);
     let after = g.global_norm().unwrap();
@@ -133,13 +162,18 @@ fn bf16_parameters_keep_f32_masters() {
         assert_eq!(master.dtype(), DType::F32);
         assert_eq!(s16[&format!("state.{n}.exp_avg")].dtype(), DType::F32);
         // the var is the master rounded to bf16
-        assert_eq!(max_abs_diff(v.as_tensor(), &master.to_dtype(DType::BF16).unwrap()), 0.0);
+        assert_eq!(
+            max_abs_diff(v.as_tensor(), &master.to_dtype(DType::BF16).unwrap()),
+            0.0
+        );
         max_master = max_master.max(max_abs_diff(master, p32[n].as_tensor()));
         max_var = max_var.max(max_abs_diff(v.as_tensor(), p32[n].as_tensor()));
         moved = moved.max(max_abs_diff(master, &master.to_dtype(DType::BF16).unwrap()));
         assert!(!s32.contains_key(&format!("state.{n}.master")));
     }
-    println!("bf16 masters vs f32 run: max |diff| = {max_master:.3e} (bf16 weights: {max_var:.3e})");
+    println!(
+        "bf16 masters vs f32 run: max |diff| = {max_master:.3e} (bf16 weights: {max_var:.3e})"
+    );
     assert!(max_master < 1e-7, "{max_master:.3e}");
     // the masters hold precision the bf16 weights cannot
     assert!(moved > 0.0);
@@ -152,8 +186,15 @@ fn state_round_trip_continues_identically_and_names_missing_tensors() {
     let saved = opt_a.export_state().unwrap();
     assert_eq!(saved["step"].to_vec1::<i64>().unwrap(), vec![2]);
     // a fresh optimizer with the saved state and weights continues identically
-    let params_b: BTreeMap<String, Var> =
-        params_a.iter().map(|(n, v)| (n.clone(), Var::from_tensor(&v.as_tensor().copy().unwrap()).unwrap())).collect();
+    let params_b: BTreeMap<String, Var> = params_a
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                Var::from_tensor(&v.as_tensor().copy().unwrap()).unwrap(),
+            )
+        })
+        .collect();
     let mut opt_b = AdamW::new(&params_b, config(&m)).unwrap();
     opt_b.import_state(&saved).unwrap();
     assert_eq!(opt_b.steps(), 2);
@@ -168,23 +209,48 @@ fn state_round_trip_continues_identically_and_names_missing_tensors() {
         opt.step(params, &grads, 2e-3).unwrap();
     }
     for n in params_a.keys() {
-        assert_eq!(max_abs_diff(params_a[n].as_tensor(), params_b[n].as_tensor()), 0.0, "{n}");
+        assert_eq!(
+            max_abs_diff(params_a[n].as_tensor(), params_b[n].as_tensor()),
+            0.0,
+            "{n}"
+        );
     }
     // a missing tensor is named
     let name = names(&m)[1].clone();
     let mut broken = saved.clone();
     broken.remove(&format!("state.{name}.exp_avg_sq"));
-    let err = AdamW::new(&params_b, config(&m)).unwrap().import_state(&broken).unwrap_err().to_string();
+    let err = AdamW::new(&params_b, config(&m))
+        .unwrap()
+        .import_state(&broken)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains(&format!("state.{name}.exp_avg_sq")), "{err}");
     // a wrong shape is named
     let mut broken = saved.clone();
-    broken.insert(format!("state.{name}.exp_avg"), Tensor::zeros(7, DType::F32, &Device::Cpu).unwrap());
-    let err = AdamW::new(&params_b, config(&m)).unwrap().import_state(&broken).unwrap_err().to_string();
-    assert!(err.contains(&format!("state.{name}.exp_avg")) && err.contains("shape"), "{err}");
+    broken.insert(
+        format!("state.{name}.exp_avg"),
+        Tensor::zeros(7, DType::F32, &Device::Cpu).unwrap(),
+    );
+    let err = AdamW::new(&params_b, config(&m))
+        .unwrap()
+        .import_state(&broken)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("state.{name}.exp_avg")) && err.contains("shape"),
+        "{err}"
+    );
     // an extra tensor is named
     let mut broken = saved;
-    broken.insert("state.nope.exp_avg".into(), Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap());
-    let err = AdamW::new(&params_b, config(&m)).unwrap().import_state(&broken).unwrap_err().to_string();
+    broken.insert(
+        "state.nope.exp_avg".into(),
+        Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap(),
+    );
+    let err = AdamW::new(&params_b, config(&m))
+        .unwrap()
+        .import_state(&broken)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("state.nope.exp_avg"), "{err}");
 }
 
@@ -201,7 +267,12 @@ fn weight_decay_scope_skips_norms_and_biases_like_transformers() {
     ] {
         assert!(!s.decays(n), "{n}");
     }
-    for n in ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "lm_head.weight", "model.normalizer.weight"] {
+    for n in [
+        "model.embed_tokens.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "lm_head.weight",
+        "model.normalizer.weight",
+    ] {
         assert!(s.decays(n), "{n}");
     }
     assert!(WeightDecayScope::All.decays("model.norm.weight"));
@@ -211,21 +282,53 @@ fn weight_decay_scope_skips_norms_and_biases_like_transformers() {
 fn lr_schedules_match_transformers() {
     let m = meta();
     let s = &m["schedules"];
-    let steps: Vec<u64> = s["steps"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let steps: Vec<u64> = s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     let mut max = 0f64;
     for (key, sched) in [
-        ("warmup_cosine", LrSchedule::WarmupCosine { warmup_steps: 3, total_steps: 10, min_lr_ratio: 0.0 }),
-        ("warmup_cosine_min_0.1", LrSchedule::WarmupCosine { warmup_steps: 3, total_steps: 10, min_lr_ratio: 0.1 }),
-        ("warmup_constant", LrSchedule::WarmupConstant { warmup_steps: 4 }),
+        (
+            "warmup_cosine",
+            LrSchedule::WarmupCosine {
+                warmup_steps: 3,
+                total_steps: 10,
+                min_lr_ratio: 0.0,
+            },
+        ),
+        (
+            "warmup_cosine_min_0.1",
+            LrSchedule::WarmupCosine {
+                warmup_steps: 3,
+                total_steps: 10,
+                min_lr_ratio: 0.1,
+            },
+        ),
+        (
+            "warmup_constant",
+            LrSchedule::WarmupConstant { warmup_steps: 4 },
+        ),
     ] {
         sched.validate().unwrap();
         for (step, want) in steps.iter().zip(s[key].as_array().unwrap()) {
             let d = (sched.factor(*step) - want.as_f64().unwrap()).abs();
             max = max.max(d);
-            assert!(d < 1e-12, "{key} step {step}: {} vs {want}", sched.factor(*step));
+            assert!(
+                d < 1e-12,
+                "{key} step {step}: {} vs {want}",
+                sched.factor(*step)
+            );
         }
     }
     assert_eq!(LrSchedule::Constant.factor(123), 1.0);
-    assert!(LrSchedule::WarmupCosine { warmup_steps: 11, total_steps: 10, min_lr_ratio: 0.0 }.validate().is_err());
+    assert!(LrSchedule::WarmupCosine {
+        warmup_steps: 11,
+        total_steps: 10,
+        min_lr_ratio: 0.0
+    }
+    .validate()
+    .is_err());
     println!("lr schedules: max |diff| = {max:.3e}");
 }

@@ -4,7 +4,9 @@
 //! sum of the micro-batch gradients is the gradient of the one-big-batch loss,
 //! whatever the split.
 
-use super::loss::{aggregate, per_token_loss, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums};
+use super::loss::{
+    aggregate, per_token_loss, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
+};
 use super::sequence_logprobs;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -47,7 +49,8 @@ impl GrpoBatch {
         let n = range.len();
         let mask = self.mask.narrow(0, range.start, n)?;
         let cols = used_columns(&mask)?;
-        let cut = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, range.start, n)?.narrow(1, 0, cols)?) };
+        let cut =
+            |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, range.start, n)?.narrow(1, 0, cols)?) };
         Ok(GrpoBatch {
             tokens: cut(&self.tokens)?,
             mask: mask.narrow(1, 0, cols)?,
@@ -63,7 +66,10 @@ impl GrpoBatch {
     fn check(&self) -> Result<(usize, usize)> {
         let (b, t) = self.tokens.dims2()?;
         let bad = |name: &str, dims: &[usize], want: String| {
-            Err(Error::invalid("grpo batch", format!("{name} is {dims:?}, expected {want}")))
+            Err(Error::invalid(
+                "grpo batch",
+                format!("{name} is {dims:?}, expected {want}"),
+            ))
         };
         if self.mask.dims() != [b, t] {
             return bad("mask", self.mask.dims(), format!("[{b}, {t}]"));
@@ -81,8 +87,19 @@ impl GrpoBatch {
                 return bad("reference log-probs", r.dims(), format!("[{b}, {t}]"));
             }
         }
-        if t > 0 && self.mask.narrow(1, 0, 1)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()? != 0.0 {
-            return Err(Error::invalid("grpo batch", "mask is 1 in column 0, which no token predicts"));
+        if t > 0
+            && self
+                .mask
+                .narrow(1, 0, 1)?
+                .to_dtype(DType::F64)?
+                .sum_all()?
+                .to_scalar::<f64>()?
+                != 0.0
+        {
+            return Err(Error::invalid(
+                "grpo batch",
+                "mask is 1 in column 0, which no token predicts",
+            ));
         }
         Ok((b, t))
     }
@@ -93,26 +110,45 @@ impl GrpoBatch {
 fn used_columns(mask: &Tensor) -> Result<usize> {
     let (_, t) = mask.dims2()?;
     let any = mask.to_dtype(DType::F32)?.abs()?.max(0)?.to_vec1::<f32>()?;
-    Ok(any.iter().rposition(|&x| x != 0.0).map_or(1.min(t), |j| j + 1))
+    Ok(any
+        .iter()
+        .rposition(|&x| x != 0.0)
+        .map_or(1.min(t), |j| j + 1))
 }
 
 /// Contiguous row ranges of at most `micro_rows` rows covering `0..rows`.
 pub fn micro_batches(rows: usize, micro_rows: usize) -> Result<Vec<Range<usize>>> {
     if micro_rows == 0 {
-        return Err(Error::invalid("micro-batching", "micro-batch size is 0 rows"));
+        return Err(Error::invalid(
+            "micro-batching",
+            "micro-batch size is 0 rows",
+        ));
     }
-    Ok((0..rows).step_by(micro_rows).map(|s| s..(s + micro_rows).min(rows)).collect())
+    Ok((0..rows)
+        .step_by(micro_rows)
+        .map(|s| s..(s + micro_rows).min(rows))
+        .collect())
 }
 
 /// Detached log-probs `[B, T]` of `tokens` under `model` (old log-probs for
 /// mu > 1, or the reference model's for the KL), computed `micro_rows` rows
 /// at a time. Never part of a gradient graph.
-pub fn detached_logprobs(model: &Qwen3, tokens: &Tensor, temperature: f64, micro_rows: usize) -> Result<Tensor> {
+pub fn detached_logprobs(
+    model: &Qwen3,
+    tokens: &Tensor,
+    temperature: f64,
+    micro_rows: usize,
+) -> Result<Tensor> {
     let (b, _) = tokens.dims2()?;
     let parts = micro_batches(b, micro_rows)?
         .into_iter()
         .map(|r| {
-            let (lp, _) = sequence_logprobs(model, &tokens.narrow(0, r.start, r.len())?, temperature, EntropyMetric::Skip)?;
+            let (lp, _) = sequence_logprobs(
+                model,
+                &tokens.narrow(0, r.start, r.len())?,
+                temperature,
+                EntropyMetric::Skip,
+            )?;
             Ok(lp.detach())
         })
         .collect::<Result<Vec<_>>>()?;
@@ -134,7 +170,10 @@ pub fn accumulate_gradients(
     cfg.validate()?;
     let (b, _) = batch.check()?;
     if cfg.beta != 0.0 && batch.ref_logprobs.is_none() {
-        return Err(Error::invalid("grpo batch", format!("beta is {} but no reference log-probs were given", cfg.beta)));
+        return Err(Error::invalid(
+            "grpo batch",
+            format!("beta is {} but no reference log-probs were given", cfg.beta),
+        ));
     }
     let totals = BatchTotals::of_mask(&batch.mask)?;
     let mut grads = Gradients::default();
@@ -148,9 +187,30 @@ pub fn accumulate_gradients(
         };
         let mask = mb.mask.to_dtype(DType::F32)?;
         let adv = mb.advantages.to_dtype(DType::F32)?;
-        let pt = per_token_loss(&logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
-        let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
-        sums.add(&LossSums::of(&loss, &pt, entropy.as_ref(), &adv, &mask, cfg.clip)?);
+        let pt = per_token_loss(
+            &logp,
+            &old,
+            mb.ref_logprobs.as_ref(),
+            &adv,
+            &mask,
+            cfg.clip,
+            cfg.beta,
+        )?;
+        let loss = aggregate(
+            &pt.loss,
+            &mask,
+            cfg.aggregation,
+            totals,
+            cfg.max_completion_length,
+        )?;
+        sums.add(&LossSums::of(
+            &loss,
+            &pt,
+            entropy.as_ref(),
+            &adv,
+            &mask,
+            cfg.clip,
+        )?);
         let store = loss.backward()?;
         for (name, var) in params {
             if let Some(g) = store.get(var.as_tensor()) {

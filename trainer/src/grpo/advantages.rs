@@ -98,21 +98,36 @@ pub fn unbiased_std(xs: &[f64]) -> f64 {
 /// Mean and unbiased std of each group of `group_size` consecutive rewards.
 pub fn group_stats(rewards: &[f64], group_size: usize) -> Result<Vec<GroupStats>> {
     check_groups(rewards, group_size)?;
-    Ok(rewards.chunks(group_size).map(|g| GroupStats { mean: mean(g), std: unbiased_std(g) }).collect())
+    Ok(rewards
+        .chunks(group_size)
+        .map(|g| GroupStats {
+            mean: mean(g),
+            std: unbiased_std(g),
+        })
+        .collect())
 }
 
 fn check_groups(rewards: &[f64], group_size: usize) -> Result<()> {
     if group_size < 2 {
-        return Err(Error::invalid("advantages", format!("group size is {group_size}, GRPO needs at least 2")));
-    }
-    if rewards.is_empty() || rewards.len() % group_size != 0 {
         return Err(Error::invalid(
             "advantages",
-            format!("{} rewards do not form whole groups of {group_size}", rewards.len()),
+            format!("group size is {group_size}, GRPO needs at least 2"),
+        ));
+    }
+    if rewards.is_empty() || !rewards.len().is_multiple_of(group_size) {
+        return Err(Error::invalid(
+            "advantages",
+            format!(
+                "{} rewards do not form whole groups of {group_size}",
+                rewards.len()
+            ),
         ));
     }
     if let Some(i) = rewards.iter().position(|r| !r.is_finite()) {
-        return Err(Error::invalid("advantages", format!("reward of row {i} is {}", rewards[i])));
+        return Err(Error::invalid(
+            "advantages",
+            format!("reward of row {i} is {}", rewards[i]),
+        ));
     }
     Ok(())
 }

@@ -93,13 +93,19 @@ impl GrpoLossConfig {
             return bad("clip.low", format!("{} is outside [0, 1)", self.clip.low));
         }
         if !(self.clip.high >= 0.0 && self.clip.high.is_finite()) {
-            return bad("clip.high", format!("{} must be finite and >= 0", self.clip.high));
+            return bad(
+                "clip.high",
+                format!("{} must be finite and >= 0", self.clip.high),
+            );
         }
         if !(self.beta >= 0.0 && self.beta.is_finite()) {
             return bad("beta", format!("{} must be finite and >= 0", self.beta));
         }
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
-            return bad("temperature", format!("{} must be finite and > 0", self.temperature));
+            return bad(
+                "temperature",
+                format!("{} must be finite and > 0", self.temperature),
+            );
         }
         if self.max_completion_length == 0 {
             return bad("max_completion_length", "must be > 0".into());
@@ -155,11 +161,17 @@ pub fn per_token_loss(
     let (b, t) = logp.dims2()?;
     for (name, x) in [("old log-probs", old_logp), ("mask", mask)] {
         if x.dims() != [b, t] {
-            return Err(Error::invalid("grpo loss", format!("{name} are {:?}, log-probs are [{b}, {t}]", x.dims())));
+            return Err(Error::invalid(
+                "grpo loss",
+                format!("{name} are {:?}, log-probs are [{b}, {t}]", x.dims()),
+            ));
         }
     }
     if advantages.dims() != [b] {
-        return Err(Error::invalid("grpo loss", format!("advantages are {:?}, expected [{b}]", advantages.dims())));
+        return Err(Error::invalid(
+            "grpo loss",
+            format!("advantages are {:?}, expected [{b}]", advantages.dims()),
+        ));
     }
     let on = mask.gt(0.0)?;
     let current = logp.detach();
@@ -167,22 +179,38 @@ pub fn per_token_loss(
     let adv = advantages.unsqueeze(1)?;
     let ratio = (logp - &old)?.exp()?;
     let clipped = ratio.clamp(1.0 - clip.low, 1.0 + clip.high)?;
-    let surrogate = ratio.broadcast_mul(&adv)?.minimum(&clipped.broadcast_mul(&adv)?)?.neg()?;
+    let surrogate = ratio
+        .broadcast_mul(&adv)?
+        .minimum(&clipped.broadcast_mul(&adv)?)?
+        .neg()?;
     let (loss, kl) = match ref_logp {
         Some(r) if beta != 0.0 => {
             if r.dims() != [b, t] {
-                return Err(Error::invalid("grpo loss", format!("reference log-probs are {:?}, expected [{b}, {t}]", r.dims())));
+                return Err(Error::invalid(
+                    "grpo loss",
+                    format!(
+                        "reference log-probs are {:?}, expected [{b}, {t}]",
+                        r.dims()
+                    ),
+                ));
             }
             let diff = (on.where_cond(&r.detach(), &current)? - logp)?;
             let kl = ((diff.exp()? - &diff)? - 1.0)?;
             ((surrogate + (&kl * beta)?)?, Some(kl.detach()))
         }
         None if beta != 0.0 => {
-            return Err(Error::invalid("grpo loss", format!("beta is {beta} but no reference log-probs were given")))
+            return Err(Error::invalid(
+                "grpo loss",
+                format!("beta is {beta} but no reference log-probs were given"),
+            ))
         }
         _ => (surrogate, None),
     };
-    Ok(PerTokenLoss { loss, ratio: ratio.detach(), kl })
+    Ok(PerTokenLoss {
+        loss,
+        ratio: ratio.detach(),
+        kl,
+    })
 }
 
 /// The scalar loss of one (micro-)batch: its share of `aggregation` over the
@@ -202,8 +230,12 @@ pub fn aggregate(
             let lens = mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
             (masked.sum(D::Minus1)?.div(&lens)?.sum_all()? / totals.rows as f64)?
         }
-        LossAggregation::Bnpo | LossAggregation::Dapo => (masked.sum_all()? / totals.tokens.max(1.0))?,
-        LossAggregation::DrGrpo => (masked.sum_all()? / (totals.rows * max_completion_length) as f64)?,
+        LossAggregation::Bnpo | LossAggregation::Dapo => {
+            (masked.sum_all()? / totals.tokens.max(1.0))?
+        }
+        LossAggregation::DrGrpo => {
+            (masked.sum_all()? / (totals.rows * max_completion_length) as f64)?
+        }
     })
 }
 
@@ -234,9 +266,14 @@ impl LossSums {
         clip: ClipRange,
     ) -> Result<Self> {
         let msum = |x: &Tensor| -> Result<f64> {
-            Ok((x.to_dtype(DType::F32)? * mask)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
+            Ok((x.to_dtype(DType::F32)? * mask)?
+                .to_dtype(DType::F64)?
+                .sum_all()?
+                .to_scalar::<f64>()?)
         };
-        let adv = advantages.unsqueeze(1)?.broadcast_as(per_token.ratio.shape())?;
+        let adv = advantages
+            .unsqueeze(1)?
+            .broadcast_as(per_token.ratio.shape())?;
         let low = per_token.ratio.lt(1.0 - clip.low)?.mul(&adv.lt(0.0)?)?;
         let high = per_token.ratio.gt(1.0 + clip.high)?.mul(&adv.gt(0.0)?)?;
         let region = low.maximum(&high)?;

@@ -11,11 +11,13 @@ pub mod accumulate;
 pub mod advantages;
 pub mod loss;
 
-pub use accumulate::{accumulate_gradients, detached_logprobs, micro_batches, GrpoBatch, OldLogprobs};
+pub use accumulate::{
+    accumulate_gradients, detached_logprobs, micro_batches, GrpoBatch, OldLogprobs,
+};
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
 pub use loss::{
-    aggregate, per_token_loss, BatchTotals, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossAggregation,
-    LossSums, PerTokenLoss,
+    aggregate, per_token_loss, BatchTotals, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics,
+    LossAggregation, LossSums, PerTokenLoss,
 };
 
 use crate::error::Result;
@@ -60,7 +62,12 @@ pub fn sequence_logprobs(
                 let logp = ops::log_softmax_last(&logits)?;
                 parts.push((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?);
             }
-            Some(Tensor::cat(&parts, 0)?.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?.detach())
+            Some(
+                Tensor::cat(&parts, 0)?
+                    .reshape((b, t - 1))?
+                    .pad_with_zeros(1, 1, 0)?
+                    .detach(),
+            )
         }
     };
     Ok((lp, ent))

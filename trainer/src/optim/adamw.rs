@@ -44,7 +44,11 @@ impl WeightDecayScope {
                     })
                 };
                 let norm_segment = n.split('.').any(|s| s == "norm");
-                !(n.contains("bias") || n.contains("layernorm") || n.contains("rmsnorm") || norm_segment || dotted("_norm"))
+                !(n.contains("bias")
+                    || n.contains("layernorm")
+                    || n.contains("rmsnorm")
+                    || norm_segment
+                    || dotted("_norm"))
             }
         }
     }
@@ -64,7 +68,13 @@ pub struct AdamWConfig {
 impl Default for AdamWConfig {
     /// torch's defaults: betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
     fn default() -> Self {
-        AdamWConfig { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, decay_scope: WeightDecayScope::All }
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decay_scope: WeightDecayScope::All,
+        }
     }
 }
 
@@ -87,7 +97,10 @@ pub struct AdamW {
 }
 
 fn state_err(name: &str, message: impl Into<String>) -> Error {
-    Error::OptimizerState { name: name.to_string(), message: message.into() }
+    Error::OptimizerState {
+        name: name.to_string(),
+        message: message.into(),
+    }
 }
 
 impl AdamW {
@@ -95,19 +108,44 @@ impl AdamW {
     pub fn new(params: &BTreeMap<String, Var>, cfg: AdamWConfig) -> Result<Self> {
         let ok = |x: f64, lo: f64, hi: f64| x >= lo && x < hi;
         if !ok(cfg.beta1, 0.0, 1.0) || !ok(cfg.beta2, 0.0, 1.0) {
-            return Err(Error::invalid("adamw: betas", format!("({}, {}) must lie in [0, 1)", cfg.beta1, cfg.beta2)));
+            return Err(Error::invalid(
+                "adamw: betas",
+                format!("({}, {}) must lie in [0, 1)", cfg.beta1, cfg.beta2),
+            ));
         }
         if !(cfg.eps >= 0.0 && cfg.weight_decay >= 0.0) {
-            return Err(Error::invalid("adamw", format!("eps {} and weight_decay {} must be >= 0", cfg.eps, cfg.weight_decay)));
+            return Err(Error::invalid(
+                "adamw",
+                format!(
+                    "eps {} and weight_decay {} must be >= 0",
+                    cfg.eps, cfg.weight_decay
+                ),
+            ));
         }
         let mut state = BTreeMap::new();
         for (name, var) in params {
             let p = var.as_tensor();
             let zeros = Tensor::zeros(p.shape(), DType::F32, p.device())?;
-            let master = if p.dtype() == DType::F32 { None } else { Some(p.to_dtype(DType::F32)?.detach()) };
-            state.insert(name.clone(), ParamState { step: 0, m: zeros.clone(), v: zeros, master });
+            let master = if p.dtype() == DType::F32 {
+                None
+            } else {
+                Some(p.to_dtype(DType::F32)?.detach())
+            };
+            state.insert(
+                name.clone(),
+                ParamState {
+                    step: 0,
+                    m: zeros.clone(),
+                    v: zeros,
+                    master,
+                },
+            );
         }
-        Ok(AdamW { cfg, step: 0, state })
+        Ok(AdamW {
+            cfg,
+            step: 0,
+            state,
+        })
     }
 
     pub fn config(&self) -> &AdamWConfig {
@@ -122,16 +160,33 @@ impl AdamW {
     /// One update with learning rate `lr`. Parameters without a gradient are
     /// skipped (their moments and step count stay as they are, as in torch);
     /// a gradient for an unknown parameter is an error.
-    pub fn step(&mut self, params: &BTreeMap<String, Var>, grads: &Gradients, lr: f64) -> Result<()> {
-        if let Some((name, _)) = grads.iter().find(|(n, _)| !self.state.contains_key(n.as_str())) {
-            return Err(state_err(name, "has a gradient but is not managed by this optimizer"));
+    pub fn step(
+        &mut self,
+        params: &BTreeMap<String, Var>,
+        grads: &Gradients,
+        lr: f64,
+    ) -> Result<()> {
+        if let Some((name, _)) = grads
+            .iter()
+            .find(|(n, _)| !self.state.contains_key(n.as_str()))
+        {
+            return Err(state_err(
+                name,
+                "has a gradient but is not managed by this optimizer",
+            ));
         }
         let c = self.cfg;
         for (name, var) in params {
             let Some(g) = grads.get(name) else { continue };
-            let st = self.state.get_mut(name).ok_or_else(|| state_err(name, "is not managed by this optimizer"))?;
+            let st = self
+                .state
+                .get_mut(name)
+                .ok_or_else(|| state_err(name, "is not managed by this optimizer"))?;
             if g.dims() != st.m.dims() {
-                return Err(state_err(name, format!("gradient is {:?}, parameter is {:?}", g.dims(), st.m.dims())));
+                return Err(state_err(
+                    name,
+                    format!("gradient is {:?}, parameter is {:?}", g.dims(), st.m.dims()),
+                ));
             }
             let g = g.to_dtype(DType::F32)?;
             st.step += 1;
@@ -165,7 +220,12 @@ impl AdamW {
     /// `state.<name>.exp_avg`, `state.<name>.exp_avg_sq` and, for non-f32
     /// parameters, `state.<name>.master` (all f32).
     pub fn export_state(&self) -> Result<HashMap<String, Tensor>> {
-        let dev = self.state.values().next().map(|s| s.m.device().clone()).unwrap_or(candle_core::Device::Cpu);
+        let dev = self
+            .state
+            .values()
+            .next()
+            .map(|s| s.m.device().clone())
+            .unwrap_or(candle_core::Device::Cpu);
         let scalar = |x: u64| Tensor::new(&[x as i64], &dev);
         let mut out = HashMap::new();
         out.insert("step".to_string(), scalar(self.step)?);
@@ -185,13 +245,23 @@ impl AdamW {
     /// wrong shape or an unexpected extra tensor is an error naming it.
     /// Masters are restored too; call it before the next `step`.
     pub fn import_state(&mut self, map: &HashMap<String, Tensor>) -> Result<()> {
-        let get = |key: &str| map.get(key).ok_or_else(|| state_err(key, "is missing from the optimizer state"));
+        let get = |key: &str| {
+            map.get(key)
+                .ok_or_else(|| state_err(key, "is missing from the optimizer state"))
+        };
         let scalar = |key: &str| -> Result<u64> {
             let t = get(key)?;
-            let v = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>().map_err(|e| state_err(key, e.to_string()))?;
+            let v = t
+                .flatten_all()?
+                .to_dtype(DType::I64)?
+                .to_vec1::<i64>()
+                .map_err(|e| state_err(key, e.to_string()))?;
             match v.as_slice() {
                 [x] if *x >= 0 => Ok(*x as u64),
-                _ => Err(state_err(key, format!("must hold one non-negative count, holds {v:?}"))),
+                _ => Err(state_err(
+                    key,
+                    format!("must hold one non-negative count, holds {v:?}"),
+                )),
             }
         };
         let mut expected = vec!["step".to_string()];
@@ -202,7 +272,10 @@ impl AdamW {
                 let key = format!("state.{name}.{suffix}");
                 let t = get(&key)?;
                 if t.dims() != dims.as_slice() {
-                    return Err(state_err(&key, format!("has shape {:?}, parameter is {:?}", t.dims(), dims)));
+                    return Err(state_err(
+                        &key,
+                        format!("has shape {:?}, parameter is {:?}", t.dims(), dims),
+                    ));
                 }
                 Ok(t.to_dtype(DType::F32)?.to_device(&device)?)
             };
@@ -216,7 +289,10 @@ impl AdamW {
             }
         }
         if let Some(extra) = map.keys().find(|k| !expected.contains(k)) {
-            return Err(state_err(extra, "is in the optimizer state but matches no parameter of this model"));
+            return Err(state_err(
+                extra,
+                "is in the optimizer state but matches no parameter of this model",
+            ));
         }
         self.step = scalar("step")?;
         self.state = new_state;

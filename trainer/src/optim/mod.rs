@@ -65,7 +65,12 @@ impl Gradients {
     pub fn global_norm(&self) -> Result<f64> {
         let mut sq = 0f64;
         for g in self.by_name.values() {
-            let n = g.sqr()?.sum_all()?.sqrt()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+            let n = g
+                .sqr()?
+                .sum_all()?
+                .sqrt()?
+                .to_dtype(DType::F64)?
+                .to_scalar::<f64>()?;
             sq += n * n;
         }
         Ok(sq.sqrt())

@@ -19,15 +19,27 @@ pub enum LrSchedule {
     /// `get_cosine_schedule_with_warmup`): linear warmup, then
     /// `max(0, c·(1 - min) + min)` with `c = 0.5·(1 + cos(π·p))`,
     /// `p = (step - warmup) / max(1, total - warmup)`.
-    WarmupCosine { warmup_steps: u64, total_steps: u64, min_lr_ratio: f64 },
+    WarmupCosine {
+        warmup_steps: u64,
+        total_steps: u64,
+        min_lr_ratio: f64,
+    },
 }
 
 impl LrSchedule {
     /// Checks `min_lr_ratio` in [0, 1] and `warmup_steps <= total_steps`.
     pub fn validate(&self) -> Result<()> {
-        if let LrSchedule::WarmupCosine { warmup_steps, total_steps, min_lr_ratio } = *self {
+        if let LrSchedule::WarmupCosine {
+            warmup_steps,
+            total_steps,
+            min_lr_ratio,
+        } = *self
+        {
             if !(0.0..=1.0).contains(&min_lr_ratio) {
-                return Err(Error::invalid("lr schedule: min_lr_ratio", format!("{min_lr_ratio} is outside [0, 1]")));
+                return Err(Error::invalid(
+                    "lr schedule: min_lr_ratio",
+                    format!("{min_lr_ratio} is outside [0, 1]"),
+                ));
             }
             if warmup_steps > total_steps {
                 return Err(Error::invalid(
@@ -51,11 +63,16 @@ impl LrSchedule {
                     1.0
                 }
             }
-            LrSchedule::WarmupCosine { warmup_steps, total_steps, min_lr_ratio } => {
+            LrSchedule::WarmupCosine {
+                warmup_steps,
+                total_steps,
+                min_lr_ratio,
+            } => {
                 if step < warmup_steps {
                     return warmup(warmup_steps);
                 }
-                let progress = (step - warmup_steps) as f64 / (total_steps.saturating_sub(warmup_steps).max(1)) as f64;
+                let progress = (step - warmup_steps) as f64
+                    / (total_steps.saturating_sub(warmup_steps).max(1)) as f64;
                 let c = 0.5 * (1.0 + (std::f64::consts::PI * 0.5 * 2.0 * progress).cos());
                 (c * (1.0 - min_lr_ratio) + min_lr_ratio).max(0.0)
             }
