@@ -14,6 +14,7 @@
 //!   with RNG streams and data cursor, DONE last), retention and resume.
 //! - [`init`]: random tiny Qwen3 checkpoints for tests and CPU runs.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
+//! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
@@ -35,6 +36,7 @@ pub mod params;
 pub mod policy;
 pub mod run_config;
 pub mod sampling;
+pub mod serve;
 pub mod weights;
 
 pub use config::Qwen3Config;

@@ -33,6 +33,8 @@ enum Command {
     Rollout(cli::rollout::Args),
     /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time).
     Eval(cli::rollout::Args),
+    /// OpenAI-compatible chat-completions server (tool calls in OpenAI's format).
+    Serve(cli::serve::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
@@ -58,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
+        Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),
         Command::Eval(args) => cli::rollout::run_eval(args),
         Command::Tool(args) => cli::env::run_tool(args),

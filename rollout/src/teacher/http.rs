@@ -98,7 +98,11 @@ pub enum HttpTeacherError {
     },
     /// No HTTP answer: connection, timeout, I/O (after any retries).
     #[error("{endpoint}: {message} (after {tries} tries)")]
-    Transport { endpoint: String, tries: u32, message: String },
+    Transport {
+        endpoint: String,
+        tries: u32,
+        message: String,
+    },
     /// The answer is not a chat completion we can read.
     #[error("{endpoint}: unexpected response: {message}")]
     BadResponse { endpoint: String, message: String },
@@ -116,7 +120,9 @@ pub enum HttpTeacherError {
 pub fn chat_completions_url(endpoint: &str) -> Result<String, HttpTeacherError> {
     let e = endpoint.trim().trim_end_matches('/');
     if !(e.starts_with("http://") || e.starts_with("https://")) {
-        return Err(HttpTeacherError::Config(format!("endpoint {endpoint:?} must start with http:// or https://")));
+        return Err(HttpTeacherError::Config(format!(
+            "endpoint {endpoint:?} must start with http:// or https://"
+        )));
     }
     Ok(if e.ends_with("/chat/completions") {
         e.to_string()
@@ -136,12 +142,17 @@ struct Pacer {
 
 impl Pacer {
     fn new(per_second: Option<f64>) -> Self {
-        Pacer { interval: per_second.map(|r| Duration::from_secs_f64(1.0 / r)), next: Mutex::new(Instant::now()) }
+        Pacer {
+            interval: per_second.map(|r| Duration::from_secs_f64(1.0 / r)),
+            next: Mutex::new(Instant::now()),
+        }
     }
 
     /// Sleep until this caller's slot.
     fn wait(&self) {
-        let Some(interval) = self.interval else { return };
+        let Some(interval) = self.interval else {
+            return;
+        };
         let now = Instant::now();
         let at = {
             let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
@@ -168,22 +179,34 @@ impl HttpTeacher {
     pub fn new(config: HttpTeacherConfig) -> Result<Self, HttpTeacherError> {
         let url = chat_completions_url(&config.endpoint)?;
         if config.concurrency == 0 {
-            return Err(HttpTeacherError::Config("concurrency must be at least 1".into()));
+            return Err(HttpTeacherError::Config(
+                "concurrency must be at least 1".into(),
+            ));
         }
         if let Some(r) = config.requests_per_second {
             if !(r.is_finite() && r > 0.0) {
-                return Err(HttpTeacherError::Config(format!("requests_per_second must be > 0, got {r}")));
+                return Err(HttpTeacherError::Config(format!(
+                    "requests_per_second must be > 0, got {r}"
+                )));
             }
         }
         let api_key = match &config.api_key_env {
             None => None,
             Some(var) => Some(std::env::var(var).map_err(|_| {
-                HttpTeacherError::Config(format!("the API key variable {var} is not set (or not UTF-8)"))
+                HttpTeacherError::Config(format!(
+                    "the API key variable {var} is not set (or not UTF-8)"
+                ))
             })?),
         };
         let agent = ureq::AgentBuilder::new().timeout(config.timeout).build();
         let pacer = Pacer::new(config.requests_per_second);
-        Ok(HttpTeacher { config, url, api_key, agent, pacer })
+        Ok(HttpTeacher {
+            config,
+            url,
+            api_key,
+            agent,
+            pacer,
+        })
     }
 
     /// The chat-completions URL requests go to.
@@ -193,10 +216,15 @@ impl HttpTeacher {
 
     /// The request body for one episode's turn.
     pub fn request_body(&self, request: &TurnRequest<'_>) -> Result<Value, HttpTeacherError> {
-        let messages = to_openai_messages(request.messages)
-            .map_err(|source| HttpTeacherError::Messages { episode: request.episode, source })?;
+        let messages =
+            to_openai_messages(request.messages).map_err(|source| HttpTeacherError::Messages {
+                episode: request.episode,
+                source,
+            })?;
         let c = &self.config;
-        let max_tokens = c.max_tokens.map_or(request.max_new_tokens, |m| m.min(request.max_new_tokens));
+        let max_tokens = c
+            .max_tokens
+            .map_or(request.max_new_tokens, |m| m.min(request.max_new_tokens));
         let mut body = Map::new();
         body.insert("model".into(), c.model.clone().into());
         body.insert("messages".into(), Value::Array(messages));
@@ -211,8 +239,14 @@ impl HttpTeacher {
             body.insert("top_p".into(), p.into());
         }
         if let Some(seed) = c.seed {
-            let turn = request.messages.iter().filter(|m| m["role"] == "assistant").count() as u64;
-            let derived = seed.wrapping_add(request.episode.wrapping_mul(1_000_003)).wrapping_add(turn);
+            let turn = request
+                .messages
+                .iter()
+                .filter(|m| m["role"] == "assistant")
+                .count() as u64;
+            let derived = seed
+                .wrapping_add(request.episode.wrapping_mul(1_000_003))
+                .wrapping_add(turn);
             // OpenAI's seed is a signed 64-bit integer.
             body.insert("seed".into(), json!(derived & (i64::MAX as u64)));
         }
@@ -230,20 +264,27 @@ impl HttpTeacher {
         loop {
             tries += 1;
             self.pacer.wait();
-            let mut req = self.agent.post(&self.url).set("Content-Type", "application/json");
+            let mut req = self
+                .agent
+                .post(&self.url)
+                .set("Content-Type", "application/json");
             if let Some(key) = &self.api_key {
                 req = req.set("Authorization", &format!("Bearer {key}"));
             }
             let (retry_after, failure) = match req.send_string(&text) {
                 Ok(resp) => {
-                    let body = resp.into_string().map_err(|e| HttpTeacherError::Transport {
-                        endpoint: self.url.clone(),
-                        tries,
-                        message: format!("reading the response: {e}"),
-                    })?;
-                    return serde_json::from_str(&body).map_err(|e| HttpTeacherError::BadResponse {
-                        endpoint: self.url.clone(),
-                        message: format!("not JSON ({e}): {}", excerpt(&body)),
+                    let body = resp
+                        .into_string()
+                        .map_err(|e| HttpTeacherError::Transport {
+                            endpoint: self.url.clone(),
+                            tries,
+                            message: format!("reading the response: {e}"),
+                        })?;
+                    return serde_json::from_str(&body).map_err(|e| {
+                        HttpTeacherError::BadResponse {
+                            endpoint: self.url.clone(),
+                            message: format!("not JSON ({e}): {}", excerpt(&body)),
+                        }
                     });
                 }
                 Err(ureq::Error::Status(status, resp)) => {
@@ -264,9 +305,15 @@ impl HttpTeacher {
                 Err(ureq::Error::Transport(t)) => {
                     let retry = !matches!(
                         t.kind(),
-                        ureq::ErrorKind::InvalidUrl | ureq::ErrorKind::UnknownScheme | ureq::ErrorKind::InsecureRequestHttpsOnly
+                        ureq::ErrorKind::InvalidUrl
+                            | ureq::ErrorKind::UnknownScheme
+                            | ureq::ErrorKind::InsecureRequestHttpsOnly
                     );
-                    let err = HttpTeacherError::Transport { endpoint: self.url.clone(), tries, message: t.to_string() };
+                    let err = HttpTeacherError::Transport {
+                        endpoint: self.url.clone(),
+                        tries,
+                        message: t.to_string(),
+                    };
                     (None, (retry, err))
                 }
             };
@@ -290,10 +337,16 @@ impl HttpTeacher {
 
     /// The Qwen3 text of a chat-completion response (its first choice).
     pub fn response_text(&self, response: &Value) -> Result<String, HttpTeacherError> {
-        let bad = |message: String| HttpTeacherError::BadResponse { endpoint: self.url.clone(), message };
-        let message = response
-            .pointer("/choices/0/message")
-            .ok_or_else(|| bad(format!("no choices[0].message in {}", excerpt(&response.to_string()))))?;
+        let bad = |message: String| HttpTeacherError::BadResponse {
+            endpoint: self.url.clone(),
+            message,
+        };
+        let message = response.pointer("/choices/0/message").ok_or_else(|| {
+            bad(format!(
+                "no choices[0].message in {}",
+                excerpt(&response.to_string())
+            ))
+        })?;
         qwen3_text_from_openai(message).map_err(|e| bad(e.to_string()))
     }
 }
@@ -306,7 +359,11 @@ fn retryable_status(status: u16) -> bool {
 fn error_message(body: &str) -> String {
     serde_json::from_str::<Value>(body)
         .ok()
-        .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_string))
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| excerpt(body))
 }
 
@@ -339,7 +396,9 @@ impl Policy for HttpTeacher {
                         break;
                     }
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(request) = requests.get(i) else { break };
+                    let Some(request) = requests.get(i) else {
+                        break;
+                    };
                     let result = this.turn(request);
                     if result.is_err() {
                         failed.store(true, Ordering::Relaxed);
@@ -351,13 +410,19 @@ impl Policy for HttpTeacher {
         let name = self.name();
         let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(err) = results.iter().flatten().find_map(|r| r.as_ref().err()) {
-            return Err(PolicyError { policy: name, message: err.to_string() });
+            return Err(PolicyError {
+                policy: name,
+                message: err.to_string(),
+            });
         }
         results
             .into_iter()
             .map(|r| match r {
                 Some(Ok(text)) => Ok(TurnOutput::Text(text)),
-                _ => Err(PolicyError { policy: name.clone(), message: "a request was not sent".into() }),
+                _ => Err(PolicyError {
+                    policy: name.clone(),
+                    message: "a request was not sent".into(),
+                }),
             })
             .collect()
     }
@@ -374,11 +439,17 @@ mod tests {
         for (given, want) in [
             ("http://h:1", "http://h:1/v1/chat/completions"),
             ("http://h:1/v1/", "http://h:1/v1/chat/completions"),
-            ("https://api.x.com/v1/chat/completions", "https://api.x.com/v1/chat/completions"),
+            (
+                "https://api.x.com/v1/chat/completions",
+                "https://api.x.com/v1/chat/completions",
+            ),
         ] {
             assert_eq!(chat_completions_url(given).unwrap(), want);
         }
-        assert!(matches!(chat_completions_url("h:1"), Err(HttpTeacherError::Config(_))));
+        assert!(matches!(
+            chat_completions_url("h:1"),
+            Err(HttpTeacherError::Config(_))
+        ));
     }
 
     #[test]
@@ -398,11 +469,20 @@ mod tests {
         c.max_tokens = Some(100);
         c.temperature = Some(0.0);
         c.seed = Some(7);
-        c.extra_body.insert("chat_template_kwargs".into(), json!({"enable_thinking": false}));
+        c.extra_body.insert(
+            "chat_template_kwargs".into(),
+            json!({"enable_thinking": false}),
+        );
         let t = HttpTeacher::new(c).unwrap();
         let messages = [json!({"role": "user", "content": "q"})];
         let tools = [json!({"type": "function", "function": {"name": "grep", "parameters": {}}})];
-        let req = |episode, max_new_tokens| TurnRequest { episode, tokens: &[], messages: &messages, tools: &tools, max_new_tokens };
+        let req = |episode, max_new_tokens| TurnRequest {
+            episode,
+            tokens: &[],
+            messages: &messages,
+            tools: &tools,
+            max_new_tokens,
+        };
         let body = t.request_body(&req(3, 50)).unwrap();
         assert_eq!(body["model"], "teacher");
         assert_eq!(body["max_tokens"], 50);
@@ -416,7 +496,9 @@ mod tests {
 
     /// A one-thread HTTP server answering canned (status, body) pairs in
     /// order; returns its URL and the request bodies it saw.
-    fn canned_server(replies: Vec<(u16, String)>) -> (String, std::thread::JoinHandle<Vec<String>>) {
+    fn canned_server(
+        replies: Vec<(u16, String)>,
+    ) -> (String, std::thread::JoinHandle<Vec<String>>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let handle = std::thread::spawn(move || {
@@ -464,7 +546,13 @@ mod tests {
         c.initial_backoff = Duration::from_millis(1);
         let mut t = HttpTeacher::new(c).unwrap();
         let messages = [json!({"role": "user", "content": "q"})];
-        let req = TurnRequest { episode: 0, tokens: &[], messages: &messages, tools: &[], max_new_tokens: 8 };
+        let req = TurnRequest {
+            episode: 0,
+            tokens: &[],
+            messages: &messages,
+            tools: &[],
+            max_new_tokens: 8,
+        };
         let out = t.next_turns(&[req]).unwrap();
         assert_eq!(
             out,
@@ -477,12 +565,24 @@ mod tests {
 
     #[test]
     fn errors_name_the_endpoint_and_status() {
-        let (url, server) = canned_server(vec![(401, "{\"error\": {\"message\": \"bad key\"}}".into())]);
+        let (url, server) = canned_server(vec![(
+            401,
+            "{\"error\": {\"message\": \"bad key\"}}".into(),
+        )]);
         let mut t = HttpTeacher::new(HttpTeacherConfig::new(url.clone(), "m")).unwrap();
         let messages = [json!({"role": "user", "content": "q"})];
-        let req = TurnRequest { episode: 0, tokens: &[], messages: &messages, tools: &[], max_new_tokens: 8 };
+        let req = TurnRequest {
+            episode: 0,
+            tokens: &[],
+            messages: &messages,
+            tools: &[],
+            max_new_tokens: 8,
+        };
         let err = t.next_turns(&[req]).unwrap_err().message;
-        assert!(err.contains(&url) && err.contains("HTTP 401") && err.contains("bad key"), "{err}");
+        assert!(
+            err.contains(&url) && err.contains("HTTP 401") && err.contains("bad key"),
+            "{err}"
+        );
         server.join().unwrap();
     }
 }

@@ -39,7 +39,10 @@ pub struct FormatError {
 
 impl FormatError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        FormatError { field: field.into(), message: message.into() }
+        FormatError {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -62,7 +65,10 @@ pub fn content_text(message: &Value, field: &str) -> Result<String, FormatError>
         Some(Value::Array(parts)) => {
             let mut text = String::new();
             for (j, part) in parts.iter().enumerate() {
-                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
                     (Some("text"), Some(t)) => text.push_str(t),
                     _ => {
                         return Err(FormatError::new(
@@ -74,7 +80,10 @@ pub fn content_text(message: &Value, field: &str) -> Result<String, FormatError>
             }
             Ok(text)
         }
-        Some(_) => Err(FormatError::new(format!("{field}.content"), "expected a string, null or an array of text parts")),
+        Some(_) => Err(FormatError::new(
+            format!("{field}.content"),
+            "expected a string, null or an array of text parts",
+        )),
     }
 }
 
@@ -152,7 +161,10 @@ fn close_pending(pending: &mut VecDeque<String>, out: &mut Vec<Value>) {
 
 /// `name` and `arguments` of a call written either OpenAI's way
 /// (`{"function": {..}}`) or flat (`{"name", "arguments"}`).
-fn call_parts<'a>(call: &'a Value, field: &str) -> Result<(&'a str, Option<&'a Value>), FormatError> {
+fn call_parts<'a>(
+    call: &'a Value,
+    field: &str,
+) -> Result<(&'a str, Option<&'a Value>), FormatError> {
     let (f, field) = match call.get("function") {
         Some(f) => (f, format!("{field}.function")),
         None => (call, field.to_string()),
@@ -223,7 +235,10 @@ pub fn qwen3_text_from_openai(message: &Value) -> Result<String, FormatError> {
 /// The OpenAI `developer` role is read as `system`.
 pub fn from_openai_messages(messages: &Value) -> Result<Vec<Value>, FormatError> {
     let Value::Array(messages) = messages else {
-        return Err(FormatError::new("messages", "expected an array of messages"));
+        return Err(FormatError::new(
+            "messages",
+            "expected an array of messages",
+        ));
     };
     if messages.is_empty() {
         return Err(FormatError::new("messages", "must not be empty"));
@@ -259,7 +274,9 @@ pub fn from_openai_messages(messages: &Value) -> Result<Vec<Value>, FormatError>
                             let (name, arguments) = call_parts(call, &cf)?;
                             let arguments = match arguments {
                                 None | Some(Value::Null) => Value::Object(Map::new()),
-                                Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
+                                Some(Value::String(s)) if s.trim().is_empty() => {
+                                    Value::Object(Map::new())
+                                }
                                 Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
                                     Ok(v @ Value::Object(_)) => v,
                                     _ => Value::String(s.clone()),
@@ -276,11 +293,21 @@ pub fn from_openai_messages(messages: &Value) -> Result<Vec<Value>, FormatError>
                         }
                         msg.insert("tool_calls".into(), Value::Array(list));
                     }
-                    Some(_) => return Err(FormatError::new(format!("{field}.tool_calls"), "expected an array")),
+                    Some(_) => {
+                        return Err(FormatError::new(
+                            format!("{field}.tool_calls"),
+                            "expected an array",
+                        ))
+                    }
                 }
                 out.push(Value::Object(msg));
             }
-            other => return Err(FormatError::new(format!("{field}.role"), format!("unknown role {other:?}"))),
+            other => {
+                return Err(FormatError::new(
+                    format!("{field}.role"),
+                    format!("unknown role {other:?}"),
+                ))
+            }
         }
     }
     Ok(out)
@@ -306,7 +333,10 @@ pub fn split_completion(text: &str) -> Completion {
         Some(i) => {
             let before = &text[..i];
             let inner = before.rsplit("<think>").next().unwrap_or(before);
-            (Some(inner.trim_matches('\n').to_string()), text[i + "</think>".len()..].trim_start_matches('\n'))
+            (
+                Some(inner.trim_matches('\n').to_string()),
+                text[i + "</think>".len()..].trim_start_matches('\n'),
+            )
         }
         None => (None, text),
     };
@@ -314,7 +344,9 @@ pub fn split_completion(text: &str) -> Completion {
     let mut tool_calls = Vec::new();
     while let Some(open) = rest.find(TOOL_CALL_OPEN) {
         let after_open = &rest[open + TOOL_CALL_OPEN.len()..];
-        let Some(close) = block_close(after_open) else { break };
+        let Some(close) = block_close(after_open) else {
+            break;
+        };
         let end = open + TOOL_CALL_OPEN.len() + close + TOOL_CALL_CLOSE.len();
         let block = &rest[open..end];
         match parse_tool_calls(block).into_iter().next() {
@@ -327,15 +359,28 @@ pub fn split_completion(text: &str) -> Completion {
         rest = &rest[end..];
     }
     segments.push(rest);
-    let content = segments.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join("\n");
-    Completion { reasoning, content, tool_calls }
+    let content = segments
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Completion {
+        reasoning,
+        content,
+        tool_calls,
+    }
 }
 
 /// Where the block whose body starts `body` closes: the first
 /// `</tool_call>` whose body parses as JSON (a string may contain the tag),
 /// else the first one (as [`parse_tool_calls`] decides).
 fn block_close(body: &str) -> Option<usize> {
-    let candidates: Vec<usize> = body.match_indices(TOOL_CALL_CLOSE).map(|(i, _)| i).take(8).collect();
+    let candidates: Vec<usize> = body
+        .match_indices(TOOL_CALL_CLOSE)
+        .map(|(i, _)| i)
+        .take(8)
+        .collect();
     candidates
         .iter()
         .find(|&&i| serde_json::from_str::<Value>(body[..i].trim()).is_ok())
@@ -372,7 +417,10 @@ pub fn openai_message(completion: &Completion, id_prefix: &str) -> Value {
         m.insert("reasoning_content".into(), r.clone().into());
     }
     if !completion.tool_calls.is_empty() {
-        m.insert("tool_calls".into(), Value::Array(openai_tool_calls(&completion.tool_calls, id_prefix)));
+        m.insert(
+            "tool_calls".into(),
+            Value::Array(openai_tool_calls(&completion.tool_calls, id_prefix)),
+        );
     }
     Value::Object(m)
 }
@@ -393,8 +441,13 @@ mod tests {
         assert_eq!(m["tool_calls"][0]["id"], "call_7_0");
         assert_eq!(m["tool_calls"][1]["type"], "function");
         assert_eq!(m["tool_calls"][0]["function"]["name"], "grep");
-        let args = m["tool_calls"][0]["function"]["arguments"].as_str().expect("arguments is a JSON string");
-        assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"pattern": "def get", "case_insensitive": true}));
+        let args = m["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .expect("arguments is a JSON string");
+        assert_eq!(
+            serde_json::from_str::<Value>(args).unwrap(),
+            json!({"pattern": "def get", "case_insensitive": true})
+        );
     }
 
     #[test]
@@ -429,10 +482,18 @@ mod tests {
         let openai = json!([{"role": "user", "content": "q"}, response]);
         let messages = from_openai_messages(&openai).unwrap();
         let rendered = tok
-            .render(&ChatRequest { messages, tools: None, add_generation_prompt: false, enable_thinking: Some(false) })
+            .render(&ChatRequest {
+                messages,
+                tools: None,
+                add_generation_prompt: false,
+                enable_thinking: Some(false),
+            })
             .unwrap();
         let expected = format!("<|im_start|>assistant\n<think>\n\n</think>\n\n{text}<|im_end|>\n");
-        assert!(rendered.ends_with(&expected), "template:\n{rendered}\nours:\n{expected}");
+        assert!(
+            rendered.ends_with(&expected),
+            "template:\n{rendered}\nours:\n{expected}"
+        );
     }
 
     #[test]
@@ -440,8 +501,14 @@ mod tests {
         let c = split_completion("<think>\nhm\n</think>\n\nok <tool_call>{bad}</tool_call> <tool_call>\n{\"name\": \"glob\", \"arguments\": {}}\n</tool_call> tail <tool_call>{\"name\"");
         assert_eq!(c.reasoning.as_deref(), Some("hm"));
         assert_eq!(c.tool_calls.len(), 1);
-        assert_eq!(c.content, "ok <tool_call>{bad}</tool_call>\ntail <tool_call>{\"name\"");
-        let m = openai_message(&split_completion("<tool_call>\n{\"name\": \"glob\"}\n</tool_call>"), "c");
+        assert_eq!(
+            c.content,
+            "ok <tool_call>{bad}</tool_call>\ntail <tool_call>{\"name\""
+        );
+        let m = openai_message(
+            &split_completion("<tool_call>\n{\"name\": \"glob\"}\n</tool_call>"),
+            "c",
+        );
         assert_eq!(m["content"], Value::Null);
     }
 
@@ -461,7 +528,9 @@ mod tests {
         );
         let parsed = parse_tool_calls(&text);
         assert!(parsed[0].is_ok() && parsed[1].is_ok() && parsed[2].is_err());
-        let bad = qwen3_text_from_openai(&json!({"tool_calls": [{"function": {"arguments": "{}"}}]})).unwrap_err();
+        let bad =
+            qwen3_text_from_openai(&json!({"tool_calls": [{"function": {"arguments": "{}"}}]}))
+                .unwrap_err();
         assert_eq!(bad.field, "message.tool_calls[0].function.name");
     }
 
@@ -483,13 +552,25 @@ mod tests {
         assert_eq!(out.len(), 8);
         assert_eq!(out[2]["content"], "looking");
         assert_eq!(out[2]["tool_calls"][1]["id"], "call_0_1");
-        assert_eq!(out[2]["tool_calls"][0]["function"]["arguments"], "{\"pattern\":\"x\"}");
-        assert_eq!(out[3], json!({"role": "tool", "tool_call_id": "call_0_0", "content": "a.py:1:x"}));
+        assert_eq!(
+            out[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"pattern\":\"x\"}"
+        );
+        assert_eq!(
+            out[3],
+            json!({"role": "tool", "tool_call_id": "call_0_0", "content": "a.py:1:x"})
+        );
         assert_eq!(out[4]["tool_call_id"], "call_0_1");
-        assert_eq!(out[5], json!({"role": "user", "content": "<tool_response>\nerror: bad call\n</tool_response>"}));
+        assert_eq!(
+            out[5],
+            json!({"role": "user", "content": "<tool_response>\nerror: bad call\n</tool_response>"})
+        );
         assert_eq!(out[6]["content"], Value::Null);
         assert_eq!(out[6]["tool_calls"][0]["id"], "call_1_0");
-        assert_eq!(out[7], json!({"role": "tool", "tool_call_id": "call_1_0", "content": MISSING_TOOL_RESPONSE}));
+        assert_eq!(
+            out[7],
+            json!({"role": "tool", "tool_call_id": "call_1_0", "content": MISSING_TOOL_RESPONSE})
+        );
         let err = to_openai_messages(&[json!({"role": "wizard", "content": ""})]).unwrap_err();
         assert_eq!(err.field, "messages[0].role");
     }
@@ -506,17 +587,33 @@ mod tests {
         let out = from_openai_messages(&req).unwrap();
         assert_eq!(out[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(out[2]["content"], "");
-        assert_eq!(out[2]["tool_calls"][0]["function"]["arguments"], json!({"pattern": "x"}));
+        assert_eq!(
+            out[2]["tool_calls"][0]["function"]["arguments"],
+            json!({"pattern": "x"})
+        );
         assert_eq!(out[3], json!({"role": "tool", "content": "a.py:1:x"}));
         for (bad, field) in [
             (json!({}), "messages"),
             (json!([]), "messages"),
             (json!([{"content": "x"}]), "messages[0].role"),
-            (json!([{"role": "user", "content": 5}]), "messages[0].content"),
-            (json!([{"role": "assistant", "tool_calls": [{"function": {"name": 1}}]}]), "messages[0].tool_calls[0].function.name"),
-            (json!([{"role": "assistant", "tool_calls": [{"function": {"name": "g", "arguments": 3}}]}]), "messages[0].tool_calls[0].function.arguments"),
+            (
+                json!([{"role": "user", "content": 5}]),
+                "messages[0].content",
+            ),
+            (
+                json!([{"role": "assistant", "tool_calls": [{"function": {"name": 1}}]}]),
+                "messages[0].tool_calls[0].function.name",
+            ),
+            (
+                json!([{"role": "assistant", "tool_calls": [{"function": {"name": "g", "arguments": 3}}]}]),
+                "messages[0].tool_calls[0].function.arguments",
+            ),
         ] {
-            assert_eq!(from_openai_messages(&bad).unwrap_err().field, field, "{bad}");
+            assert_eq!(
+                from_openai_messages(&bad).unwrap_err().field,
+                field,
+                "{bad}"
+            );
         }
     }
 }

@@ -9,3 +9,4 @@ pub mod generate;
 pub mod init_tiny;
 pub mod rollout;
 pub mod score;
+pub mod serve;

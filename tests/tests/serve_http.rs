@@ -1,0 +1,312 @@
+//! `fusegrpo serve` on a loopback port, driven by a plain HTTP client and by
+//! the rollout crate's `HttpTeacher`, as a user would.
+
+use e2e::{fusegrpo_bin, fusegrpo_ok};
+use rollout::policy::{Policy, TurnOutput, TurnRequest};
+use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
+use rollout::teacher::openai::qwen3_text_from_openai;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `fusegrpo serve`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `fusegrpo serve --port 0` on `model` and read its address.
+fn serve(model: &std::path::Path) -> Server {
+    let mut child = Command::new(fusegrpo_bin())
+        .args([
+            "serve",
+            "--model",
+            model.to_str().unwrap(),
+            "--port",
+            "0",
+            "--default-max-tokens",
+            "24",
+        ])
+        .env("FUSEGRPO_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fusegrpo serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let Some(url) = line
+        .trim()
+        .strip_prefix("listening on ")
+        .map(str::to_string)
+    else {
+        let mut err = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        let _ = child.kill();
+        panic!("fusegrpo serve did not print its address; stdout {line:?}, stderr:\n{err}");
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    Server { child, url }
+}
+
+fn tiny_model(dir: &std::path::Path) {
+    fusegrpo_ok(&[
+        "init-tiny",
+        "--out",
+        dir.to_str().unwrap(),
+        "--small-vocab",
+        "2048",
+        "--seed",
+        "3",
+    ]);
+}
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "grep", "description": "Search file contents",
+            "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}},
+        {"type": "function", "function": {"name": "read_file", "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+    ])
+}
+
+/// POST raw bytes; (status, parsed body).
+fn post(url: &str, body: &str) -> (u16, Value) {
+    let resp = match ureq::post(url)
+        .set("Content-Type", "application/json")
+        .timeout(Duration::from_secs(120))
+        .send_string(body)
+    {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let status = resp.status();
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    (
+        status,
+        serde_json::from_str(&resp.into_string().unwrap()).expect("JSON body"),
+    )
+}
+
+#[test]
+fn serve_answers_openai_chat_completions_with_tools() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    tiny_model(&model);
+    let server = serve(&model);
+    let chat = format!("{}/v1/chat/completions", server.url);
+
+    let models: Value = ureq::get(&format!("{}/v1/models", server.url))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "tiny");
+
+    // A multi-turn conversation with an earlier call and its response, in
+    // OpenAI's format (arguments as a JSON string, tool_call_id).
+    let request = json!({
+        "model": "tiny",
+        "temperature": 0,
+        "max_tokens": 16,
+        "tools": tools(),
+        "messages": [
+            {"role": "system", "content": "You localize code."},
+            {"role": "user", "content": "Where is Session.request defined?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_x", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\": \"def request\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_x", "content": "requests/sessions.py:12:    def request(self):"},
+        ]
+    });
+    let (status, first) = post(&chat, &request.to_string());
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["object"], "chat.completion");
+    assert_eq!(first["model"], "tiny");
+    let choice = &first["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["message"]["role"], "assistant");
+    let finish = choice["finish_reason"].as_str().unwrap();
+    assert!(
+        ["stop", "length", "tool_calls"].contains(&finish),
+        "{finish}"
+    );
+    let usage = &first["usage"];
+    let (p, c, t) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+        usage["total_tokens"].as_u64().unwrap(),
+    );
+    assert!(
+        p > 50,
+        "the prompt declares tools and has four messages: {p} tokens"
+    );
+    assert!((1..=16).contains(&c), "{c}");
+    assert_eq!(p + c, t);
+    if finish == "length" {
+        assert_eq!(c, 16);
+    }
+    if let Some(calls) = choice["message"]["tool_calls"].as_array() {
+        for call in calls {
+            assert_eq!(call["type"], "function");
+            assert!(call["id"].is_string() && call["function"]["name"].is_string());
+            serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        }
+    }
+
+    // Greedy is deterministic: same request, same answer.
+    let (_, second) = post(&chat, &request.to_string());
+    assert_eq!(first["choices"], second["choices"]);
+    assert_eq!(first["usage"], second["usage"]);
+    // A seeded sampled request repeats too.
+    let mut sampled = request.clone();
+    sampled["temperature"] = json!(1.0);
+    sampled["seed"] = json!(11);
+    let (_, s1) = post(&chat, &sampled.to_string());
+    let (_, s2) = post(&chat, &sampled.to_string());
+    assert_eq!(s1["choices"], s2["choices"]);
+
+    // The prompt is the chat template's rendering: declaring tools changes it.
+    let mut no_tools = request.clone();
+    no_tools.as_object_mut().unwrap().remove("tools");
+    let (_, bare) = post(&chat, &no_tools.to_string());
+    assert!(bare["usage"]["prompt_tokens"].as_u64().unwrap() < p);
+
+    // Malformed input: a 400 with OpenAI's error body naming the field.
+    let (status, err) = post(&chat, "{\"messages\": [");
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{err}"
+    );
+    let (status, err) = post(
+        &chat,
+        &json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).to_string(),
+    );
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("temperature")),
+        "{err}"
+    );
+    let (status, err) = post(
+        &chat,
+        &json!({"messages": [{"role": "user"}, {"role": "robot", "content": ""}]}).to_string(),
+    );
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("messages[1].role")),
+        "{err}"
+    );
+    let (status, err) = post(
+        &chat,
+        &json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1_000_000})
+            .to_string(),
+    );
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("max_tokens")),
+        "{err}"
+    );
+    let (status, _) = post(&format!("{}/v1/nothing", server.url), "{}");
+    assert_eq!(status, 404);
+
+    // Still serving after the bad requests.
+    let (status, again) = post(&chat, &request.to_string());
+    assert_eq!(status, 200);
+    assert_eq!(again["choices"], first["choices"]);
+}
+
+#[test]
+fn http_teacher_drives_two_episodes_against_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    tiny_model(&model);
+    let server = serve(&model);
+
+    let mut config = HttpTeacherConfig::new(format!("{}/v1", server.url), "tiny");
+    config.temperature = Some(0.0);
+    config.max_tokens = Some(12);
+    config.concurrency = 2;
+    let mut teacher = HttpTeacher::new(config).unwrap();
+    let tools: Vec<Value> = tools().as_array().unwrap().clone();
+    let m0 = vec![
+        json!({"role": "system", "content": "You localize code."}),
+        json!({"role": "user", "content": "Fix the bug in parse()."}),
+    ];
+    // The second episode is one turn further on: an assistant call (arguments
+    // as an object, as episodes keep them) and its tool response.
+    let mut m1 = m0.clone();
+    m1.push(json!({"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "grep", "arguments": {"pattern": "def parse"}}}]}));
+    m1.push(json!({"role": "tool", "content": "a.py:3:def parse(x):"}));
+    let requests = [
+        TurnRequest {
+            episode: 0,
+            tokens: &[],
+            messages: &m0,
+            tools: &tools,
+            max_new_tokens: 64,
+        },
+        TurnRequest {
+            episode: 1,
+            tokens: &[],
+            messages: &m1,
+            tools: &tools,
+            max_new_tokens: 64,
+        },
+    ];
+    let first = teacher.next_turns(&requests).unwrap();
+    assert_eq!(first.len(), 2);
+    for out in &first {
+        assert!(matches!(out, TurnOutput::Text(_)), "{out:?}");
+    }
+    // Greedy through HTTP is deterministic too.
+    assert_eq!(teacher.next_turns(&requests).unwrap(), first);
+    // Each text is the server's answer to the teacher's request body, in
+    // Qwen3's format; the body carries the call ids and the JSON-string
+    // arguments of OpenAI's format.
+    for (req, out) in requests.iter().zip(&first) {
+        let body = teacher.request_body(req).unwrap();
+        let (status, resp) = post(teacher.url(), &body.to_string());
+        assert_eq!(status, 200, "{resp}");
+        let text = qwen3_text_from_openai(&resp["choices"][0]["message"]).unwrap();
+        assert_eq!(out, &TurnOutput::Text(text));
+    }
+    let body = teacher.request_body(&requests[1]).unwrap();
+    assert_eq!(body["messages"][2]["tool_calls"][0]["id"], "call_0_0");
+    assert_eq!(
+        body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        "{\"pattern\":\"def parse\"}"
+    );
+    assert_eq!(body["messages"][3]["tool_call_id"], "call_0_0");
+    assert_eq!(body["max_tokens"], 12);
+    assert!(teacher.name().contains(&server.url));
+
+    // A dead endpoint: the error names it (no retries, to stay fast).
+    drop(server);
+    let mut config = HttpTeacherConfig::new("http://127.0.0.1:9/v1", "tiny");
+    config.max_retries = 0;
+    let err = HttpTeacher::new(config)
+        .unwrap()
+        .next_turns(&requests[..1])
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("http://127.0.0.1:9/v1/chat/completions"),
+        "{err}"
+    );
+}
