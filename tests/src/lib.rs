@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+
 /// The `fusegrpo` binary of the same profile as the running test.
 pub fn fusegrpo_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -57,3 +58,56 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect()
 }
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A small shop repository (2 tasks with gold), a tiny random model and a
+/// run config (`run.toml`, rollout + training sections) in `dir`.
+pub fn shop_world(dir: &Path) -> std::path::PathBuf {
+    let repo = dir.join("repos/acme__shop");
+    std::fs::create_dir_all(repo.join("shop")).unwrap();
+    std::fs::write(
+        repo.join("shop/cart.py"),
+        "class Cart:\n    def add_item(self, item):\n        if item.price < 0:\n            raise ValueError('negative price in cart')\n        self.items.append(item)\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("shop/tax.py"), "def compute_tax(total):\n    return total * 0.2\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "init"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let task = |id: &str, text: &str, file: &str, func: &str| {
+        serde_json::json!({"instance_id": id, "repo": "acme/shop", "base_commit": commit, "problem_statement": text,
+                           "gold": {"files": [file], "functions": [format!("{file}:{func}")]}})
+        .to_string()
+    };
+    std::fs::write(
+        dir.join("tasks.jsonl"),
+        [
+            task("shop-1", "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them.", "shop/cart.py", "Cart.add_item"),
+            task("shop-2", "`compute_tax` uses a flat rate; it must depend on the region.", "shop/tax.py", "compute_tax"),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    fusegrpo_ok(&["init-tiny", "--out", dir.join("model").to_str().unwrap(), "--small-vocab", "1024", "--seed", "2"]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"e2e\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 3\nmax_turn_tokens = 16\n[rollout]\ngroup = 2\n[sampling]\ntemperature = 1.0\nseed = 3\n\
+         [train]\ntasks = \"tasks.jsonl\"\nsteps = 4\ntasks_per_step = 2\nmicro_batch_rows = 3\nsave_every = 2\nkeep_last = 2\nmask_truncated = false\n\
+         [grpo]\nbeta = 0.04\n[optim]\nlr = 0.001\n",
+    )
+    .unwrap();
+    cfg
+}
+

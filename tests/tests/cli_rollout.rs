@@ -1,58 +1,7 @@
 //! `fusegrpo rollout` and `fusegrpo eval` on a generated repository, with the
 //! scripted teacher and with a tiny random model.
 
-use e2e::{fusegrpo, fusegrpo_ok, read_jsonl};
-use std::path::Path;
-use std::process::Command;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// A repository, tasks, a tiny model and a config in `dir`.
-fn setup(dir: &Path) -> std::path::PathBuf {
-    let repo = dir.join("repos/acme__shop");
-    std::fs::create_dir_all(repo.join("shop")).unwrap();
-    std::fs::write(
-        repo.join("shop/cart.py"),
-        "class Cart:\n    def add_item(self, item):\n        if item.price < 0:\n            raise ValueError('negative price in cart')\n        self.items.append(item)\n",
-    )
-    .unwrap();
-    std::fs::write(repo.join("shop/tax.py"), "def compute_tax(total):\n    return total * 0.2\n").unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-qm", "init"]);
-    let commit = git(&repo, &["rev-parse", "HEAD"]);
-    let task = |id: &str, text: &str, file: &str, func: &str| {
-        serde_json::json!({"instance_id": id, "repo": "acme/shop", "base_commit": commit, "problem_statement": text,
-                           "gold": {"files": [file], "functions": [format!("{file}:{func}")]}})
-        .to_string()
-    };
-    std::fs::write(
-        dir.join("tasks.jsonl"),
-        [
-            task("shop-1", "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them.", "shop/cart.py", "Cart.add_item"),
-            task("shop-2", "`compute_tax` uses a flat rate; it must depend on the region.", "shop/tax.py", "compute_tax"),
-        ]
-        .join("\n"),
-    )
-    .unwrap();
-    fusegrpo_ok(&["init-tiny", "--out", dir.join("model").to_str().unwrap(), "--small-vocab", "1024", "--seed", "2"]);
-    let cfg = dir.join("run.toml");
-    std::fs::write(
-        &cfg,
-        "name = \"e2e\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 3\nmax_turn_tokens = 16\n[rollout]\ngroup = 2\n[sampling]\ntemperature = 1.0\nseed = 3\n",
-    )
-    .unwrap();
-    cfg
-}
+use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world as setup};
 
 #[test]
 fn scripted_and_model_rollouts_write_complete_episodes() {

@@ -17,6 +17,7 @@
 //! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
+//! - [`train::Trainer`]: one GRPO step top to bottom (`Trainer::step`).
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
 //!   and its aggregations, micro-batched gradient accumulation.
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
@@ -37,6 +38,7 @@ pub mod policy;
 pub mod run_config;
 pub mod sampling;
 pub mod serve;
+pub mod train;
 pub mod weights;
 
 pub use config::Qwen3Config;

@@ -35,6 +35,8 @@ enum Command {
     Eval(cli::rollout::Args),
     /// OpenAI-compatible chat-completions server (tool calls in OpenAI's format).
     Serve(cli::serve::Args),
+    /// GRPO training with checkpoints and exact resume.
+    Train(cli::train::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
@@ -60,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
+        Command::Train(args) => cli::train::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),
         Command::Eval(args) => cli::rollout::run_eval(args),

@@ -39,9 +39,14 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         ModelPolicy { model, sampler, rng, stop_tokens, max_batch_tokens: max_batch_tokens.max(1), parked: HashMap::new() }
     }
 
-    /// The caller's RNG back (to checkpoint its state).
+    /// The caller's RNG (to checkpoint its state).
     pub fn rng(&self) -> &R {
         &self.rng
+    }
+
+    /// Give the RNG back to the caller, which owns and checkpoints it.
+    pub fn into_rng(self) -> R {
+        self.rng
     }
 
     fn err(&self, e: impl std::fmt::Display) -> PolicyError {

@@ -92,6 +92,12 @@ pub struct RunConfig {
     pub sampling: SamplingSection,
     #[serde(default)]
     pub rollout: RolloutSection,
+    #[serde(default)]
+    pub train: crate::train::config::TrainSection,
+    #[serde(default)]
+    pub grpo: crate::train::config::GrpoSection,
+    #[serde(default)]
+    pub optim: crate::train::config::OptimSection,
 }
 
 impl RunConfig {
@@ -120,6 +126,9 @@ impl RunConfig {
         if let Some(t) = self.model.tokenizer.as_mut() {
             fix(t);
         }
+        if let Some(t) = self.train.tasks.as_mut() {
+            fix(t);
+        }
         let local = base.join(&self.model.path);
         if Path::new(&self.model.path).is_relative() && (local.exists() || self.model.path.starts_with('.')) {
             self.model.path = local.to_string_lossy().into_owned();
@@ -140,6 +149,18 @@ impl RunConfig {
         }
         if self.episode.max_turns == 0 || self.episode.max_turn_tokens == 0 {
             return bad("episode.max_turns / episode.max_turn_tokens", "must be at least 1".into());
+        }
+        if self.train.tasks_per_step == 0 || self.train.micro_batch_rows == 0 {
+            return bad("train.tasks_per_step / train.micro_batch_rows", "must be at least 1".into());
+        }
+        if self.grpo.num_iterations == 0 {
+            return bad("grpo.num_iterations", "must be at least 1".into());
+        }
+        if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
+            return bad("optim.lr", format!("must be a positive number, got {}", self.optim.lr));
+        }
+        if let Err(e) = self.optim.schedule.validate() {
+            return bad("optim.schedule", e.to_string());
         }
         if let Err(e) = self.reward.validate() {
             return bad(&format!("reward.{}", e.field), e.to_string());

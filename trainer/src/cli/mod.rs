@@ -9,4 +9,5 @@ pub mod generate;
 pub mod init_tiny;
 pub mod rollout;
 pub mod score;
+pub mod train;
 pub mod serve;

@@ -10,7 +10,9 @@ use trainer::{Qwen3, Qwen3Config};
 pub const CASES: [&str; 2] = ["tied_sharded", "untied"];
 
 pub fn fixture_dir(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(case)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(case)
 }
 
 pub fn load(case: &str) -> (Qwen3Config, TensorMap) {
@@ -26,10 +28,15 @@ pub fn model(case: &str) -> Qwen3 {
 }
 
 pub fn expected(case: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(fixture_dir(case).join("expected.json")).expect("expected.json");
+    let text =
+        std::fs::read_to_string(fixture_dir(case).join("expected.json")).expect("expected.json");
     serde_json::from_str(&text).expect("expected.json parses")
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }

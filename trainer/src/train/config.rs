@@ -1,0 +1,94 @@
+//! The training sections of a run config: `[train]`, `[grpo]`, `[optim]`.
+
+use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
+use crate::grpo::loss::LossAggregation;
+use crate::optim::adamw::WeightDecayScope;
+use crate::optim::schedule::LrSchedule;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// What to train on and how often to save.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Training tasks (JSONL), relative to the config file.
+    pub tasks: Option<PathBuf>,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Tasks per step (B); each gets `rollout.group` episodes.
+    pub tasks_per_step: usize,
+    /// Rows per forward/backward (gradient accumulation over micro-batches).
+    pub micro_batch_rows: usize,
+    /// Save a checkpoint every N steps (and at the end).
+    pub save_every: u64,
+    /// Keep the newest K checkpoints (0 = all).
+    pub keep_last: usize,
+    /// Drop truncated episodes (max tokens, context full) from the loss.
+    pub mask_truncated: bool,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true }
+    }
+}
+
+/// The GRPO objective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpoSection {
+    /// Ratio clipping: `[1 - clip_low, 1 + clip_high]`.
+    pub clip_low: f64,
+    pub clip_high: f64,
+    /// KL coefficient against the frozen starting model (0 = no reference model).
+    pub beta: f64,
+    pub aggregation: LossAggregation,
+    pub scaling: AdvantageScaling,
+    pub zero_std_groups: ZeroStdGroups,
+    /// Updates per batch of rollouts (mu).
+    pub num_iterations: usize,
+}
+
+impl Default for GrpoSection {
+    fn default() -> Self {
+        GrpoSection {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            beta: 0.0,
+            aggregation: LossAggregation::Dapo,
+            scaling: AdvantageScaling::Group,
+            zero_std_groups: ZeroStdGroups::Keep,
+            num_iterations: 1,
+        }
+    }
+}
+
+/// AdamW, clipping and the learning-rate schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimSection {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub decay_scope: WeightDecayScope,
+    /// Global gradient-norm clip (0 = off).
+    pub max_grad_norm: f64,
+    pub schedule: LrSchedule,
+}
+
+impl Default for OptimSection {
+    fn default() -> Self {
+        OptimSection {
+            lr: 1e-6,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decay_scope: WeightDecayScope::SkipBiasesAndNorms,
+            max_grad_norm: 1.0,
+            schedule: LrSchedule::Constant,
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! GRPO training: one step reads top to bottom in [`Trainer::step`]:
+//! sample tasks -> rollouts -> rewards -> advantages -> batch -> gradients
+//! (micro-batched) -> clip -> AdamW -> metrics.
+
+pub mod batch;
+pub mod config;
+pub mod sampler;
+
+use crate::error::{Error, Result};
+use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
+use crate::grpo::{accumulate_gradients, detached_logprobs, group_advantages, ClipRange, EntropyMetric, GrpoLossConfig, OldLogprobs};
+use crate::model::Qwen3;
+use crate::optim::{AdamW, AdamWConfig};
+use crate::policy::ModelPolicy;
+use crate::run_config::RunConfig;
+use crate::weights::TensorMap;
+use candle_core::Var;
+use rand_chacha::ChaCha8Rng;
+use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::summary::Summary;
+use rollout::tasks::Task;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// The metrics line of one step (TRL's names where they exist).
+#[derive(Debug, Clone, Serialize)]
+pub struct StepMetrics {
+    pub step: u64,
+    pub reward: f64,
+    pub reward_std: f64,
+    pub frac_reward_zero_std: f64,
+    pub f1_file: f64,
+    pub f1_func: f64,
+    pub e: f64,
+    pub loss: f64,
+    pub kl: Option<f64>,
+    pub entropy: Option<f64>,
+    #[serde(rename = "clip_ratio/low_mean")]
+    pub clip_low: f64,
+    #[serde(rename = "clip_ratio/high_mean")]
+    pub clip_high: f64,
+    #[serde(rename = "clip_ratio/region_mean")]
+    pub clip_region: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub tokens: usize,
+    pub policy_tokens: usize,
+    pub calls_per_turn: f64,
+    pub seconds_rollout: f64,
+    pub seconds_update: f64,
+    pub tokens_per_second: f64,
+}
+
+/// Everything a run updates: the trainable weights, their optimizer, the
+/// frozen reference (beta > 0) and the RNG streams it owns.
+pub struct Trainer {
+    pub cfg: RunConfig,
+    pub vars: BTreeMap<String, Var>,
+    /// Trainable model (its tensors are the `Var`s).
+    pub model: Qwen3,
+    /// The same weights, detached, for generation (no autograd graph).
+    pub sampler_view: Qwen3,
+    pub reference: Option<Qwen3>,
+    pub optimizer: AdamW,
+    pub sampling_rng: ChaCha8Rng,
+    pub step: u64,
+}
+
+impl Trainer {
+    /// Build from loaded weights. The frozen reference (only when beta > 0)
+    /// is `reference` (the run's starting weights when resuming), else a
+    /// copy of `weights`.
+    pub fn new(
+        cfg: RunConfig,
+        model_cfg: &crate::Qwen3Config,
+        weights: &TensorMap,
+        reference: Option<&TensorMap>,
+        sampling_rng: ChaCha8Rng,
+    ) -> Result<Self> {
+        let (model, vars) = Qwen3::trainable(model_cfg, weights)?;
+        let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
+        let sampler_view = Qwen3::new(model_cfg, &detached)?;
+        let reference = if cfg.grpo.beta > 0.0 {
+            let source = reference.unwrap_or(weights);
+            let frozen: TensorMap = source.iter().map(|(k, t)| Ok((k.clone(), t.copy()?))).collect::<Result<_>>()?;
+            Some(Qwen3::new(model_cfg, &frozen)?)
+        } else {
+            None
+        };
+        let o = &cfg.optim;
+        let optimizer = AdamW::new(
+            &vars,
+            AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+        )?;
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, optimizer, sampling_rng, step: 0 })
+    }
+
+    fn loss_config(&self) -> GrpoLossConfig {
+        let g = &self.cfg.grpo;
+        GrpoLossConfig {
+            clip: ClipRange { low: g.clip_low, high: g.clip_high },
+            beta: g.beta,
+            temperature: if self.cfg.sampling.temperature > 0.0 { self.cfg.sampling.temperature } else { 1.0 },
+            aggregation: g.aggregation,
+            max_completion_length: self.cfg.episode.max_total_tokens,
+            entropy: EntropyMetric::Compute,
+        }
+    }
+
+    /// One GRPO step on `tasks` (B tasks, G episodes each).
+    pub fn step(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<StepMetrics> {
+        let t0 = Instant::now();
+        let episodes = self.rollouts(env, tasks)?;
+        let rollout_secs = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
+        let g = &self.cfg.grpo;
+        let adv = group_advantages(&rewards, self.cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
+        let device = self.model.device().clone();
+        let mut batch = batch::build_batch(&episodes, &adv.kept_rows, &adv.values, self.cfg.train.mask_truncated, &device)?;
+        let loss_cfg = self.loss_config();
+        let micro = self.cfg.train.micro_batch_rows;
+        if let Some(r) = &self.reference {
+            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, loss_cfg.temperature, micro)?);
+        }
+        if g.num_iterations > 1 {
+            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, loss_cfg.temperature, micro)?);
+        }
+        let lr = self.cfg.optim.lr * self.cfg.optim.schedule.factor(self.step);
+        let mut last = None;
+        for _ in 0..g.num_iterations.max(1) {
+            let (mut grads, metrics) = accumulate_gradients(&self.model, &self.vars, &batch, &loss_cfg, micro)?;
+            let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
+            if !norm.is_finite() {
+                return Err(Error::invalid(format!("step {}", self.step), format!("gradient norm is {norm}; update skipped")));
+            }
+            self.optimizer.step(&self.vars, &grads, lr)?;
+            last = Some((metrics, norm));
+        }
+        self.step += 1;
+        let (m, grad_norm) = last.expect("at least one iteration");
+        let summary = Summary::of(&episodes);
+        let tokens: usize = episodes.iter().map(|e| e.tokens.len()).sum();
+        let policy_tokens: usize = episodes.iter().map(|e| e.policy_tokens()).sum();
+        let update_secs = t1.elapsed().as_secs_f64();
+        Ok(StepMetrics {
+            step: self.step,
+            reward: adv.reward_mean,
+            reward_std: adv.reward_std,
+            frac_reward_zero_std: adv.frac_reward_zero_std,
+            f1_file: summary.f1_file,
+            f1_func: summary.f1_func,
+            e: summary.e,
+            loss: m.loss,
+            kl: m.kl,
+            entropy: m.entropy,
+            clip_low: m.clip_ratio_low_mean,
+            clip_high: m.clip_ratio_high_mean,
+            clip_region: m.clip_ratio_region_mean,
+            grad_norm,
+            lr,
+            tokens,
+            policy_tokens,
+            calls_per_turn: summary.calls_per_turn,
+            seconds_rollout: rollout_secs,
+            seconds_update: update_secs,
+            tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
+        })
+    }
+
+    /// G episodes per task with the current weights; the sampling RNG is
+    /// lent to the policy and taken back, so it can be checkpointed.
+    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
+        let stop = vec![env.tokenizer.special().im_end, env.tokenizer.special().endoftext];
+        let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
+        let mut policy = ModelPolicy::new(&self.sampler_view, self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.max_batch_tokens);
+        let result = run_episodes(&mut policy, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {});
+        self.sampling_rng = policy.into_rng();
+        result.map_err(|e| Error::invalid("rollout", e.to_string()))
+    }
+}
