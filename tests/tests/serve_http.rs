@@ -310,3 +310,24 @@ fn http_teacher_drives_two_episodes_against_serve() {
         "{err}"
     );
 }
+
+/// `fusegrpo rollout --policy http://...` against `fusegrpo serve`: the HTTP
+/// teacher path end to end through the CLI, episodes written in full.
+#[test]
+fn rollout_command_drives_an_http_teacher() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = e2e::shop_world(tmp.path());
+    let server = serve(&tmp.path().join("model"));
+    let out = tmp.path().join("episodes.jsonl");
+    fusegrpo_ok(&[
+        "rollout", "--config", cfg.to_str().unwrap(), "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(),
+        "--out", out.to_str().unwrap(), "--policy", &server.url, "--teacher-model", "tiny",
+    ]);
+    let eps = e2e::read_jsonl(&out);
+    assert_eq!(eps.len(), 4, "2 tasks x group 2");
+    for e in &eps {
+        assert!(e["stop_reason"].is_string());
+        assert!(e["policy_tokens"].as_u64().unwrap() > 0, "the teacher's turns are in the sequence");
+        assert!(!e["turns"][0]["text"].as_str().unwrap().is_empty());
+    }
+}

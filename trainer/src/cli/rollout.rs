@@ -10,6 +10,7 @@ use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
 use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
+use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
@@ -60,6 +61,15 @@ pub struct Args {
     /// Use only the first N tasks.
     #[arg(long)]
     pub max_tasks: Option<usize>,
+    /// Model name sent to an HTTP teacher.
+    #[arg(long, default_value = "teacher")]
+    pub teacher_model: String,
+    /// Environment variable holding the HTTP teacher's API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Bound on requests per second to an HTTP teacher.
+    #[arg(long)]
+    pub requests_per_second: Option<f64>,
 }
 
 /// Run the episodes of `args`; returns them with the config used.
@@ -91,7 +101,15 @@ pub fn collect(args: &Args) -> Result<Vec<Episode>> {
             run(&mut policy, &env, &tasks, group, &cfg, on_done)?
         }
         PolicyChoice::Scripted => run(&mut ScriptedTeacher::default(), &env, &tasks, group, &cfg, on_done)?,
-        PolicyChoice::Http(url) => anyhow::bail!("--policy {url}: the HTTP teacher is not wired into this command yet"),
+        PolicyChoice::Http(url) => {
+            let mut tcfg = HttpTeacherConfig::new(url.clone(), args.teacher_model.clone());
+            tcfg.temperature = Some(cfg.sampling.temperature);
+            tcfg.seed = Some(cfg.sampling.seed);
+            tcfg.api_key_env = args.api_key_env.clone();
+            tcfg.requests_per_second = args.requests_per_second;
+            let mut teacher = HttpTeacher::new(tcfg).with_context(|| format!("--policy {url}"))?;
+            run(&mut teacher, &env, &tasks, group, &cfg, on_done)?
+        }
     };
     bar.finish_and_clear();
     Ok(episodes)
