@@ -17,6 +17,8 @@
 //!   [`reward::Score`] (F1_file, F1_func, F1, e, R).
 //! - [`tasks`]: [`tasks::Task`] JSONL rows, [`tasks::gold::derive_gold`] from a
 //!   patch, [`tasks::history::tasks_from_history`].
+//! - [`practice`]: [`practice::generate`]`(repos_dir, &PracticeConfig)`, a
+//!   seeded Python repository with an issue-like history to make tasks from.
 //!
 //! - [`policy::Policy`]: what writes assistant turns (token ids in, token
 //!   ids + log-probs or text out); [`episode`]: the episode state machine
@@ -31,6 +33,7 @@ pub mod efficiency;
 pub mod entities;
 pub mod episode;
 pub mod policy;
+pub mod practice;
 pub mod repo;
 pub mod reward;
 pub mod spans;
