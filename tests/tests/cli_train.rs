@@ -62,3 +62,99 @@ fn resume_refuses_a_changed_config_unless_allowed() {
     fusegrpo_ok(&["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap(), "--resume", "auto", "--max-steps", "3", "--allow-config-change"]);
     assert_eq!(read_jsonl(&run.join("metrics.jsonl")).len(), 3);
 }
+
+/// Start `fusegrpo train` in the background.
+fn spawn_train(cfg: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    std::process::Command::new(e2e::fusegrpo_bin())
+        .args(["train", "--config", cfg, "--out", out.to_str().unwrap()])
+        .args(extra)
+        .env("FUSEGRPO_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for(path: &std::path::Path) {
+    let t0 = std::time::Instant::now();
+    while !path.exists() {
+        assert!(t0.elapsed().as_secs() < 600, "timed out waiting for {}", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_or_sigterm_then_resume_matches_the_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let cfg = cfg.to_str().unwrap();
+    let straight = tmp.path().join("straight");
+    fusegrpo_ok(&["train", "--config", cfg, "--out", straight.to_str().unwrap()]);
+    let final_weights = std::fs::read(straight.join("step_00000004/model.safetensors")).unwrap();
+    let final_metrics = without_timings(read_jsonl(&straight.join("metrics.jsonl")));
+
+    // kill -9 once step 2 is safely on disk (step 3 may be half written).
+    let killed = tmp.path().join("killed");
+    let mut child = spawn_train(cfg, &killed, &["--save-every", "1"]);
+    wait_for(&killed.join("step_00000002/DONE"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    fusegrpo_ok(&["train", "--config", cfg, "--out", killed.to_str().unwrap(), "--resume", "auto"]);
+    assert_eq!(std::fs::read(killed.join("step_00000004/model.safetensors")).unwrap(), final_weights);
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), final_metrics);
+
+    // SIGTERM: the run saves where it is and exits cleanly.
+    let termed = tmp.path().join("termed");
+    let mut child = spawn_train(cfg, &termed, &["--save-every", "100"]);
+    wait_for(&termed.join("metrics.jsonl"));
+    while read_jsonl(&termed.join("metrics.jsonl")).is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let saved = trainer_steps(&termed);
+    assert_eq!(saved.len(), 1, "one checkpoint saved on SIGTERM: {saved:?}");
+    fusegrpo_ok(&["train", "--config", cfg, "--out", termed.to_str().unwrap(), "--resume", "auto"]);
+    assert_eq!(std::fs::read(termed.join("step_00000004/model.safetensors")).unwrap(), final_weights);
+    assert_eq!(without_timings(read_jsonl(&termed.join("metrics.jsonl"))), final_metrics);
+}
+
+fn trainer_steps(run: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("step_"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn corrupt_checkpoints_are_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let cfg = cfg.to_str().unwrap();
+    let run = tmp.path().join("run");
+    fusegrpo_ok(&["train", "--config", cfg, "--out", run.to_str().unwrap(), "--max-steps", "2"]);
+    let ckpt = run.join("step_00000002");
+    let resume = || {
+        let out = fusegrpo(&["train", "--config", cfg, "--out", run.to_str().unwrap(), "--resume", "auto", "--max-steps", "3"]);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    // Edited state.json.
+    let state = std::fs::read_to_string(ckpt.join("state.json")).unwrap();
+    std::fs::write(ckpt.join("state.json"), state.replace("\"format_version\": 1", "\"format_version\": 99")).unwrap();
+    let err = resume();
+    assert!(err.contains("state.json") && err.contains("format_version"), "{err}");
+    std::fs::write(ckpt.join("state.json"), "{ not json").unwrap();
+    assert!(resume().contains("state.json"));
+    std::fs::write(ckpt.join("state.json"), &state).unwrap();
+    // Truncated weights.
+    let w = std::fs::read(ckpt.join("model.safetensors")).unwrap();
+    std::fs::write(ckpt.join("model.safetensors"), &w[..w.len() / 2]).unwrap();
+    let err = resume();
+    assert!(err.contains("model.safetensors"), "{err}");
+}

@@ -82,12 +82,37 @@ pub fn run(args: Args) -> Result<()> {
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let metrics_path = run_dir.join("metrics.jsonl");
+    // Lines past the checkpoint we resume from (or all, on a fresh start)
+    // belong to steps that will be redone.
+    truncate_metrics(&metrics_path, trainer.step)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
+            .context("installing the SIGINT/SIGTERM handler")?;
+    }
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path)
         .with_context(|| format!("opening {}", metrics_path.display()))?;
     let total = args.max_steps.unwrap_or(cfg.train.steps);
     let save_every = args.save_every.unwrap_or(cfg.train.save_every).max(1);
     let bar = super::rollout::progress_bar(total, "steps");
     bar.set_position(trainer.step);
+    let save = |trainer: &Trainer, cursor: DataCursor| -> Result<PathBuf> {
+        let state = TrainState {
+            format_version: FORMAT_VERSION,
+            step: trainer.step,
+            rngs: [("sampling".to_string(), RngState::capture(&trainer.sampling_rng))].into(),
+            data: cursor,
+            config: cfg_json.clone(),
+            config_hash: cfg_hash.clone(),
+            arch_hash: checkpoint::arch_hash(&model_cfg),
+        };
+        let opt = trainer.optimizer.export_state()?.into_iter().collect();
+        let dir = checkpoint::save(&run_dir, &model_cfg, &trainer.model.tensors(), &opt, &state, cfg.train.keep_last)?;
+        copy_tokenizer(&tok_dir, &dir)?;
+        Ok(dir)
+    };
+    let mut nonfinite_in_a_row = 0;
     while trainer.step < total {
         let batch: Vec<_> = sampler.next(cfg.train.tasks_per_step).into_iter().map(|i| tasks[i].clone()).collect();
         let m = trainer.step(&env, &batch)?;
@@ -95,24 +120,42 @@ pub fn run(args: Args) -> Result<()> {
         metrics.flush()?;
         bar.set_position(trainer.step);
         bar.set_message(format!("reward {:.3} f1_file {:.3} e {:.3} loss {:.4}", m.reward, m.f1_file, m.e, m.loss));
-        if trainer.step % save_every == 0 || trainer.step == total {
-            let state = TrainState {
-                format_version: FORMAT_VERSION,
-                step: trainer.step,
-                rngs: [("sampling".to_string(), RngState::capture(&trainer.sampling_rng))].into(),
-                data: sampler.cursor,
-                config: cfg_json.clone(),
-                config_hash: cfg_hash.clone(),
-                arch_hash: checkpoint::arch_hash(&model_cfg),
-            };
-            let opt = trainer.optimizer.export_state()?.into_iter().collect();
-            let dir = checkpoint::save(&run_dir, &model_cfg, &trainer.model.tensors(), &opt, &state, cfg.train.keep_last)?;
-            copy_tokenizer(&tok_dir, &dir)?;
+        nonfinite_in_a_row = if m.skipped { nonfinite_in_a_row + 1 } else { 0 };
+        if nonfinite_in_a_row >= cfg.train.max_nonfinite_steps.max(1) {
+            let dir = save(&trainer, sampler.cursor)?;
+            anyhow::bail!(
+                "{nonfinite_in_a_row} steps in a row had a NaN/inf loss or gradient (train.max_nonfinite_steps); saved {} and stopped",
+                dir.display()
+            );
+        }
+        let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+        if trainer.step % save_every == 0 || trainer.step == total || interrupted {
+            let dir = save(&trainer, sampler.cursor)?;
             bar.println(format!("saved {}", dir.display()));
+        }
+        if interrupted {
+            bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
+            return Ok(());
         }
     }
     bar.finish();
     Ok(())
+}
+
+/// Keep only the metrics lines of steps `1..=step`.
+fn truncate_metrics(path: &std::path::Path, step: u64) -> Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, kept).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A checkpoint folder is a complete model folder: copy the tokenizer in.

@@ -25,11 +25,13 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Drop truncated episodes (max tokens, context full) from the loss.
     pub mask_truncated: bool,
+    /// Stop the run (saving first) after this many skipped (NaN/inf) steps in a row.
+    pub max_nonfinite_steps: u32,
 }
 
 impl Default for TrainSection {
     fn default() -> Self {
-        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true }
+        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true, max_nonfinite_steps: 3 }
     }
 }
 

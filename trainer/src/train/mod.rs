@@ -50,6 +50,8 @@ pub struct StepMetrics {
     pub seconds_rollout: f64,
     pub seconds_update: f64,
     pub tokens_per_second: f64,
+    /// The loss or gradient was NaN/inf: no update was applied.
+    pub skipped: bool,
 }
 
 /// Everything a run updates: the trainable weights, their optimizer, the
@@ -129,14 +131,17 @@ impl Trainer {
         }
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.factor(self.step);
         let mut last = None;
+        let mut skipped = false;
         for _ in 0..g.num_iterations.max(1) {
             let (mut grads, metrics) = accumulate_gradients(&self.model, &self.vars, &batch, &loss_cfg, micro)?;
             let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
-            if !norm.is_finite() {
-                return Err(Error::invalid(format!("step {}", self.step), format!("gradient norm is {norm}; update skipped")));
+            skipped = !norm.is_finite() || !metrics.loss.is_finite();
+            last = Some((metrics, norm));
+            if skipped {
+                tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
+                break;
             }
             self.optimizer.step(&self.vars, &grads, lr)?;
-            last = Some((metrics, norm));
         }
         self.step += 1;
         let (m, grad_norm) = last.expect("at least one iteration");
@@ -166,6 +171,7 @@ impl Trainer {
             seconds_rollout: rollout_secs,
             seconds_update: update_secs,
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
+            skipped,
         })
     }
 
