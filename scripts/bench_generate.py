@@ -12,6 +12,7 @@ the ratio. Both sides include the prefill and exclude model loading.
 import argparse
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -27,7 +28,7 @@ def ours(binary, model, prompts_path, out_path, new):
                          check=True, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     # The binary logs its own generation time (excluding loading).
-    for line in res.stderr.splitlines():
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", res.stderr).splitlines():
         if "generated" in line and "secs=" in line:
             secs = float(line.split("secs=")[1].split()[0])
             return secs, wall
