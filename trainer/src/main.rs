@@ -37,6 +37,8 @@ enum Command {
     Serve(cli::serve::Args),
     /// GRPO training with checkpoints and exact resume.
     Train(cli::train::Args),
+    /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
+    Plot(cli::plot::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
@@ -64,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
         Command::Train(args) => cli::train::run(args),
+        Command::Plot(args) => cli::plot::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),
         Command::Eval(args) => cli::rollout::run_eval(args),
