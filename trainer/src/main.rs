@@ -51,6 +51,8 @@ enum Command {
     Tasks(cli::env::TasksCommand),
     /// Benchmark our grep on a warm snapshot against ripgrep on a checkout.
     BenchGrep(cli::bench_grep::Args),
+    /// Write the generated practice repository (Python code with an issue-like history).
+    PracticeRepo(cli::practice::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Command::Reward(args) => cli::env::run_reward(args),
         Command::Tasks(cmd) => cli::env::run_tasks(cmd),
         Command::BenchGrep(args) => cli::bench_grep::run(args),
+        Command::PracticeRepo(args) => cli::practice::run(args),
         Command::BenchModel(args) => cli::bench_model::run(args),
     }
 }
