@@ -25,6 +25,8 @@ pub struct Domain {
     pub charge: (&'static str, &'static str, &'static str),
 }
 
+/// Positional constructor that keeps the table below one line per domain.
+#[allow(clippy::too_many_arguments)]
 const fn d(
     package: &'static str,
     module: &'static str,
