@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::grpo::{
     accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
-    LossAggregation, OldLogprobs,
+    LossAggregation, OldLogprobs, Recompute,
 };
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
@@ -30,6 +30,7 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
         aggregation,
         max_completion_length: 16,
         entropy: EntropyMetric::Compute,
+        recompute: Recompute::Off,
     }
 }
 
@@ -364,6 +365,7 @@ fn one_update_matches_pytorch_and_trl() {
         aggregation: LossAggregation::Dapo,
         max_completion_length: f["max_completion_length"].as_u64().unwrap() as usize,
         entropy: EntropyMetric::Skip,
+        recompute: Recompute::Off,
     };
     let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, 3).unwrap();
     let mut grad_rel = 0f64;

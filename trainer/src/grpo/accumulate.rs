@@ -7,10 +7,13 @@
 use super::loss::{
     aggregate, per_token_loss, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
 };
-use super::sequence_logprobs;
+use super::{hidden_logprobs, sequence_logprobs};
 use crate::error::{Error, Result};
+use crate::model::cache::Positions;
+use crate::model::recompute::Recompute;
 use crate::model::Qwen3;
 use crate::optim::Gradients;
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -159,7 +162,10 @@ pub fn detached_logprobs(
 /// for each micro-batch, forward, [`per_token_loss`], its share of
 /// [`aggregate`] over the whole batch, backward, and the gradients of
 /// `params` (the model's `Var`s by name) added into the result in f32.
-/// Parameters that receive no gradient are absent from the result.
+/// Parameters that receive no gradient are absent from the result. With
+/// [`Recompute::PerLayer`] (`cfg.recompute`) the decoder layers keep only
+/// their inputs in the forward pass and are recomputed one at a time in the
+/// backward pass ([`Qwen3::backward_layers`]): same gradients, less memory.
 pub fn accumulate_gradients(
     model: &Qwen3,
     params: &BTreeMap<String, Var>,
@@ -180,7 +186,21 @@ pub fn accumulate_gradients(
     let mut sums = LossSums::default();
     for range in micro_batches(b, micro_rows)? {
         let mb = batch.rows(range)?;
-        let (logp, entropy) = sequence_logprobs(model, &mb.tokens, cfg.temperature, cfg.entropy)?;
+        let (rows, cols) = mb.tokens.dims2()?;
+        let (logp, entropy, saved) = match cfg.recompute {
+            Recompute::PerLayer if cols >= 2 => {
+                let saved = model.forward_layer_inputs(&mb.tokens, &Positions::sequential(rows, cols))?;
+                let hidden = model.final_norm(saved.top().as_tensor())?;
+                let (logp, entropy) =
+                    hidden_logprobs(model, &hidden, &mb.tokens, cfg.temperature, cfg.entropy)?;
+                (logp, entropy, Some(saved))
+            }
+            _ => {
+                let (logp, entropy) =
+                    sequence_logprobs(model, &mb.tokens, cfg.temperature, cfg.entropy)?;
+                (logp, entropy, None)
+            }
+        };
         let old = match &mb.old_logprobs {
             OldLogprobs::Current => logp.detach(),
             OldLogprobs::Stored(t) => t.clone(),
@@ -212,11 +232,28 @@ pub fn accumulate_gradients(
             cfg.clip,
         )?);
         let store = loss.backward()?;
-        for (name, var) in params {
-            if let Some(g) = store.get(var.as_tensor()) {
-                grads.add(name, &g.to_dtype(DType::F32)?)?;
+        add_gradients(params, &store, &mut grads)?;
+        if let Some(saved) = saved {
+            let grad_top = store.get(saved.top().as_tensor()).cloned();
+            drop(store);
+            if let Some(grad_top) = grad_top {
+                model.backward_layers(saved, &grad_top, |s| add_gradients(params, s, &mut grads))?;
             }
         }
     }
     Ok((grads, sums.metrics()))
+}
+
+/// Adds the gradients in `store` of every parameter in `params` to `grads`.
+fn add_gradients(
+    params: &BTreeMap<String, Var>,
+    store: &GradStore,
+    grads: &mut Gradients,
+) -> Result<()> {
+    for (name, var) in params {
+        if let Some(g) = store.get(var.as_tensor()) {
+            grads.add(name, &g.to_dtype(DType::F32)?)?;
+        }
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@
 //! always column 0, which nothing predicts).
 
 use crate::error::{Error, Result};
+use crate::model::recompute::Recompute;
 use candle_core::{DType, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,10 @@ pub struct GrpoLossConfig {
     /// Token budget of one episode, the constant of [`LossAggregation::DrGrpo`].
     pub max_completion_length: usize,
     pub entropy: EntropyMetric,
+    /// Activation recomputation in [`super::accumulate_gradients`] (same
+    /// gradients, less memory, one extra forward through the layers).
+    #[serde(default)]
+    pub recompute: Recompute,
 }
 
 impl GrpoLossConfig {

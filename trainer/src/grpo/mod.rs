@@ -11,6 +11,8 @@ pub mod accumulate;
 pub mod advantages;
 pub mod loss;
 
+pub use crate::model::recompute::Recompute;
+
 pub use accumulate::{
     accumulate_gradients, detached_logprobs, micro_batches, GrpoBatch, OldLogprobs,
 };
@@ -46,6 +48,23 @@ pub fn sequence_logprobs(
         return Ok((Tensor::zeros((b, t), DType::F32, tokens.device())?, None));
     }
     let hidden = model.forward(tokens, &Positions::sequential(b, t), None)?;
+    hidden_logprobs(model, &hidden, tokens, temperature, entropy)
+}
+
+/// [`sequence_logprobs`] from the final hidden states `[b, t, hidden]` of
+/// `tokens` `[b, t]` (as [`Qwen3::forward`] returns them, or as rebuilt by
+/// activation recomputation); differentiable with respect to `hidden`.
+pub fn hidden_logprobs(
+    model: &Qwen3,
+    hidden: &Tensor,
+    tokens: &Tensor,
+    temperature: f64,
+    entropy: EntropyMetric,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (b, t) = tokens.dims2()?;
+    if t < 2 {
+        return Ok((Tensor::zeros((b, t), DType::F32, tokens.device())?, None));
+    }
     let hidden = hidden.narrow(1, 0, t - 1)?.reshape((b * (t - 1), ()))?;
     let targets = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
     let lp = token_logprobs(model, &hidden, &targets, temperature)?.reshape((b, t - 1))?;

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod ops;
+pub mod recompute;
 pub mod rope;
 
 use crate::config::Qwen3Config;

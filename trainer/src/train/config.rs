@@ -2,6 +2,7 @@
 
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
 use crate::grpo::loss::LossAggregation;
+use crate::model::recompute::Recompute;
 use crate::optim::adamw::WeightDecayScope;
 use crate::optim::schedule::LrSchedule;
 use serde::{Deserialize, Serialize};
@@ -25,13 +26,16 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Drop truncated episodes (max tokens, context full) from the loss.
     pub mask_truncated: bool,
+    /// Activation recomputation per decoder layer (`off` | `per_layer`); left out of the config hash when off.
+    #[serde(skip_serializing_if = "Recompute::is_off")]
+    pub recompute: Recompute,
     /// Stop the run (saving first) after this many skipped (NaN/inf) steps in a row.
     pub max_nonfinite_steps: u32,
 }
 
 impl Default for TrainSection {
     fn default() -> Self {
-        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true, max_nonfinite_steps: 3 }
+        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true, recompute: Recompute::Off, max_nonfinite_steps: 3 }
     }
 }
 

@@ -107,6 +107,7 @@ impl Trainer {
             aggregation: g.aggregation,
             max_completion_length: self.cfg.episode.max_total_tokens,
             entropy: EntropyMetric::Compute,
+            recompute: self.cfg.train.recompute,
         }
     }
 
