@@ -29,6 +29,8 @@ enum Command {
     Generate(cli::generate::Args),
     /// Benchmark loading and a forward pass of a full-size random model.
     BenchModel(cli::bench_model::Args),
+    /// Peak RSS of one forward+backward with activation recomputation off vs per layer.
+    BenchMemory(cli::bench_memory::Args),
     /// Run episodes for a task set with a policy; write them as JSONL.
     Rollout(cli::rollout::Args),
     /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time).
@@ -78,5 +80,6 @@ fn main() -> anyhow::Result<()> {
         Command::BenchGrep(args) => cli::bench_grep::run(args),
         Command::PracticeRepo(args) => cli::practice::run(args),
         Command::BenchModel(args) => cli::bench_model::run(args),
+        Command::BenchMemory(args) => cli::bench_memory::run(args),
     }
 }
