@@ -105,7 +105,7 @@ fn kill_9_or_sigterm_then_resume_matches_the_straight_run() {
 
     // SIGTERM: the run saves where it is and exits cleanly.
     let termed = tmp.path().join("termed");
-    let mut child = spawn_train(cfg, &termed, &["--save-every", "100"]);
+    let child = spawn_train(cfg, &termed, &["--save-every", "100"]);
     wait_for(&termed.join("metrics.jsonl"));
     while read_jsonl(&termed.join("metrics.jsonl")).is_empty() {
         std::thread::sleep(std::time::Duration::from_millis(20));
