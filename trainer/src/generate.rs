@@ -47,27 +47,58 @@ pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfi
     let mut cache = KvCache::new(model.config().num_hidden_layers, prompts.len());
     let tokens = Tensor::from_vec(tok_rows, (prompts.len(), width), &device)?;
     let hidden = model.forward(&tokens, &Positions::from_rows(&pos_rows)?, Some(&mut cache))?;
-    let mut last_hidden = hidden.i((.., width - 1, ..))?;
-    // live[i] = index into `prompts` of batch row i; next_pos[i] its next position.
-    let mut live: Vec<usize> = (0..prompts.len()).collect();
-    let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+    let last = hidden.i((.., width - 1, ..))?;
+    let budgets = vec![cfg.max_new_tokens; prompts.len()];
+    let next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+    let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets };
+    decode(model, &mut cache, last, next_pos, &step, rng, &mut out, |_, _, _, _| Ok(()))?;
+    Ok(out)
+}
+
+/// How each row of a decode picks and stops.
+pub(crate) struct DecodeStep<'a> {
+    pub sampler: &'a SamplerConfig,
+    pub stop_tokens: &'a [u32],
+    /// New-token budget of each row (indexed like `out`).
+    pub budgets: &'a [usize],
+}
+
+/// Decode one token per step for every row of `cache` until each row emits a
+/// stop token or spends its budget. `last` holds each row's last hidden state
+/// and `next_pos` its next position; tokens and log-probs go to `out[row]`.
+/// A finished row leaves the batch at once; just before, `on_done(row,
+/// batch_row, &cache, &out[row])` may take what it needs from the cache (its
+/// last sampled token is not in it).
+pub(crate) fn decode<R: Rng>(
+    model: &Qwen3,
+    cache: &mut KvCache,
+    mut last: Tensor,
+    mut next_pos: Vec<i64>,
+    step: &DecodeStep<'_>,
+    rng: &mut R,
+    out: &mut [Generation],
+    mut on_done: impl FnMut(usize, usize, &KvCache, &Generation) -> Result<()>,
+) -> Result<()> {
+    let device = model.device().clone();
+    // live[i] = index into `out` of batch row i.
+    let mut live: Vec<usize> = (0..out.len()).collect();
     loop {
-        let logits = model.logits(&last_hidden)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        let mut keep = Vec::new();
-        let mut fed = Vec::new();
+        let logits = model.logits(&last)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let (mut keep, mut fed) = (Vec::new(), Vec::new());
         for (row, logits) in logits.iter().enumerate() {
-            let s = cfg.sampler.sample(logits, rng);
-            let g = &mut out[live[row]];
-            g.ids.push(s.token);
-            g.logprobs.push(s.logprob);
-            let done = g.ids.len() >= cfg.max_new_tokens || cfg.stop_tokens.contains(&s.token);
-            if !done {
+            let i = live[row];
+            let s = step.sampler.sample(logits, rng);
+            out[i].ids.push(s.token);
+            out[i].logprobs.push(s.logprob);
+            if out[i].ids.len() >= step.budgets[i] || step.stop_tokens.contains(&s.token) {
+                on_done(i, row, cache, &out[i])?;
+            } else {
                 keep.push(row);
                 fed.push(s.token);
             }
         }
         if keep.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         if keep.len() != live.len() {
             cache.retain_rows(&keep)?;
@@ -76,7 +107,7 @@ pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfi
         }
         let tokens = Tensor::from_vec(fed, (live.len(), 1), &device)?;
         let positions = Positions { batch: live.len(), len: 1, data: next_pos.clone() };
-        last_hidden = model.forward(&tokens, &positions, Some(&mut cache))?.squeeze(1)?;
+        last = model.forward(&tokens, &positions, Some(cache))?.squeeze(1)?;
         next_pos.iter_mut().for_each(|p| *p += 1);
     }
 }

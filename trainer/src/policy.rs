@@ -7,11 +7,11 @@
 //! A token budget bounds the batch: requests are split into chunks whose
 //! total tokens (sequence + new-token budget) stay under it.
 
-use crate::generate::Generation;
+use crate::generate::{decode, DecodeStep, Generation};
 use crate::model::cache::{KvCache, Positions};
 use crate::model::Qwen3;
 use crate::sampling::SamplerConfig;
-use candle_core::{DType, IndexOp, Tensor};
+use candle_core::{IndexOp, Tensor};
 use rand::Rng;
 use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use std::collections::HashMap;
@@ -89,41 +89,19 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         let tokens = Tensor::from_vec(toks, (reqs.len(), width), &device)?;
         let positions = Positions { batch: reqs.len(), len: width, data: pos };
         let hidden = self.model.forward(&tokens, &positions, Some(&mut cache))?;
-        let mut last = hidden.i((.., width - 1, ..))?;
+        let last = hidden.i((.., width - 1, ..))?;
         let mut out: Vec<Generation> = reqs.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();
-        let mut live: Vec<usize> = (0..reqs.len()).collect();
-        let mut next_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64).collect();
-        loop {
-            let logits = self.model.logits(&last)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-            let (mut keep, mut fed) = (Vec::new(), Vec::new());
-            for (row, l) in logits.iter().enumerate() {
-                let i = live[row];
-                let s = self.sampler.sample(l, &mut self.rng);
-                out[i].ids.push(s.token);
-                out[i].logprobs.push(s.logprob);
-                let done = out[i].ids.len() >= reqs[i].max_new_tokens || self.stop_tokens.contains(&s.token);
-                if done {
-                    // The last sampled token is not in the cache yet.
-                    let seen = reqs[i].tokens.len() + out[i].ids.len() - 1;
-                    self.parked.insert(reqs[i].episode, Parked { cache: cache.extract_row(row)?, seen });
-                } else {
-                    keep.push(row);
-                    fed.push(s.token);
-                }
-            }
-            if keep.is_empty() {
-                return Ok(out);
-            }
-            if keep.len() != live.len() {
-                cache.retain_rows(&keep)?;
-                live = keep.iter().map(|&r| live[r]).collect();
-                next_pos = keep.iter().map(|&r| next_pos[r]).collect();
-            }
-            let tokens = Tensor::from_vec(fed, (live.len(), 1), &device)?;
-            let positions = Positions { batch: live.len(), len: 1, data: next_pos.clone() };
-            last = self.model.forward(&tokens, &positions, Some(&mut cache))?.squeeze(1)?;
-            next_pos.iter_mut().for_each(|p| *p += 1);
-        }
+        let next_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64).collect();
+        let budgets: Vec<usize> = reqs.iter().map(|r| r.max_new_tokens.max(1)).collect();
+        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets };
+        let parked = &mut self.parked;
+        decode(self.model, &mut cache, last, next_pos, &step, &mut self.rng, &mut out, |i, row, cache, generated| {
+            // The last sampled token is not in the cache yet.
+            let seen = reqs[i].tokens.len() + generated.ids.len() - 1;
+            parked.insert(reqs[i].episode, Parked { cache: cache.extract_row(row)?, seen });
+            Ok(())
+        })?;
+        Ok(out)
     }
 }
 
