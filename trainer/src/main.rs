@@ -6,11 +6,21 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 /// A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle).
-///
-/// Start with `fusegrpo init-tiny --out /tmp/tiny --small-vocab 2048` to make a
-/// small random model, then `fusegrpo score` / `fusegrpo generate` on it.
 #[derive(Parser)]
-#[command(name = "fusegrpo", version, about, long_about = None)]
+#[command(
+    name = "fusegrpo",
+    version,
+    about = "A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle)",
+    long_about = "A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle).\n\n\
+Quick start on the CPU (what scripts/smoke.sh does):\n  \
+fusegrpo init-tiny --out checkpoints/smoke/model --small-vocab 4096\n  \
+fusegrpo practice-repo --out checkpoints/smoke/repos\n  \
+fusegrpo tasks from-history --repo practice/shop --repos-dir checkpoints/smoke/repos --out checkpoints/smoke/tasks.jsonl\n  \
+fusegrpo eval --config configs/smoke-cpu.toml --tasks checkpoints/smoke/tasks.jsonl --policy scripted\n  \
+fusegrpo train --config configs/smoke-cpu.toml\n  \
+fusegrpo plot checkpoints/smoke-cpu\n\n\
+Every command has --help."
+)]
 struct Cli {
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, global = true, default_value = "info", env = "FUSEGRPO_LOG")]
