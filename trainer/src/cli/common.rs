@@ -30,8 +30,8 @@ pub fn load_model(spec: &str, on: &RunOn) -> Result<(Qwen3, Device)> {
     Ok((model, device))
 }
 
-/// Read `{"ids": [...]}` lines; errors name the file and line.
-pub fn read_id_lines(path: &Path) -> Result<Vec<Vec<u32>>> {
+/// Read `{"ids": [...]}` lines, each id below `vocab`; errors name the file and line.
+pub fn read_id_lines(path: &Path, vocab: usize) -> Result<Vec<Vec<u32>>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -45,6 +45,9 @@ pub fn read_id_lines(path: &Path) -> Result<Vec<Vec<u32>>> {
         }
         let row: Row = serde_json::from_str(&line)
             .with_context(|| format!("{}:{}: expected {{\"ids\": [non-negative integers]}}", path.display(), n + 1))?;
+        if let Some(bad) = row.ids.iter().find(|&&t| t as usize >= vocab) {
+            anyhow::bail!("{}:{}: token id {bad} is outside the vocabulary (size {vocab})", path.display(), n + 1);
+        }
         out.push(row.ids);
     }
     Ok(out)

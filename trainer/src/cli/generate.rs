@@ -41,13 +41,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.temperature >= 0.0, "--temperature must be >= 0, got {}", args.temperature);
     anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p must be in (0, 1], got {}", args.top_p);
     let (model, _) = load_model(&args.model, &args.on)?;
-    let prompts = read_id_lines(&args.input)?;
-    let vocab = model.config().vocab_size as u32;
+    let prompts = read_id_lines(&args.input, model.config().vocab_size)?;
     for (n, ids) in prompts.iter().enumerate() {
         anyhow::ensure!(!ids.is_empty(), "{}:{}: empty prompt", args.input.display(), n + 1);
-        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-            anyhow::bail!("{}:{}: token id {bad} is outside the vocabulary (size {vocab})", args.input.display(), n + 1);
-        }
     }
     let cfg = GenerateConfig {
         max_new_tokens: args.max_new_tokens,

@@ -20,13 +20,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let (model, _) = load_model(&args.model, &args.on)?;
-    let rows = read_id_lines(&args.input)?;
-    let vocab = model.config().vocab_size as u32;
+    let rows = read_id_lines(&args.input, model.config().vocab_size)?;
     let mut out = Vec::with_capacity(rows.len());
-    for (n, ids) in rows.iter().enumerate() {
-        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-            anyhow::bail!("{}:{}: token id {bad} is outside the vocabulary (size {vocab})", args.input.display(), n + 1);
-        }
+    for ids in &rows {
         let logprobs = trainer::logprobs::score_sequence(&model, ids)?;
         out.push(serde_json::json!({ "logprobs": logprobs }));
     }
