@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden chat-template fixtures for `rollout/tests/chat_template.rs`.
+"""Golden chat-template fixtures for `rollout/tests/suite/chat_template.rs`.
 
 Renders each conversation below with transformers' `apply_chat_template` on the
 real Qwen3 tokenizer and writes `rollout/tests/fixtures/chat/<case>.json`:

@@ -1,4 +1,4 @@
-//! Helpers for the end-to-end tests in `tests/tests/`: they run the real
+//! Helpers for the end-to-end tests in `tests/tests/suite/`: they run the real
 //! `fusegrpo` binary (built by `cargo build --bin fusegrpo`, which the
 //! README's test command runs first) as a user would.
 

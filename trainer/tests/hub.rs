@@ -1,6 +1,7 @@
 //! Resolving a hub id from the Hugging Face cache layout with HF_HUB_OFFLINE
 //! (one test in its own process: it sets environment variables).
 
+#[path = "suite/common/mod.rs"]
 mod common;
 
 use candle_core::{DType, Device};

@@ -2,7 +2,7 @@
 //! (seeded random generator; each seed is a reproducible case) never panic,
 //! and well-formed calls embedded in noise are all recovered in order.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -2,7 +2,7 @@
 //! resume, retention, interrupted saves, exact RNG continuation, and
 //! refusal of mismatched architectures or configs.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};

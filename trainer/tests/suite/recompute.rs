@@ -4,7 +4,7 @@
 //! loss with clipping active, stored old log-probs and beta > 0, with one and
 //! with several micro-batches.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};

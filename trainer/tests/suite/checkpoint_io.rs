@@ -1,7 +1,7 @@
 //! Loading and saving Hugging Face checkpoints: round trips (single file and
 //! shards), dtype conversion, and errors that name the file and tensor.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device};
 use std::path::Path;

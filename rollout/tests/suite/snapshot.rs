@@ -1,7 +1,7 @@
 //! Snapshots: plain and bare repositories, names, missing commits, empty
 //! repositories, sharing, and what each kind of tree entry becomes.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use std::sync::Arc;
 

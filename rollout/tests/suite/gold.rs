@@ -1,7 +1,7 @@
 //! Gold from patches on small synthetic repositories, the filters' flags,
 //! the JSONL loader, and tasks mined from history.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use std::collections::BTreeSet;
 

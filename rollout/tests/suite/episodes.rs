@@ -3,7 +3,7 @@
 //! in parallel, the reward, and a replay through the chat template that
 //! shows where (and why) the token sequences agree.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use repo_builder::TempRepo;
 use rollout::chat::{write_small_tokenizer, ChatRequest, ChatTokenizer};

@@ -1,7 +1,7 @@
 //! Table-driven tests of grep, glob and read_file on a real git repository,
 //! including every failure and hostile input.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use std::time::{Duration, Instant};
 

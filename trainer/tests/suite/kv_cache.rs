@@ -1,7 +1,7 @@
 //! The KV cache and per-row positions: decoding token by token from a
 //! left-padded batch gives the same logits as a full forward of each row.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, IndexOp, Tensor};
 use trainer::model::cache::{KvCache, Positions};

@@ -2,7 +2,7 @@
 //! the one-big-batch gradients for every aggregation, one update lowers the
 //! loss on its batch, and the reference model never receives a gradient.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};

@@ -1,7 +1,7 @@
 //! Hand-made episodes: e, F1 and R equal the values computed by hand in the
 //! comments.
 
-mod repo_builder;
+use crate::repo_builder;
 
 use repo_builder::TempRepo;
 use rollout::answer::{parse_answer, Answer};

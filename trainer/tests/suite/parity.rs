@@ -1,7 +1,7 @@
 //! Parity with transformers on tiny random Qwen3 checkpoints (f32, CPU):
 //! per-token log-probs, greedy continuations, and the gradients of a loss.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor};
 use common::{expected, ids, load, model, CASES};

@@ -1,0 +1,11 @@
+//! The environment's integration tests, one binary (fewer links, less disk in CI).
+
+mod repo_builder;
+mod chat_template;
+mod episodes;
+mod gold;
+mod practice;
+mod reward;
+mod snapshot;
+mod toolcall_fuzz;
+mod tools;

@@ -1,0 +1,9 @@
+//! End-to-end tests of the fusegrpo binary, one test binary.
+
+mod cli_env;
+mod cli_model;
+mod cli_plot;
+mod cli_practice;
+mod cli_rollout;
+mod cli_train;
+mod serve_http;

@@ -1,0 +1,15 @@
+//! The trainer's integration tests, one binary (fewer links, less disk in CI).
+
+mod chat_render_cli;
+mod common;
+mod checkpoint_io;
+mod checkpoints;
+mod configs;
+mod grpo_learning;
+mod grpo_maths;
+mod grpo_update;
+mod kv_cache;
+mod model_rollout;
+mod optim;
+mod parity;
+mod recompute;
