@@ -34,10 +34,12 @@ pub mod logprobs;
 pub mod model;
 pub mod optim;
 pub mod params;
+pub mod pipeline;
 pub mod policy;
 pub mod run_config;
 pub mod sampling;
 pub mod serve;
+pub mod sft;
 pub mod train;
 pub mod weights;
 

@@ -47,8 +47,14 @@ enum Command {
     Eval(cli::rollout::Args),
     /// OpenAI-compatible chat-completions server (tool calls in OpenAI's format).
     Serve(cli::serve::Args),
+    /// Teacher trajectories for SFT: K scored episodes per task (scripted or HTTP teacher).
+    Synth(cli::synth::Args),
+    /// Supervised fine-tuning on filtered teacher trajectories.
+    Sft(cli::sft::Args),
     /// GRPO training with checkpoints and exact resume.
     Train(cli::train::Args),
+    /// The whole recipe: synth -> filter -> sft -> grpo -> eval, with report.json.
+    Pipeline(cli::pipeline::Args),
     /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
     Plot(cli::plot::Args),
     /// Chat-template utilities.
@@ -80,6 +86,9 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),
         Command::Train(args) => cli::train::run(args),
+        Command::Synth(args) => cli::synth::run(args),
+        Command::Sft(args) => cli::sft::run(args),
+        Command::Pipeline(args) => cli::pipeline::run(args),
         Command::Plot(args) => cli::plot::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),

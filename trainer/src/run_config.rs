@@ -98,6 +98,12 @@ pub struct RunConfig {
     pub grpo: crate::train::config::GrpoSection,
     #[serde(default)]
     pub optim: crate::train::config::OptimSection,
+    /// Supervised fine-tuning (`fusegrpo sft`, the pipeline's SFT stage).
+    #[serde(default, skip_serializing_if = "crate::sft::config::SftSection::is_default")]
+    pub sft: crate::sft::config::SftSection,
+    /// The whole recipe (`fusegrpo pipeline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<crate::pipeline::PipelineSection>,
 }
 
 impl RunConfig {
@@ -127,6 +133,12 @@ impl RunConfig {
             fix(t);
         }
         if let Some(t) = self.train.tasks.as_mut() {
+            fix(t);
+        }
+        if let Some(t) = self.sft.data.as_mut() {
+            fix(t);
+        }
+        if let Some(t) = self.pipeline.as_mut().and_then(|p| p.tasks.as_mut()) {
             fix(t);
         }
         let local = base.join(&self.model.path);
@@ -161,6 +173,30 @@ impl RunConfig {
         }
         if let Err(e) = self.optim.schedule.validate() {
             return bad("optim.schedule", e.to_string());
+        }
+        if self.sft.batch_rows == 0 || self.sft.micro_batch_rows == 0 {
+            return bad("sft.batch_rows / sft.micro_batch_rows", "must be at least 1".into());
+        }
+        if !(self.sft.lr > 0.0 && self.sft.lr.is_finite()) {
+            return bad("sft.lr", format!("must be a positive number, got {}", self.sft.lr));
+        }
+        if !(0.0..1.0).contains(&self.sft.heldout_fraction) {
+            return bad("sft.heldout_fraction", format!("must be in [0, 1), got {}", self.sft.heldout_fraction));
+        }
+        if let Err(e) = self.sft.schedule.validate() {
+            return bad("sft.schedule", e.to_string());
+        }
+        let f = &self.sft.filter;
+        if f.min_calls_per_turn > f.max_calls_per_turn {
+            return bad("sft.filter.min_calls_per_turn", format!("{} exceeds max_calls_per_turn {}", f.min_calls_per_turn, f.max_calls_per_turn));
+        }
+        if !(0.0..=1.0).contains(&f.max_truncation_ratio) {
+            return bad("sft.filter.max_truncation_ratio", format!("must be in [0, 1], got {}", f.max_truncation_ratio));
+        }
+        if let Some(p) = &self.pipeline {
+            if let Err((key, message)) = p.validate() {
+                return bad(&format!("pipeline.{key}"), message);
+            }
         }
         if let Err(e) = self.reward.validate() {
             return bad(&format!("reward.{}", e.field), e.to_string());

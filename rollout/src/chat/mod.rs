@@ -24,7 +24,7 @@ mod tokenizer;
 pub use error::{ChatError, Result};
 pub use pyjson::{dumps as python_json_dumps, DumpOptions};
 pub use small::{
-    max_small_vocab, write_small_tokenizer, QWEN3_ADDED_TOKENS, QWEN3_CHAT_TEMPLATE,
+    max_small_vocab, write_small_tokenizer, write_small_tokenizer_with, QWEN3_ADDED_TOKENS, QWEN3_CHAT_TEMPLATE,
     QWEN3_SPLIT_REGEX, SMALL_VOCAB_MIN,
 };
 pub use tokenizer::{

@@ -84,8 +84,15 @@ type Bpe = TokenizerImpl<
 /// the same files. Errors if `vocab_size` is below [`SMALL_VOCAB_MIN`] or
 /// above what the built-in corpus supports.
 pub fn write_small_tokenizer(out_dir: impl AsRef<Path>, vocab_size: usize) -> Result<()> {
+    write_small_tokenizer_with(out_dir, vocab_size, &[])
+}
+
+/// [`write_small_tokenizer`] with `extra_docs` added to the training corpus
+/// (the text a run will see: a repository's files, the tool declarations),
+/// so that text tokenizes into fewer ids. Deterministic for the same inputs.
+pub fn write_small_tokenizer_with(out_dir: impl AsRef<Path>, vocab_size: usize, extra_docs: &[String]) -> Result<()> {
     let out_dir = out_dir.as_ref();
-    let tokenizer = train_small_tokenizer(vocab_size)?;
+    let tokenizer = train_small_tokenizer(vocab_size, extra_docs)?;
     std::fs::create_dir_all(out_dir).map_err(|source| ChatError::Io {
         path: out_dir.to_path_buf(),
         source,
@@ -104,7 +111,7 @@ pub fn write_small_tokenizer(out_dir: impl AsRef<Path>, vocab_size: usize) -> Re
 }
 
 /// Trains the BPE and appends the added tokens; checks the exact size.
-fn train_small_tokenizer(vocab_size: usize) -> Result<Bpe> {
+fn train_small_tokenizer(vocab_size: usize, extra_docs: &[String]) -> Result<Bpe> {
     let max = max_small_vocab();
     if vocab_size < SMALL_VOCAB_MIN || vocab_size > max {
         return Err(ChatError::VocabSize {
@@ -126,7 +133,8 @@ fn train_small_tokenizer(vocab_size: usize) -> Result<Bpe> {
         .show_progress(false)
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build();
-    let corpus = training_corpus();
+    let mut corpus = training_corpus();
+    corpus.extend(extra_docs.iter().cloned());
     tokenizer
         .train(&mut trainer, corpus.iter())
         .map_err(|e| ChatError::tokenizer("training the small BPE", e))?;

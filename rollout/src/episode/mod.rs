@@ -8,6 +8,7 @@
 //! their sampling log-probs (0 elsewhere).
 
 pub mod driver;
+pub mod filter;
 pub mod summary;
 pub mod prompt;
 

@@ -24,11 +24,29 @@ pub struct ScriptedConfig {
     pub max_files: usize,
     /// Lines read above the first hit and below the last.
     pub context_lines: usize,
+    /// Best keywords left out of the first turn's greps.
+    pub skip_keywords: usize,
 }
 
 impl Default for ScriptedConfig {
     fn default() -> Self {
-        ScriptedConfig { max_greps: 4, max_files: 2, context_lines: 30 }
+        ScriptedConfig { max_greps: 4, max_files: 2, context_lines: 30, skip_keywords: 0 }
+    }
+}
+
+impl ScriptedConfig {
+    /// A variant drawn from `seed` and the episode key: how many greps, files
+    /// and lines of context, and whether the best keyword is skipped. The
+    /// same (seed, episode) always gives the same variant, whatever the batch.
+    pub fn varied(seed: u64, episode: u64) -> ScriptedConfig {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ episode.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        ScriptedConfig {
+            max_greps: rng.random_range(2..=5),
+            max_files: rng.random_range(1..=3),
+            context_lines: [8, 15, 25, 35][rng.random_range(0..4)],
+            skip_keywords: usize::from(rng.random_bool(0.25)),
+        }
     }
 }
 
@@ -36,6 +54,20 @@ impl Default for ScriptedConfig {
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedTeacher {
     pub config: ScriptedConfig,
+    /// With a seed, each episode gets its own [`ScriptedConfig::varied`]
+    /// (several distinct trajectories per task for `fusegrpo synth`).
+    pub variation: Option<u64>,
+}
+
+impl ScriptedTeacher {
+    /// A teacher whose episodes vary with `seed` (see [`ScriptedConfig::varied`]).
+    pub fn varied(seed: u64) -> ScriptedTeacher {
+        ScriptedTeacher { config: ScriptedConfig::default(), variation: Some(seed) }
+    }
+
+    fn config_for(&self, episode: u64) -> ScriptedConfig {
+        self.variation.map_or_else(|| self.config.clone(), |seed| ScriptedConfig::varied(seed, episode))
+    }
 }
 
 impl Policy for ScriptedTeacher {
@@ -44,7 +76,7 @@ impl Policy for ScriptedTeacher {
     }
 
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        Ok(requests.iter().map(|r| TurnOutput::Text(self.turn(r.messages))).collect())
+        Ok(requests.iter().map(|r| TurnOutput::Text(turn(&self.config_for(r.episode), r.messages))).collect())
     }
 }
 
@@ -68,20 +100,29 @@ const COMMON: &[&str] = &[
     "could", "does", "doesn", "like", "also", "just", "only", "some", "other", "these", "those", "here", "file",
 ];
 
-impl ScriptedTeacher {
-    fn turn(&self, messages: &[Value]) -> String {
-        let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
-        let issue = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
-        match assistant_turns {
-            0 => self.search_turn(issue),
-            1 => self.read_turn(messages),
-            _ => self.answer_turn(messages),
-        }
+/// The next turn of a conversation: search, read, then answer.
+fn turn(config: &ScriptedConfig, messages: &[Value]) -> String {
+    let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let issue = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+    let turns = Turns { config };
+    match assistant_turns {
+        0 => turns.search_turn(issue),
+        1 => turns.read_turn(messages),
+        _ => turns.answer_turn(messages),
     }
+}
+
+/// The three turns under one [`ScriptedConfig`].
+struct Turns<'a> {
+    config: &'a ScriptedConfig,
+}
+
+impl Turns<'_> {
 
     fn search_turn(&self, issue: &str) -> String {
         let mut calls: Vec<Value> = keywords(issue)
             .into_iter()
+            .skip(self.config.skip_keywords)
             .take(self.config.max_greps)
             .map(|k| json!({"name": "grep", "arguments": {"pattern": regex::escape(&k)}}))
             .collect();

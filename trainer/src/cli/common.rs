@@ -63,3 +63,18 @@ pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<
     }
     w.flush().with_context(|| format!("writing {}", path.display()))
 }
+
+/// The process's SIGINT/SIGTERM flag: the handler is installed once, on
+/// first use, and every training loop of the process polls the same flag.
+pub fn interrupt_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(f) = FLAG.get() {
+        return Ok(f.clone());
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let handler_flag = flag.clone();
+    ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)).context("installing the SIGINT/SIGTERM handler")?;
+    Ok(FLAG.get_or_init(|| flag).clone())
+}

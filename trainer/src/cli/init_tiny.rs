@@ -23,6 +23,14 @@ pub struct Args {
     /// Train a small byte-level BPE of this many ids (Qwen3's special tokens kept).
     #[arg(long)]
     pub small_vocab: Option<usize>,
+    /// Also train the small BPE on this repository's files at HEAD
+    /// (`owner/name` under --repos-dir) and on the tool declarations, so the
+    /// run's prompts and tool outputs take fewer tokens.
+    #[arg(long, requires_all = ["repos_dir", "small_vocab"])]
+    pub corpus_repo: Option<String>,
+    /// Folder of `<owner>__<name>[.git]` repositories (for --corpus-repo).
+    #[arg(long)]
+    pub repos_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long, default_value_t = 64)]
@@ -53,7 +61,11 @@ pub fn run(args: Args) -> Result<()> {
             QWEN3_VOCAB_ROWS
         }
         (None, Some(n)) => {
-            rollout::chat::write_small_tokenizer(&args.out, n)
+            let extra = match (&args.corpus_repo, &args.repos_dir) {
+                (Some(repo), Some(dir)) => corpus_of(repo, dir)?,
+                _ => Vec::new(),
+            };
+            rollout::chat::write_small_tokenizer_with(&args.out, n, &extra)
                 .with_context(|| format!("training a {n}-id tokenizer into {}", args.out.display()))?;
             n
         }
@@ -84,4 +96,30 @@ fn copy_tokenizer(from: &Path, to: &Path) -> Result<()> {
         std::fs::copy(&src, to.join(f)).with_context(|| format!("copying {}", src.display()))?;
     }
     Ok(())
+}
+
+/// Weight of the run's own text against the built-in corpus.
+const CORPUS_REPEATS: usize = 30;
+
+/// The fixed prose Qwen3's chat template puts around tool declarations and calls.
+const CHAT_TEMPLATE_PROSE: &str = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n</tools>\n\n\
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n\
+<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>\nRepository issue:\n\n";
+
+/// The text files of `repo` at HEAD and the tool declarations, as BPE
+/// training documents (each repeated so the run's text dominates the merges).
+fn corpus_of(repo: &str, repos_dir: &std::path::Path) -> Result<Vec<String>> {
+    let store = rollout::repo::SnapshotStore::open(repos_dir);
+    let snap = store.get(repo, "HEAD").with_context(|| format!("--corpus-repo {repo} in {}", repos_dir.display()))?;
+    let mut docs: Vec<String> =
+        snap.files().iter().filter_map(|f| f.text()).map(|t| String::from_utf8_lossy(t).into_owned()).collect();
+    docs.push(rollout::episode::prompt::SYSTEM_PROMPT.to_string());
+    for schema in rollout::episode::prompt::tool_schemas() {
+        docs.push(serde_json::to_string(&schema)?);
+    }
+    docs.push(CHAT_TEMPLATE_PROSE.to_string());
+    let paths: Vec<&str> = snap.files().iter().map(|f| f.path.as_str()).collect();
+    docs.push(paths.join("\n"));
+    Ok(std::iter::repeat_n(docs, CORPUS_REPEATS).flatten().collect())
 }

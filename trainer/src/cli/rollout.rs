@@ -12,6 +12,7 @@ use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
 use rollout::teacher::scripted::ScriptedTeacher;
+use rollout::tasks::Task;
 use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -72,6 +73,19 @@ pub struct Args {
     pub requests_per_second: Option<f64>,
 }
 
+/// How to reach (and vary) a teacher policy.
+#[derive(Debug, Clone, Default)]
+pub struct TeacherOpts {
+    /// Model name sent to an HTTP teacher.
+    pub model: String,
+    /// Environment variable holding the HTTP teacher's API key.
+    pub api_key_env: Option<String>,
+    /// Bound on requests per second to an HTTP teacher.
+    pub requests_per_second: Option<f64>,
+    /// Vary the scripted teacher per episode with this seed (synth).
+    pub vary_scripted: Option<u64>,
+}
+
 /// Run the episodes of `args`; returns them with the config used.
 pub fn collect(args: &Args) -> Result<Vec<Episode>> {
     let cfg = RunConfig::from_file(&args.config)?;
@@ -80,6 +94,18 @@ pub fn collect(args: &Args) -> Result<Vec<Episode>> {
         tasks.truncate(n);
     }
     let group = args.group.unwrap_or(cfg.rollout.group);
+    let teacher = TeacherOpts {
+        model: args.teacher_model.clone(),
+        api_key_env: args.api_key_env.clone(),
+        requests_per_second: args.requests_per_second,
+        vary_scripted: None,
+    };
+    run_policy(&cfg, &tasks, &args.policy, group, &teacher)
+}
+
+/// `group` episodes per task of `tasks` with `policy` (the config's model,
+/// the scripted teacher or an HTTP teacher), with a progress bar.
+pub fn run_policy(cfg: &RunConfig, tasks: &[Task], policy: &PolicyChoice, group: usize, teacher: &TeacherOpts) -> Result<Vec<Episode>> {
     let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
@@ -91,24 +117,27 @@ pub fn collect(args: &Args) -> Result<Vec<Episode>> {
         bar.inc(1);
         bar.set_message(format!("last R={:.3}", e.score.map_or(0.0, |s| s.reward)));
     };
-    let episodes = match &args.policy {
+    let episodes = match policy {
         PolicyChoice::Model => {
             let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
             let (model, _) = load_model(&cfg.model.path, &on)?;
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.max_batch_tokens);
-            run(&mut policy, &env, &tasks, group, &cfg, on_done)?
+            run(&mut policy, &env, tasks, group, cfg, on_done)?
         }
-        PolicyChoice::Scripted => run(&mut ScriptedTeacher::default(), &env, &tasks, group, &cfg, on_done)?,
+        PolicyChoice::Scripted => {
+            let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied);
+            run(&mut teacher, &env, tasks, group, cfg, on_done)?
+        }
         PolicyChoice::Http(url) => {
-            let mut tcfg = HttpTeacherConfig::new(url.clone(), args.teacher_model.clone());
+            let mut tcfg = HttpTeacherConfig::new(url.clone(), teacher.model.clone());
             tcfg.temperature = Some(cfg.sampling.temperature);
             tcfg.seed = Some(cfg.sampling.seed);
-            tcfg.api_key_env = args.api_key_env.clone();
-            tcfg.requests_per_second = args.requests_per_second;
-            let mut teacher = HttpTeacher::new(tcfg).with_context(|| format!("--policy {url}"))?;
-            run(&mut teacher, &env, &tasks, group, &cfg, on_done)?
+            tcfg.api_key_env = teacher.api_key_env.clone();
+            tcfg.requests_per_second = teacher.requests_per_second;
+            let mut teacher = HttpTeacher::new(tcfg).with_context(|| format!("teacher {url}"))?;
+            run(&mut teacher, &env, tasks, group, cfg, on_done)?
         }
     };
     bar.finish_and_clear();
@@ -118,7 +147,7 @@ pub fn collect(args: &Args) -> Result<Vec<Episode>> {
 fn run(
     policy: &mut dyn Policy,
     env: &Env<'_>,
-    tasks: &[rollout::tasks::Task],
+    tasks: &[Task],
     group: usize,
     cfg: &RunConfig,
     on_done: impl FnMut(&Episode),
@@ -152,7 +181,9 @@ pub fn run_eval(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
+/// Episodes as JSONL, with their stop reason, policy tokens, tool calls
+/// and mean calls per tool turn spelled out.
+pub fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
     let rows: Vec<serde_json::Value> = episodes
         .iter()
         .map(|e| {
@@ -160,6 +191,7 @@ fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
             v["stop_reason"] = serde_json::to_value(e.stop_reason()).expect("serializes");
             v["policy_tokens"] = e.policy_tokens().into();
             v["tool_calls"] = e.tool_calls().into();
+            v["calls_per_turn"] = rollout::episode::filter::calls_per_turn(e).into();
             v
         })
         .collect();

@@ -42,6 +42,33 @@ pub fn run(args: Args) -> Result<()> {
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
     let tasks = rollout::tasks::load_tasks(&tasks_path)?;
     anyhow::ensure!(!tasks.is_empty(), "{}: no tasks", tasks_path.display());
+    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change };
+    train(&cfg, &run_dir, &tasks, &opts).map(|_| ())
+}
+
+/// How a training run (GRPO or SFT) starts and stops.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// `auto` or a checkpoint folder.
+    pub resume: Option<String>,
+    pub max_steps: Option<u64>,
+    pub save_every: Option<u64>,
+    pub allow_config_change: bool,
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// All steps done; the newest checkpoint.
+    Done(PathBuf),
+    /// SIGINT/SIGTERM: a checkpoint was saved, `--resume auto` continues.
+    Interrupted,
+}
+
+/// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
+pub fn train(cfg: &RunConfig, run_dir: &std::path::Path, tasks: &[rollout::tasks::Task], args: &RunOptions) -> Result<RunEnd> {
+    let cfg = cfg.clone();
+    let run_dir = run_dir.to_path_buf();
     let cfg_json = serde_json::to_value(&cfg)?;
     let cfg_hash = checkpoint::config_hash(&cfg_json);
 
@@ -85,12 +112,7 @@ pub fn run(args: Args) -> Result<()> {
     // Lines past the checkpoint we resume from (or all, on a fresh start)
     // belong to steps that will be redone.
     truncate_metrics(&metrics_path, trainer.step)?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
-            .context("installing the SIGINT/SIGTERM handler")?;
-    }
+    let stop = super::common::interrupt_flag()?;
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path)
         .with_context(|| format!("opening {}", metrics_path.display()))?;
     let total = args.max_steps.unwrap_or(cfg.train.steps);
@@ -135,15 +157,19 @@ pub fn run(args: Args) -> Result<()> {
         }
         if interrupted {
             bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
-            return Ok(());
+            return Ok(RunEnd::Interrupted);
         }
     }
     bar.finish();
-    Ok(())
+    let last = match checkpoint::latest(&run_dir)? {
+        Some(dir) => dir,
+        None => save(&trainer, sampler.cursor)?,
+    };
+    Ok(RunEnd::Done(last))
 }
 
 /// Keep only the metrics lines of steps `1..=step`.
-fn truncate_metrics(path: &std::path::Path, step: u64) -> Result<()> {
+pub fn truncate_metrics(path: &std::path::Path, step: u64) -> Result<()> {
     if !path.exists() {
         return Ok(());
     }
@@ -159,7 +185,7 @@ fn truncate_metrics(path: &std::path::Path, step: u64) -> Result<()> {
 }
 
 /// A checkpoint folder is a complete model folder: copy the tokenizer in.
-fn copy_tokenizer(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+pub fn copy_tokenizer(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
     for f in ["tokenizer.json", "tokenizer_config.json"] {
         if from.join(f).exists() {
             std::fs::copy(from.join(f), to.join(f)).with_context(|| format!("copying {f} into {}", to.display()))?;

@@ -186,62 +186,69 @@ pub fn accumulate_gradients(
     let mut sums = LossSums::default();
     for range in micro_batches(b, micro_rows)? {
         let mb = batch.rows(range)?;
-        let (rows, cols) = mb.tokens.dims2()?;
-        let (logp, entropy, saved) = match cfg.recompute {
-            Recompute::PerLayer if cols >= 2 => {
-                let saved = model.forward_layer_inputs(&mb.tokens, &Positions::sequential(rows, cols))?;
-                let hidden = model.final_norm(saved.top().as_tensor())?;
-                let (logp, entropy) =
-                    hidden_logprobs(model, &hidden, &mb.tokens, cfg.temperature, cfg.entropy)?;
-                (logp, entropy, Some(saved))
-            }
-            _ => {
-                let (logp, entropy) =
-                    sequence_logprobs(model, &mb.tokens, cfg.temperature, cfg.entropy)?;
-                (logp, entropy, None)
-            }
-        };
-        let old = match &mb.old_logprobs {
-            OldLogprobs::Current => logp.detach(),
-            OldLogprobs::Stored(t) => t.clone(),
-        };
-        let mask = mb.mask.to_dtype(DType::F32)?;
-        let adv = mb.advantages.to_dtype(DType::F32)?;
-        let pt = per_token_loss(
-            &logp,
-            &old,
-            mb.ref_logprobs.as_ref(),
-            &adv,
-            &mask,
-            cfg.clip,
-            cfg.beta,
-        )?;
-        let loss = aggregate(
-            &pt.loss,
-            &mask,
-            cfg.aggregation,
-            totals,
-            cfg.max_completion_length,
-        )?;
-        sums.add(&LossSums::of(
-            &loss,
-            &pt,
-            entropy.as_ref(),
-            &adv,
-            &mask,
-            cfg.clip,
-        )?);
-        let store = loss.backward()?;
-        add_gradients(params, &store, &mut grads)?;
-        if let Some(saved) = saved {
-            let grad_top = store.get(saved.top().as_tensor()).cloned();
-            drop(store);
-            if let Some(grad_top) = grad_top {
-                model.backward_layers(saved, &grad_top, |s| add_gradients(params, s, &mut grads))?;
-            }
-        }
+        let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
+        backward_micro_batch(model, params, &mb.tokens, pass, &mut grads, |logp, entropy| {
+            let old = match &mb.old_logprobs {
+                OldLogprobs::Current => logp.detach(),
+                OldLogprobs::Stored(t) => t.clone(),
+            };
+            let mask = mb.mask.to_dtype(DType::F32)?;
+            let adv = mb.advantages.to_dtype(DType::F32)?;
+            let pt = per_token_loss(logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
+            let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
+            sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
+            Ok(loss)
+        })?;
     }
     Ok((grads, sums.metrics()))
+}
+
+/// How a micro-batch's log-probs are computed.
+#[derive(Debug, Clone, Copy)]
+pub struct LogprobPass {
+    /// Logits are divided by it.
+    pub temperature: f64,
+    pub entropy: EntropyMetric,
+    pub recompute: Recompute,
+}
+
+/// One micro-batch's forward and backward: log-probs `[b, t]` of `tokens`
+/// (see [`sequence_logprobs`]) go to `loss_of`, whose scalar loss is
+/// backpropagated; the gradients of `params` are added into `grads`. With
+/// [`Recompute::PerLayer`] the decoder layers are recomputed one at a time
+/// in the backward pass ([`Qwen3::backward_layers`]). GRPO and SFT share it.
+pub fn backward_micro_batch(
+    model: &Qwen3,
+    params: &BTreeMap<String, Var>,
+    tokens: &Tensor,
+    pass: LogprobPass,
+    grads: &mut Gradients,
+    loss_of: impl FnOnce(&Tensor, Option<&Tensor>) -> Result<Tensor>,
+) -> Result<()> {
+    let (rows, cols) = tokens.dims2()?;
+    let (logp, entropy, saved) = match pass.recompute {
+        Recompute::PerLayer if cols >= 2 => {
+            let saved = model.forward_layer_inputs(tokens, &Positions::sequential(rows, cols))?;
+            let hidden = model.final_norm(saved.top().as_tensor())?;
+            let (logp, entropy) = hidden_logprobs(model, &hidden, tokens, pass.temperature, pass.entropy)?;
+            (logp, entropy, Some(saved))
+        }
+        _ => {
+            let (logp, entropy) = sequence_logprobs(model, tokens, pass.temperature, pass.entropy)?;
+            (logp, entropy, None)
+        }
+    };
+    let loss = loss_of(&logp, entropy.as_ref())?;
+    let store = loss.backward()?;
+    add_gradients(params, &store, grads)?;
+    if let Some(saved) = saved {
+        let grad_top = store.get(saved.top().as_tensor()).cloned();
+        drop(store);
+        if let Some(grad_top) = grad_top {
+            model.backward_layers(saved, &grad_top, |s| add_gradients(params, s, grads))?;
+        }
+    }
+    Ok(())
 }
 
 /// Adds the gradients in `store` of every parameter in `params` to `grads`.

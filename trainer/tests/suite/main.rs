@@ -13,3 +13,4 @@ mod model_rollout;
 mod optim;
 mod parity;
 mod recompute;
+mod sft;

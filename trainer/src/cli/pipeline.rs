@@ -1,0 +1,208 @@
+//! `fusegrpo pipeline`: the FuseSearch recipe in one command:
+//! split -> synth -> filter + sft -> grpo -> eval (base, sft, grpo on the
+//! held-out tasks) -> `<run>/report.json`. Each stage leaves its output in
+//! the run folder and is skipped when that output exists; SFT and GRPO resume
+//! from their newest checkpoint, so an interrupted pipeline continues where
+//! it stopped.
+
+use super::rollout::{run_policy, write_episodes, PolicyChoice, TeacherOpts};
+use super::sft::read_episodes;
+use super::train::{RunEnd, RunOptions};
+use anyhow::{Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rollout::episode::summary::Summary;
+use rollout::episode::Episode;
+use rollout::tasks::Task;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use trainer::pipeline::{PipelineSection, Report, StageReport, Teacher};
+use trainer::run_config::RunConfig;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration (TOML with [pipeline], [sft], [train], [grpo], [optim]).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Run folder (default: checkpoints/<run name>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Override the sampling and SFT seeds (runs over several seeds).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// The file a finished training stage leaves: `{"checkpoint": ".."}`.
+const COMPLETE: &str = "complete.json";
+
+pub fn run(args: Args) -> Result<()> {
+    let mut cfg = RunConfig::from_file(&args.config)?;
+    if let Some(seed) = args.seed {
+        cfg.sampling.seed = seed;
+        cfg.sft.seed = seed;
+    }
+    let p = cfg.pipeline.clone().with_context(|| format!("{}: no [pipeline] section", args.config.display()))?;
+    let tasks_path = p.tasks.clone().or_else(|| cfg.train.tasks.clone()).context("pipeline.tasks is not set in the config")?;
+    let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
+    let all = rollout::tasks::load_tasks(&tasks_path)?;
+    let (train, heldout) = split_tasks(&all, &p)?;
+    eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
+    super::common::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
+    super::common::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?;
+    let mut seconds = BTreeMap::new();
+
+    let traj = run_dir.join("synth/trajectories.jsonl");
+    if traj.exists() {
+        eprintln!("== synth: {} exists, skipped", traj.display());
+    } else {
+        eprintln!("== synth: {} teacher episodes per task", p.samples);
+        let t0 = Instant::now();
+        let (teacher, opts) = teacher_of(&p, cfg.sampling.seed);
+        super::synth::synth(&cfg, &train, &teacher, p.samples, &opts, &traj)?;
+        seconds.insert("synth".to_string(), t0.elapsed().as_secs_f64());
+    }
+
+    let Some(sft_ckpt) = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
+        super::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+    })?
+    else {
+        return Ok(());
+    };
+
+    let mut grpo_cfg = cfg.clone();
+    grpo_cfg.model.path = sft_ckpt.to_string_lossy().into_owned();
+    let Some(grpo_ckpt) = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
+        super::train::train(&grpo_cfg, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+    })?
+    else {
+        return Ok(());
+    };
+
+    let mut report = Report {
+        stages: BTreeMap::new(),
+        filter: serde_json::from_str(&std::fs::read_to_string(run_dir.join("sft/filter.json")).unwrap_or_else(|_| "null".into()))?,
+        stage_seconds: seconds,
+        train_tasks: train.len(),
+        heldout_tasks: heldout.len(),
+    };
+    let models = [("base", cfg.model.path.clone()), ("sft", path_string(&sft_ckpt)), ("grpo", path_string(&grpo_ckpt))];
+    for (name, model) in models {
+        let t0 = Instant::now();
+        let episodes = evaluate(&cfg, &p, &model, &heldout, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
+        report.stages.insert(name.to_string(), StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes)));
+        report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
+    }
+    std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    println!("{}", table(&report));
+    println!("report: {}", run_dir.join("report.json").display());
+    Ok(())
+}
+
+fn path_string(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn ensure_dir(dir: &Path) -> Result<&Path> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Held-out tasks: a seeded draw of `heldout_tasks`; the rest train.
+fn split_tasks(all: &[Task], p: &PipelineSection) -> Result<(Vec<Task>, Vec<Task>)> {
+    anyhow::ensure!(
+        all.len() > p.heldout_tasks,
+        "pipeline.heldout_tasks is {} but the task file has only {} tasks (some must remain to train on)",
+        p.heldout_tasks,
+        all.len()
+    );
+    let mut idx: Vec<usize> = (0..all.len()).collect();
+    idx.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(p.split_seed));
+    let mut held: Vec<usize> = idx[..p.heldout_tasks].to_vec();
+    held.sort();
+    let train = (0..all.len()).filter(|i| !held.contains(i)).map(|i| all[i].clone()).collect();
+    Ok((train, held.into_iter().map(|i| all[i].clone()).collect()))
+}
+
+fn teacher_of(p: &PipelineSection, seed: u64) -> (PolicyChoice, TeacherOpts) {
+    let opts = TeacherOpts {
+        model: p.teacher_model.clone(),
+        api_key_env: p.api_key_env.clone(),
+        requests_per_second: p.requests_per_second,
+        vary_scripted: Some(seed),
+    };
+    match &p.teacher {
+        Teacher::Scripted => (PolicyChoice::Scripted, opts),
+        Teacher::Http(url) => (PolicyChoice::Http(url.clone()), opts),
+    }
+}
+
+/// A training stage: skipped when `<dir>/complete.json` names its
+/// checkpoint; otherwise run (resuming) and marked complete. `None` when it
+/// was interrupted (a checkpoint is saved; rerun the pipeline to continue).
+fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl FnOnce(&Path) -> Result<RunEnd>) -> Result<Option<PathBuf>> {
+    let marker = dir.join(COMPLETE);
+    if let Ok(text) = std::fs::read_to_string(&marker) {
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
+        let ckpt = PathBuf::from(v["checkpoint"].as_str().with_context(|| format!("{}: no `checkpoint`", marker.display()))?);
+        if ckpt.join("DONE").exists() {
+            eprintln!("== {name}: done ({}), skipped", ckpt.display());
+            return Ok(Some(ckpt));
+        }
+        eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display());
+    }
+    eprintln!("== {name}");
+    let t0 = Instant::now();
+    match run(dir).with_context(|| format!("pipeline stage {name}"))? {
+        RunEnd::Done(ckpt) => {
+            std::fs::write(&marker, serde_json::json!({ "checkpoint": ckpt }).to_string())?;
+            seconds.insert(name.to_string(), t0.elapsed().as_secs_f64());
+            Ok(Some(ckpt))
+        }
+        RunEnd::Interrupted => {
+            eprintln!("pipeline interrupted during {name}; run the same command again to continue");
+            Ok(None)
+        }
+    }
+}
+
+/// Episodes of `model` on the held-out tasks (read back when `out` exists).
+fn evaluate(cfg: &RunConfig, p: &PipelineSection, model: &str, heldout: &[Task], out: &Path) -> Result<Vec<Episode>> {
+    if out.exists() {
+        return read_episodes(out);
+    }
+    let mut eval_cfg = cfg.clone();
+    eval_cfg.model.path = model.to_string();
+    eval_cfg.sampling.temperature = p.eval_temperature;
+    let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, p.eval_group, &TeacherOpts::default())?;
+    ensure_dir(out.parent().expect("eval files live in a folder"))?;
+    let tmp = out.with_extension("jsonl.partial");
+    write_episodes(&tmp, &episodes)?;
+    std::fs::rename(&tmp, out)?;
+    Ok(episodes)
+}
+
+/// Share of tool calls that parsed and ran without a tool error.
+fn well_formed_calls(episodes: &[Episode]) -> f64 {
+    let calls: Vec<_> = episodes.iter().flat_map(|e| e.turns.iter().flat_map(|t| t.calls.iter())).collect();
+    if calls.is_empty() {
+        return 0.0;
+    }
+    calls.iter().filter(|c| c.name.is_some() && !c.error).count() as f64 / calls.len() as f64
+}
+
+/// The FuseSearch table of the report, one row per stage.
+pub fn table(r: &Report) -> String {
+    let mut out = String::from(
+        "stage    f1_file f1_func      e  reward  turns calls/turn  tokens seconds answered well_formed\n",
+    );
+    for name in ["base", "sft", "grpo"] {
+        if let Some(s) = r.stages.get(name) {
+            out += &format!(
+                "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
+                s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, s.well_formed_calls
+            );
+        }
+    }
+    out
+}

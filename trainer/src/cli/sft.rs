@@ -1,0 +1,199 @@
+//! `fusegrpo sft`: supervised fine-tuning on teacher trajectories
+//! (`fusegrpo synth` output), filtered first (`<run>/filter.json` holds the
+//! counts), with the same optimizer, checkpoints, exact resume, metrics
+//! (`<run>/metrics.jsonl`) and progress bar as `train`; a held-out split of
+//! the tasks reports its loss during training and its episode metrics at
+//! the end (`<run>/heldout_eval.json`).
+
+use super::train::{copy_tokenizer, truncate_metrics, RunEnd, RunOptions};
+use anyhow::{Context, Result};
+use rollout::episode::filter::{filter, SftExample};
+use rollout::episode::summary::Summary;
+use rollout::episode::Episode;
+use rollout::tasks::Task;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use trainer::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
+use trainer::run_config::RunConfig;
+use trainer::sft::batches::{batch_at, heldout_split, total_steps};
+use trainer::sft::{heldout_loss, SftBatch, SftTrainer};
+use trainer::weights::load_weights;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration (TOML; `[sft]` and `[sft.filter]`).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Teacher trajectories (JSONL from `fusegrpo synth`; default: sft.data).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run folder (default: checkpoints/<run name>-sft).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// `auto` (newest complete checkpoint in the run folder, if any) or a checkpoint folder.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Stop after this many steps in total (default: all epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Save every N steps (default: sft.save_every).
+    #[arg(long)]
+    pub save_every: Option<u64>,
+    /// Resume even if the run config changed since the checkpoint.
+    #[arg(long)]
+    pub allow_config_change: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = RunConfig::from_file(&args.config)?;
+    let data = args.data.clone().or_else(|| cfg.sft.data.clone()).context("no trajectories: pass --data or set sft.data in the config")?;
+    let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(format!("{}-sft", cfg.name)));
+    let tasks_path = cfg.pipeline.as_ref().and_then(|p| p.tasks.clone()).or_else(|| cfg.train.tasks.clone());
+    let tasks = match tasks_path {
+        Some(p) => rollout::tasks::load_tasks(&p)?,
+        None => Vec::new(),
+    };
+    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change };
+    sft(&cfg, &data, &run_dir, &tasks, &opts).map(|_| ())
+}
+
+/// Episodes from a JSONL file; errors name the file and line.
+pub fn read_episodes(path: &Path) -> Result<Vec<Episode>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Episode = serde_json::from_str(&line).with_context(|| format!("{}:{}: not an episode line (fusegrpo synth/rollout output)", path.display(), n + 1))?;
+        anyhow::ensure!(
+            e.tokens.len() == e.loss_mask.len(),
+            "{}:{}: {} tokens but {} loss-mask entries",
+            path.display(),
+            n + 1,
+            e.tokens.len(),
+            e.loss_mask.len()
+        );
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// Filter `data`, then fine-tune the config's model on the kept
+/// trajectories into `run_dir`. `tasks` (any superset of the data's tasks)
+/// lets the end-of-run evaluation roll out the held-out tasks.
+pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
+    let s = &cfg.sft;
+    let episodes = read_episodes(data)?;
+    let (examples, report) = filter(&episodes, &s.filter);
+    std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
+    eprintln!("sft filter: {}", report.summary());
+    anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
+    let (train_rows, held_rows) = heldout_split(&examples, s.heldout_fraction, s.seed);
+    anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
+    let total = opts.max_steps.unwrap_or_else(|| total_steps(train_rows.len(), s.batch_rows, s.epochs));
+    eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
+
+    let cfg_json = serde_json::to_value(cfg)?;
+    let cfg_hash = checkpoint::config_hash(&cfg_json);
+    let resume_dir = match opts.resume.as_deref() {
+        None => None,
+        Some("auto") => checkpoint::latest(run_dir)?,
+        Some(path) => Some(PathBuf::from(path)),
+    };
+    let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
+    let model_cfg = trainer::Qwen3Config::from_file(&model_dir.join("config.json"))?;
+    let device = cfg.model.device.open()?;
+    let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
+    let mut trainer = SftTrainer::new(cfg, &model_cfg, &weights)?;
+    drop(weights);
+    let mut cursor = DataCursor::default();
+    if let Some(dir) = &resume_dir {
+        let state = checkpoint::load_state(dir)?;
+        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&model_cfg), &cfg_hash, opts.allow_config_change)?;
+        trainer.optimizer.import_state(&checkpoint::load_optimizer(dir, &device)?.into_iter().collect())?;
+        trainer.optimizer.sync_params_from_masters(&trainer.vars)?;
+        trainer.step = state.step;
+        cursor = state.data;
+        eprintln!("resumed from {} at step {}", dir.display(), state.step);
+    }
+    let tok_dir = cfg.tokenizer_dir(&base_dir);
+    let metrics_path = run_dir.join("metrics.jsonl");
+    truncate_metrics(&metrics_path, trainer.step)?;
+    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path)
+        .with_context(|| format!("opening {}", metrics_path.display()))?;
+    let stop = super::common::interrupt_flag()?;
+    let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
+    let save = |trainer: &SftTrainer, cursor: DataCursor| -> Result<PathBuf> {
+        let state = TrainState {
+            format_version: FORMAT_VERSION,
+            step: trainer.step,
+            rngs: Default::default(),
+            data: cursor,
+            config: cfg_json.clone(),
+            config_hash: cfg_hash.clone(),
+            arch_hash: checkpoint::arch_hash(&model_cfg),
+        };
+        let opt = trainer.optimizer.export_state()?.into_iter().collect();
+        let dir = checkpoint::save(run_dir, &model_cfg, &trainer.model.tensors(), &opt, &state, s.keep_last)?;
+        copy_tokenizer(&tok_dir, &dir)?;
+        Ok(dir)
+    };
+    let bar = super::rollout::progress_bar(total, "sft steps");
+    bar.set_position(trainer.step);
+    while trainer.step < total {
+        let Some((rows, next)) = batch_at(&examples, &train_rows, s.batch_rows, s.seed, u64::MAX, cursor) else { break };
+        let batch = SftBatch::of(&examples, &rows, &device)?;
+        let mut m = trainer.step(&batch, cursor.epoch)?;
+        cursor = next;
+        let last = trainer.step == total;
+        if !held_rows.is_empty() && (last || (s.eval_every > 0 && trainer.step % s.eval_every == 0)) {
+            m.heldout_loss = Some(heldout_loss(&trainer.model, &examples, &held_rows, s.micro_batch_rows)?);
+        }
+        writeln!(metrics, "{}", serde_json::to_string(&m)?)?;
+        metrics.flush()?;
+        bar.set_position(trainer.step);
+        bar.set_message(format!("loss {:.4}{}", m.loss, m.heldout_loss.map_or(String::new(), |h| format!(" held-out {h:.4}"))));
+        let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+        if trainer.step % save_every == 0 || last || interrupted {
+            let dir = save(&trainer, cursor)?;
+            bar.println(format!("saved {}", dir.display()));
+        }
+        if interrupted {
+            bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
+            return Ok(RunEnd::Interrupted);
+        }
+    }
+    bar.finish();
+    let last = match checkpoint::latest(run_dir)? {
+        Some(dir) => dir,
+        None => save(&trainer, cursor)?,
+    };
+    drop(trainer);
+    evaluate_heldout(cfg, &last, &examples, &held_rows, tasks, run_dir)?;
+    Ok(RunEnd::Done(last))
+}
+
+/// Roll out the fine-tuned model on (up to `sft.eval_tasks` of) the
+/// held-out tasks and write their table to `<run>/heldout_eval.json`.
+fn evaluate_heldout(cfg: &RunConfig, checkpoint: &Path, examples: &[SftExample], held_rows: &[usize], tasks: &[Task], run_dir: &Path) -> Result<()> {
+    let mut ids: Vec<&str> = held_rows.iter().map(|&i| examples[i].task_id.as_str()).collect();
+    ids.dedup();
+    let held: Vec<Task> = ids.iter().filter_map(|id| tasks.iter().find(|t| t.instance_id == *id).cloned()).take(cfg.sft.eval_tasks).collect();
+    if held.is_empty() {
+        if cfg.sft.eval_tasks > 0 && !held_rows.is_empty() {
+            eprintln!("sft: held-out episode metrics skipped (the held-out tasks are not in the config's task file)");
+        }
+        return Ok(());
+    }
+    let mut eval_cfg = cfg.clone();
+    eval_cfg.model.path = checkpoint.to_string_lossy().into_owned();
+    let episodes = super::rollout::run_policy(&eval_cfg, &held, &super::rollout::PolicyChoice::Model, 1, &Default::default())?;
+    let summary = Summary::of(&episodes);
+    std::fs::write(run_dir.join("heldout_eval.json"), serde_json::to_string_pretty(&summary)?)?;
+    eprintln!("sft held-out episodes:\n{}\n{}", Summary::HEADER, summary.row("sft"));
+    Ok(())
+}

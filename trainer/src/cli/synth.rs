@@ -1,0 +1,77 @@
+//! `fusegrpo synth`: K teacher episodes per task (the scripted teacher,
+//! varied per episode, or an OpenAI-compatible endpoint queried in parallel
+//! with retries and a rate limit), each scored: F1_file, F1_func, e, R and
+//! calls per turn. The output feeds `fusegrpo sft`.
+
+use super::rollout::{run_policy, write_episodes, PolicyChoice, TeacherOpts};
+use anyhow::Result;
+use rollout::episode::summary::Summary;
+use rollout::episode::Episode;
+use rollout::tasks::Task;
+use std::path::{Path, PathBuf};
+use trainer::run_config::RunConfig;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration (TOML; its env, episode limits, reward and sampling are used).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Tasks (JSONL).
+    #[arg(long)]
+    pub tasks: PathBuf,
+    /// scripted | http://host:port (OpenAI-compatible chat completions).
+    #[arg(long, default_value = "scripted")]
+    pub teacher: PolicyChoice,
+    /// Episodes per task (K).
+    #[arg(long, default_value_t = 4)]
+    pub samples: usize,
+    /// Trajectories (JSONL), one scored episode per line.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Use only the first N tasks.
+    #[arg(long)]
+    pub max_tasks: Option<usize>,
+    /// Model name sent to an HTTP teacher.
+    #[arg(long, default_value = "teacher")]
+    pub teacher_model: String,
+    /// Environment variable holding the HTTP teacher's API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Bound on requests per second to an HTTP teacher.
+    #[arg(long)]
+    pub requests_per_second: Option<f64>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
+    anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
+    let cfg = RunConfig::from_file(&args.config)?;
+    let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
+    if let Some(n) = args.max_tasks {
+        tasks.truncate(n);
+    }
+    let teacher = TeacherOpts {
+        model: args.teacher_model.clone(),
+        api_key_env: args.api_key_env.clone(),
+        requests_per_second: args.requests_per_second,
+        vary_scripted: Some(cfg.sampling.seed),
+    };
+    synth(&cfg, &tasks, &args.teacher, args.samples, &teacher, &args.out)?;
+    Ok(())
+}
+
+/// Run the teacher and write its scored episodes to `out` atomically (a
+/// partial file never looks like a finished one).
+pub fn synth(cfg: &RunConfig, tasks: &[Task], teacher: &PolicyChoice, samples: usize, opts: &TeacherOpts, out: &Path) -> Result<Vec<Episode>> {
+    anyhow::ensure!(!tasks.is_empty(), "synth: no tasks");
+    let episodes = run_policy(cfg, tasks, teacher, samples, opts)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = out.with_extension("jsonl.partial");
+    write_episodes(&tmp, &episodes)?;
+    std::fs::rename(&tmp, out)?;
+    eprintln!("{} trajectories ({} tasks x {samples}) -> {}", episodes.len(), tasks.len(), out.display());
+    eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
+    Ok(episodes)
+}

@@ -1,0 +1,69 @@
+//! `[sft]` of a run config: the data, the filter, batches, optimizer
+//! schedule and the held-out split of supervised fine-tuning.
+
+use crate::model::recompute::Recompute;
+use crate::optim::schedule::LrSchedule;
+use rollout::episode::filter::FilterConfig;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Supervised fine-tuning on filtered teacher trajectories.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftSection {
+    /// Teacher trajectories (`fusegrpo synth` output), relative to the config file.
+    pub data: Option<PathBuf>,
+    /// Passes over the kept training trajectories.
+    pub epochs: u64,
+    /// Sequences per optimizer step (length-bucketed).
+    pub batch_rows: usize,
+    /// Sequences per forward/backward (gradient accumulation).
+    pub micro_batch_rows: usize,
+    /// Peak learning rate (betas, eps, weight decay and clipping come from `[optim]`).
+    pub lr: f64,
+    pub schedule: LrSchedule,
+    /// Share of tasks whose trajectories are held out for evaluation.
+    pub heldout_fraction: f64,
+    /// Held-out loss every N steps (and at the end); 0 = only at the end.
+    pub eval_every: u64,
+    /// Held-out tasks rolled out with the model at the end of SFT (episode metrics); 0 = none.
+    pub eval_tasks: usize,
+    /// Save a checkpoint every N steps (and at the end).
+    pub save_every: u64,
+    /// Keep the newest K checkpoints (0 = all).
+    pub keep_last: usize,
+    /// Seed of the held-out split and the batch order.
+    pub seed: u64,
+    #[serde(skip_serializing_if = "Recompute::is_off")]
+    pub recompute: Recompute,
+    pub filter: FilterConfig,
+}
+
+impl Default for SftSection {
+    fn default() -> Self {
+        SftSection {
+            data: None,
+            epochs: 3,
+            batch_rows: 8,
+            micro_batch_rows: 4,
+            lr: 1e-5,
+            schedule: LrSchedule::Constant,
+            heldout_fraction: 0.1,
+            eval_every: 0,
+            eval_tasks: 8,
+            save_every: 100,
+            keep_last: 2,
+            seed: 0,
+            recompute: Recompute::Off,
+            filter: FilterConfig::default(),
+        }
+    }
+}
+
+impl SftSection {
+    /// True when the section is all defaults (kept out of the config hash,
+    /// so GRPO-only configs hash as they did before SFT existed).
+    pub fn is_default(&self) -> bool {
+        *self == SftSection::default()
+    }
+}

@@ -1,0 +1,184 @@
+//! Supervised fine-tuning on filtered teacher trajectories: cross-entropy on
+//! the policy's own tokens only (system, user and tool-response tokens are
+//! masked), averaged over the batch's policy tokens, micro-batched with
+//! gradient accumulation, then the same clipping and AdamW as GRPO. One step
+//! reads top to bottom in [`SftTrainer::step`].
+
+pub mod batches;
+pub mod config;
+
+use crate::error::{Error, Result};
+use crate::grpo::{backward_micro_batch, micro_batches, EntropyMetric, LogprobPass};
+use crate::model::recompute::Recompute;
+use crate::model::Qwen3;
+use crate::optim::{AdamW, AdamWConfig, Gradients};
+use crate::run_config::RunConfig;
+use crate::weights::TensorMap;
+use candle_core::{DType, Device, Tensor, Var};
+use rollout::episode::filter::SftExample;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Right-padded sequences of one step and their loss mask.
+#[derive(Debug, Clone)]
+pub struct SftBatch {
+    /// `[B, T]` u32 token ids.
+    pub tokens: Tensor,
+    /// `[B, T]` f32, 1 on the policy's own tokens (never column 0).
+    pub mask: Tensor,
+}
+
+impl SftBatch {
+    /// The batch of `rows` of `examples`.
+    pub fn of(examples: &[SftExample], rows: &[usize], device: &Device) -> Result<SftBatch> {
+        let width = rows.iter().map(|&i| examples[i].tokens.len()).max().unwrap_or(1).max(1);
+        let mut tokens = Vec::with_capacity(rows.len() * width);
+        let mut mask = Vec::with_capacity(rows.len() * width);
+        for &i in rows {
+            let e = &examples[i];
+            tokens.extend(e.tokens.iter().copied().chain(std::iter::repeat(0)).take(width));
+            let own = e.loss_mask.iter().enumerate().map(|(j, &m)| if j > 0 && m == 1 { 1f32 } else { 0.0 });
+            mask.extend(own.chain(std::iter::repeat(0.0)).take(width));
+        }
+        Ok(SftBatch {
+            tokens: Tensor::from_vec(tokens, (rows.len(), width), device)?,
+            mask: Tensor::from_vec(mask, (rows.len(), width), device)?,
+        })
+    }
+
+    /// Rows `start..start+n`, cut after the last column any of them trains on.
+    fn rows(&self, start: usize, n: usize) -> Result<SftBatch> {
+        let mask = self.mask.narrow(0, start, n)?;
+        let used = mask.max(0)?.to_vec1::<f32>()?;
+        let cols = used.iter().rposition(|&x| x != 0.0).map_or(1, |j| j + 1);
+        Ok(SftBatch { tokens: self.tokens.narrow(0, start, n)?.narrow(1, 0, cols)?, mask: mask.narrow(1, 0, cols)? })
+    }
+
+    /// Policy tokens in the batch.
+    pub fn policy_tokens(&self) -> Result<f64> {
+        Ok(self.mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
+    }
+}
+
+/// Mean cross-entropy over the batch's policy tokens and its gradients,
+/// `micro_rows` rows at a time (each micro-batch's share is its token sum
+/// over the whole batch's token count, so the split does not change them).
+pub fn sft_gradients(
+    model: &Qwen3,
+    params: &BTreeMap<String, Var>,
+    batch: &SftBatch,
+    micro_rows: usize,
+    recompute: Recompute,
+) -> Result<(Gradients, f64)> {
+    let total = batch.policy_tokens()?;
+    if total == 0.0 {
+        return Err(Error::invalid("sft batch", "no policy tokens to learn from"));
+    }
+    let (b, _) = batch.tokens.dims2()?;
+    let mut grads = Gradients::default();
+    let mut loss_sum = 0.0;
+    let pass = LogprobPass { temperature: 1.0, entropy: EntropyMetric::Skip, recompute };
+    for range in micro_batches(b, micro_rows)? {
+        let mb = batch.rows(range.start, range.len())?;
+        backward_micro_batch(model, params, &mb.tokens, pass, &mut grads, |logp, _| {
+            let loss = ((logp * &mb.mask)?.sum_all()?.neg()? / total)?;
+            loss_sum += loss.to_scalar::<f32>()? as f64;
+            Ok(loss)
+        })?;
+    }
+    Ok((grads, loss_sum))
+}
+
+/// Mean cross-entropy over the policy tokens of `rows` (no gradients).
+pub fn heldout_loss(model: &Qwen3, examples: &[SftExample], rows: &[usize], micro_rows: usize) -> Result<f64> {
+    let (mut nll, mut count) = (0.0, 0.0);
+    for chunk in rows.chunks(micro_rows.max(1)) {
+        let batch = SftBatch::of(examples, chunk, model.device())?;
+        let (lp, _) = crate::grpo::sequence_logprobs(model, &batch.tokens, 1.0, EntropyMetric::Skip)?;
+        nll -= (lp.detach() * &batch.mask)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        count += batch.policy_tokens()?;
+    }
+    Ok(if count == 0.0 { f64::NAN } else { nll / count })
+}
+
+/// The metrics line of one SFT step.
+#[derive(Debug, Clone, Serialize)]
+pub struct SftStepMetrics {
+    pub step: u64,
+    pub epoch: u64,
+    pub loss: f64,
+    /// Mean held-out cross-entropy, on evaluation steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout_loss: Option<f64>,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub tokens: usize,
+    pub policy_tokens: usize,
+    pub seconds: f64,
+    /// The loss or gradient was NaN/inf: no update was applied.
+    pub skipped: bool,
+}
+
+/// The weights being fine-tuned and their optimizer.
+pub struct SftTrainer {
+    pub vars: BTreeMap<String, Var>,
+    pub model: Qwen3,
+    pub optimizer: AdamW,
+    pub step: u64,
+    lr: f64,
+    schedule: crate::optim::LrSchedule,
+    max_grad_norm: f64,
+    micro_rows: usize,
+    recompute: Recompute,
+}
+
+impl SftTrainer {
+    pub fn new(cfg: &RunConfig, model_cfg: &crate::Qwen3Config, weights: &TensorMap) -> Result<Self> {
+        let (model, vars) = Qwen3::trainable(model_cfg, weights)?;
+        let o = &cfg.optim;
+        let optimizer = AdamW::new(
+            &vars,
+            AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+        )?;
+        Ok(SftTrainer {
+            vars,
+            model,
+            optimizer,
+            step: 0,
+            lr: cfg.sft.lr,
+            schedule: cfg.sft.schedule,
+            max_grad_norm: o.max_grad_norm,
+            micro_rows: cfg.sft.micro_batch_rows,
+            recompute: cfg.sft.recompute,
+        })
+    }
+
+    /// One SFT step: cross-entropy gradients -> clip -> AdamW.
+    pub fn step(&mut self, batch: &SftBatch, epoch: u64) -> Result<SftStepMetrics> {
+        let t0 = Instant::now();
+        let (mut grads, loss) = sft_gradients(&self.model, &self.vars, batch, self.micro_rows, self.recompute)?;
+        let grad_norm = if self.max_grad_norm > 0.0 { grads.clip_global_norm(self.max_grad_norm)? } else { grads.global_norm()? };
+        let lr = self.lr * self.schedule.factor(self.step);
+        let skipped = !grad_norm.is_finite() || !loss.is_finite();
+        if skipped {
+            tracing::warn!(step = self.step + 1, grad_norm, "non-finite loss or gradient: update skipped");
+        } else {
+            self.optimizer.step(&self.vars, &grads, lr)?;
+        }
+        self.step += 1;
+        let (b, t) = batch.tokens.dims2()?;
+        Ok(SftStepMetrics {
+            step: self.step,
+            epoch,
+            loss,
+            heldout_loss: None,
+            grad_norm,
+            lr,
+            tokens: b * t,
+            policy_tokens: batch.policy_tokens()? as usize,
+            seconds: t0.elapsed().as_secs_f64(),
+            skipped,
+        })
+    }
+}
