@@ -331,3 +331,28 @@ fn rollout_command_drives_an_http_teacher() {
         assert!(!e["turns"][0]["text"].as_str().unwrap().is_empty());
     }
 }
+
+/// `fusegrpo synth --teacher http://...` against `fusegrpo serve`: K scored
+/// trajectories per task from a real OpenAI-compatible endpoint on loopback.
+#[test]
+fn synth_command_scores_trajectories_from_an_http_teacher() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = e2e::shop_world(tmp.path());
+    let server = serve(&tmp.path().join("model"));
+    let out = tmp.path().join("traj.jsonl");
+    fusegrpo_ok(&[
+        "synth", "--config", cfg.to_str().unwrap(), "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(),
+        "--teacher", &server.url, "--teacher-model", "tiny", "--samples", "3", "--out", out.to_str().unwrap(),
+        "--requests-per-second", "200",
+    ]);
+    let rows = e2e::read_jsonl(&out);
+    assert_eq!(rows.len(), 6, "2 tasks x 3 samples");
+    for r in &rows {
+        for key in ["f1_file", "f1_func", "e", "reward"] {
+            assert!(r["score"][key].is_number(), "score.{key}: {r}");
+        }
+        assert!(r["calls_per_turn"].is_number());
+        assert!(r["policy_tokens"].as_u64().unwrap() > 0, "the teacher's turns are in the sequence");
+    }
+    assert!(!tmp.path().join("traj.jsonl.partial").exists());
+}

@@ -1,0 +1,148 @@
+//! `fusegrpo pipeline` end to end, shortened: the practice repository, a
+//! tiny model, synth with the scripted teacher, filter, a few SFT and GRPO
+//! steps, and the evaluation of base / sft / grpo on held-out tasks. A second
+//! run skips every stage and reports the same numbers.
+
+use e2e::{fusegrpo, fusegrpo_ok, read_jsonl};
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+name = "pipeline-test"
+[model]
+path = "model"
+[env]
+repos_dir = "repos"
+[env.tools]
+max_grep_matches = 4
+max_read_lines = 8
+max_output_bytes = 400
+[episode]
+max_turns = 3
+max_turn_tokens = 24
+max_total_tokens = 2400
+[sampling]
+seed = 1
+[rollout]
+group = 2
+[train]
+steps = 2
+tasks_per_step = 2
+micro_batch_rows = 4
+save_every = 1
+keep_last = 1
+[optim]
+lr = 1e-3
+[sft]
+epochs = 1
+batch_rows = 4
+micro_batch_rows = 4
+lr = 1e-3
+heldout_fraction = 0.2
+eval_tasks = 1
+[sft.filter]
+min_f1 = 0.3
+min_e = 0.0
+min_calls_per_turn = 1
+max_tokens = 2400
+max_truncation_ratio = 0.5
+[pipeline]
+tasks = "tasks.jsonl"
+heldout_tasks = 2
+samples = 2
+eval_group = 1
+"#;
+
+fn setup(dir: &std::path::Path) -> std::path::PathBuf {
+    let d = |p: &str| dir.join(p).to_str().unwrap().to_string();
+    fusegrpo_ok(&["practice-repo", "--out", &d("repos"), "--seed", "2", "--commits", "12"]);
+    fusegrpo_ok(&["tasks", "from-history", "--repo", "practice/shop", "--repos-dir", &d("repos"), "--out", &d("tasks.jsonl"), "--max", "8"]);
+    fusegrpo_ok(&[
+        "init-tiny", "--out", &d("model"), "--small-vocab", "1024", "--hidden-size", "32", "--intermediate-size", "64",
+        "--layers", "1", "--corpus-repo", "practice/shop", "--repos-dir", &d("repos"),
+    ]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    cfg
+}
+
+#[test]
+fn pipeline_runs_every_stage_then_skips_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let run = tmp.path().join("run");
+    let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    let table = fusegrpo_ok(&args);
+    for stage in ["base", "sft", "grpo"] {
+        assert!(table.lines().any(|l| l.starts_with(stage)), "table lacks {stage}:\n{table}");
+    }
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    for stage in ["base", "sft", "grpo"] {
+        let s = &report["stages"][stage];
+        for key in ["f1_file", "f1_func", "e", "reward", "turns", "calls_per_turn", "tokens", "seconds"] {
+            assert!(s[key].is_number(), "report.stages.{stage}.{key} missing: {s}");
+        }
+        assert_eq!(s["episodes"], 2, "2 held-out tasks x eval_group 1");
+    }
+    // Filter counts add up, and name the rules.
+    let f = &report["filter"];
+    let dropped: u64 = f["dropped"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(f["total"].as_u64().unwrap(), 6 * 2, "6 training tasks x 2 samples");
+    assert_eq!(f["kept"].as_u64().unwrap() + dropped, f["total"].as_u64().unwrap());
+    assert!(f["kept"].as_u64().unwrap() > 0);
+
+    // Each stage left its output: trajectories, SFT and GRPO metrics and checkpoints.
+    assert_eq!(read_jsonl(&run.join("synth/trajectories.jsonl")).len(), 12);
+    let sft = read_jsonl(&run.join("sft/metrics.jsonl"));
+    assert!(!sft.is_empty() && sft.iter().all(|m| m["loss"].as_f64().unwrap().is_finite()));
+    assert!(sft.last().unwrap()["heldout_loss"].is_number(), "held-out loss at the end of SFT");
+    assert_eq!(read_jsonl(&run.join("grpo/metrics.jsonl")).len(), 2, "2 GRPO steps");
+    let train: Vec<String> = read_jsonl(&run.join("tasks/train.jsonl")).iter().map(|t| t["instance_id"].to_string()).collect();
+    let held: Vec<String> = read_jsonl(&run.join("tasks/heldout.jsonl")).iter().map(|t| t["instance_id"].to_string()).collect();
+    assert!(held.iter().all(|h| !train.contains(h)), "held-out tasks never train");
+    let grpo_state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000002/state.json")).unwrap()).unwrap();
+    assert!(grpo_state["config"]["model"]["path"].as_str().unwrap().contains("sft"), "GRPO starts from the SFT checkpoint");
+
+    // Again: every stage is skipped, the same report comes back.
+    let again = fusegrpo(&args);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let err = String::from_utf8_lossy(&again.stderr);
+    for stage in ["synth", "sft", "grpo"] {
+        assert!(err.contains(&format!("== {stage}")) && err.contains("skipped"), "{stage} not skipped:\n{err}");
+    }
+    let report2: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report2["stages"], report["stages"]);
+}
+
+#[test]
+fn sft_reports_a_filter_that_keeps_nothing_and_pipeline_needs_its_section() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let traj = tmp.path().join("traj.jsonl");
+    let c = cfg.to_str().unwrap();
+    fusegrpo_ok(&["synth", "--config", c, "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(), "--samples", "2", "--out", traj.to_str().unwrap(), "--max-tasks", "3"]);
+    let rows = read_jsonl(&traj);
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r["score"]["f1"].is_number() && r["calls_per_turn"].is_number()));
+    // The scripted teacher varies across samples of a task.
+    assert!(rows.chunks(2).any(|g| g[0]["turns"][0]["text"] != g[1]["turns"][0]["text"]), "samples differ");
+
+    let strict = std::fs::read_to_string(&cfg).unwrap().replace("min_f1 = 0.3", "min_f1 = 1.5");
+    let strict_cfg = tmp.path().join("strict.toml");
+    std::fs::write(&strict_cfg, strict).unwrap();
+    let out = fusegrpo(&["sft", "--config", strict_cfg.to_str().unwrap(), "--data", traj.to_str().unwrap(), "--out", tmp.path().join("s").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no trajectory passed the filter") && err.contains("low_f1"), "{err}");
+
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"task_id\": 3}\n").unwrap();
+    let out = fusegrpo(&["sft", "--config", c, "--data", bad.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.jsonl:1"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let no_pipeline = std::fs::read_to_string(&cfg).unwrap().split("[pipeline]").next().unwrap().to_string();
+    let np = tmp.path().join("np.toml");
+    std::fs::write(&np, no_pipeline).unwrap();
+    let out = fusegrpo(&["pipeline", "--config", np.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no [pipeline] section"), "{}", String::from_utf8_lossy(&out.stderr));
+}
