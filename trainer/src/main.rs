@@ -13,12 +13,12 @@ use clap::{Parser, Subcommand};
     about = "A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle)",
     long_about = "A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle).\n\n\
 Quick start on the CPU (what scripts/smoke.sh does):\n  \
-fusegrpo init-tiny --out checkpoints/smoke/model --small-vocab 4096\n  \
 fusegrpo practice-repo --out checkpoints/smoke/repos\n  \
 fusegrpo tasks from-history --repo practice/shop --repos-dir checkpoints/smoke/repos --out checkpoints/smoke/tasks.jsonl\n  \
-fusegrpo eval --config configs/smoke-cpu.toml --tasks checkpoints/smoke/tasks.jsonl --policy scripted\n  \
-fusegrpo train --config configs/smoke-cpu.toml\n  \
-fusegrpo plot checkpoints/smoke-cpu\n\n\
+fusegrpo init-tiny --out checkpoints/smoke/model --small-vocab 8192 --corpus-repo practice/shop --repos-dir checkpoints/smoke/repos\n  \
+fusegrpo pipeline --config configs/smoke-cpu.toml --out checkpoints/smoke/pipeline\n  \
+fusegrpo plot checkpoints/smoke/pipeline/grpo\n\n\
+The stages alone: synth (teacher trajectories), sft, train (GRPO), eval.\n\n\
 Every command has --help."
 )]
 struct Cli {
