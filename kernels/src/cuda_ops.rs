@@ -1,0 +1,80 @@
+//! Tensor-level entry points of the CUDA kernels, forward and backward as
+//! separate calls (no autograd): what `fusegrpo selftest --device cuda`
+//! compares with the plain-tensor references. The CustomOps call the
+//! storage-level functions in `logprobs/cuda.rs`, `norm/cuda.rs` and
+//! `rope/cuda.rs` directly. Inputs must live on a CUDA device; they are made
+//! contiguous here.
+
+use crate::logprobs_cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
+use crate::norm_cuda::{rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
+use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda};
+use candle_core::cuda_backend::CudaStorage;
+use candle_core::op::BackpropOp;
+use candle_core::{bail, Layout, Result, Shape, Storage, Tensor};
+
+/// Runs `f` on the CUDA storages and layouts of `tensors` (made contiguous).
+fn with_cuda<R>(tensors: &[&Tensor], f: impl FnOnce(&[(&CudaStorage, &Layout)]) -> Result<R>) -> Result<R> {
+    let owned: Vec<Tensor> = tensors.iter().map(|t| t.contiguous()).collect::<Result<_>>()?;
+    let guards: Vec<_> = owned.iter().map(|t| t.storage_and_layout()).collect();
+    let mut ins = Vec::with_capacity(guards.len());
+    for (storage, layout) in &guards {
+        match &**storage {
+            Storage::Cuda(s) => ins.push((s, *layout)),
+            _ => bail!("kernels::cuda_ops: expected tensors on a CUDA device"),
+        }
+    }
+    f(&ins)
+}
+
+/// A fresh tensor (no gradient tracking) over a kernel's output.
+fn tensor((storage, shape): (CudaStorage, Shape)) -> Tensor {
+    Tensor::from_storage(Storage::Cuda(storage), shape, BackpropOp::none(), false)
+}
+
+/// Log-probs `[N]` (f32) of `targets` (u32 `[N]`) under `hidden [N, d] lm_head[V, d]^T / temperature`.
+pub fn token_logprobs(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+    with_cuda(&[hidden, lm_head, targets], |x| {
+        token_logprobs_fwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1).map(tensor)
+    })
+}
+
+/// `(grad_hidden, grad_lm_head)` of `sum(grad * logprobs)`, `logprobs` being
+/// [`token_logprobs`]'s output and `grad` f32 `[N]`.
+pub fn token_logprobs_backward(
+    hidden: &Tensor,
+    lm_head: &Tensor,
+    targets: &Tensor,
+    logprobs: &Tensor,
+    grad: &Tensor,
+    temperature: f64,
+) -> Result<(Tensor, Tensor)> {
+    with_cuda(&[hidden, lm_head, targets, logprobs, grad], |x| {
+        let (gh, gw) = token_logprobs_bwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1, x[3].0, x[3].1, x[4].0, x[4].1)?;
+        Ok((tensor(gh), tensor(gw)))
+    })
+}
+
+/// RMSNorm over the last dimension: `w * x / sqrt(mean(x^2) + eps)`.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    with_cuda(&[x, w], |a| rms_norm_fwd_cuda(eps, a[0].0, a[0].1, a[1].0, a[1].1).map(tensor))
+}
+
+/// `(grad_x, grad_w)` of RMSNorm given the output gradient `dy`.
+pub fn rms_norm_backward(x: &Tensor, w: &Tensor, dy: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    with_cuda(&[x, w, dy], |a| {
+        let dx = rms_norm_bwd_dx_cuda(eps, a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1)?;
+        let dw = rms_norm_bwd_dw_cuda(eps, a[0].0, a[0].1, a[2].0, a[2].1)?;
+        Ok((tensor(dx), tensor(dw)))
+    })
+}
+
+/// Rotary embedding (rotate-half) of x `[B, H, T, D]` with cos/sin tables
+/// `[B, 1, T, D]` as `RopeTables` builds them (or `[T, D/2]`-style rows).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    with_cuda(&[x, cos, sin], |a| rope_fwd_cuda(a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1).map(tensor))
+}
+
+/// Gradient of x through [`rope`] given the output gradient `dy`.
+pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    with_cuda(&[dy, cos, sin], |a| rope_bwd_cuda(a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1).map(tensor))
+}
