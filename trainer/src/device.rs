@@ -15,14 +15,36 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// Opens the device; for CUDA, GPU 0 (see [`cuda_unavailable`] for the error).
     pub fn open(self) -> Result<Device> {
         match self {
             DeviceKind::Cpu => Ok(Device::Cpu),
             DeviceKind::Cuda => Device::new_cuda(0).map_err(|e| {
-                Error::invalid("--device cuda", format!("{e} (is this binary built with --features cuda?)"))
+                // Candle appends a backtrace when RUST_BACKTRACE is set; the first line says it all.
+                let cause = e.to_string();
+                cuda_unavailable(cause.lines().next().unwrap_or_default().trim_end_matches('('))
             }),
         }
     }
+}
+
+/// The error for `--device cuda` when no GPU can be opened: which of "built
+/// without CUDA" or "no driver / stub driver / no GPU" it is, and what to do.
+fn cuda_unavailable(cause: &str) -> Error {
+    let message = if !cfg!(feature = "cuda") {
+        "this binary was built without CUDA support; rebuild it with \
+         `cargo build --release --features cuda`, or use `--device cpu`"
+            .to_string()
+    } else {
+        let stub = cause.contains("STUB_LIBRARY") || cause.contains("stub");
+        let what = if stub {
+            "the CUDA driver (libcuda) is a stub: this machine has no NVIDIA driver"
+        } else {
+            "no CUDA device was found (is an NVIDIA GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+        };
+        format!("no usable CUDA GPU: {what} ({cause}); use `--device cpu` to run on the CPU")
+    };
+    Error::invalid("--device cuda", message)
 }
 
 /// Floating-point type of the weights and activations.

@@ -71,6 +71,8 @@ enum Command {
     BenchGrep(cli::bench_grep::Args),
     /// Write the generated practice repository (Python code with an issue-like history).
     PracticeRepo(cli::practice::Args),
+    /// Check the CUDA kernels against their CPU references (needs --features cuda and a GPU).
+    Selftest(cli::selftest::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -100,5 +102,6 @@ fn main() -> anyhow::Result<()> {
         Command::PracticeRepo(args) => cli::practice::run(args),
         Command::BenchModel(args) => cli::bench_model::run(args),
         Command::BenchMemory(args) => cli::bench_memory::run(args),
+        Command::Selftest(args) => cli::selftest::run(args),
     }
 }

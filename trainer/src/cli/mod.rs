@@ -15,5 +15,6 @@ pub mod pipeline;
 pub mod score;
 pub mod sft;
 pub mod synth;
+pub mod selftest;
 pub mod train;
 pub mod serve;

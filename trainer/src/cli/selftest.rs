@@ -1,0 +1,219 @@
+//! `fusegrpo selftest --device cuda`: every CUDA kernel against its
+//! plain-tensor reference on the CPU (forward and gradients, f32 and bf16),
+//! on random data with shapes that do not divide the tile sizes, printing the
+//! max differences and pass/fail against explicit tolerances; `--bench` adds
+//! a fused-vs-unfused timing of the log-prob path at Qwen3-4B's head size.
+//! Exits non-zero when a check fails. Needs a binary built with
+//! `--features cuda` and an NVIDIA GPU.
+
+use trainer::device::DeviceKind;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device whose kernels are checked against the CPU references.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cuda)]
+    pub device: DeviceKind,
+    /// Also time fused vs unfused log-probs (forward+backward) at N=1024, d=2560, V=151936.
+    #[arg(long)]
+    pub bench: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let _ = (args.device, args.bench, args.seed);
+    anyhow::bail!(
+        "fusegrpo selftest --device cuda: this binary was built without CUDA kernels; \
+         rebuild with `cargo build --release --features cuda` (see README, CUDA)"
+    )
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.device == DeviceKind::Cuda, "selftest checks the CUDA kernels: use --device cuda");
+    let dev = args.device.open()?;
+    let mut report = cuda::Report::default();
+    cuda::check_all(&dev, args.seed, &mut report)?;
+    if args.bench {
+        cuda::bench_logprobs(&dev, args.seed)?;
+    }
+    println!("selftest: {} checks, {} failed", report.total, report.failed.len());
+    anyhow::ensure!(report.failed.is_empty(), "selftest failed: {}", report.failed.join(", "));
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use anyhow::Result;
+    use candle_core::{DType, Device, Tensor, Var};
+    use rand::{Rng, SeedableRng};
+    use trainer::model::{ops, rope::RopeTables};
+
+    /// Checks run and the names of those that failed.
+    #[derive(Default)]
+    pub struct Report {
+        pub total: usize,
+        pub failed: Vec<String>,
+    }
+
+    impl Report {
+        /// Compares `got` (any device) with `want` (CPU reference): the max
+        /// absolute difference relative to the reference's max magnitude.
+        fn check(&mut self, name: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
+            let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+            let want = want.to_dtype(DType::F32)?;
+            anyhow::ensure!(got.dims() == want.dims(), "{name}: shape {:?} vs reference {:?}", got.dims(), want.dims());
+            let diff = (&got - &want)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64;
+            let scale = (want.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64).max(1e-6);
+            let rel = diff / scale;
+            let ok = rel <= tol && rel.is_finite();
+            println!("{:<44} max|diff| {diff:.3e}  rel {rel:.3e}  tol {tol:.0e}  {}", name, if ok { "PASS" } else { "FAIL" });
+            self.total += 1;
+            if !ok {
+                self.failed.push(name.to_string());
+            }
+            Ok(())
+        }
+    }
+
+    /// Uniform values in [-scale, scale), seeded.
+    fn random(rng: &mut rand_chacha::ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tensor> {
+        let n = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect();
+        Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
+    }
+
+    /// (dtype, name, forward tolerance, gradient tolerance).
+    const DTYPES: [(DType, &str, f64, f64); 2] = [(DType::F32, "f32", 1e-4, 1e-4), (DType::BF16, "bf16", 2e-2, 3e-2)];
+
+    pub fn check_all(dev: &Device, seed: u64, report: &mut Report) -> Result<()> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        for (dtype, dn, tf, tg) in DTYPES {
+            for (n, d, v, temp) in [(67, 80, 1037, 0.7), (1, 64, 151_936, 1.0), (300, 256, 151_936, 1.0)] {
+                let name = format!("token_logprobs {dn} N={n} d={d} V={v} T={temp}");
+                logprobs_case(dev, &mut rng, dtype, (n, d, v, temp), &name, (tf, tg), report)?;
+            }
+            for shape in [vec![3, 5, 200], vec![2, 7, 128], vec![4, 2560]] {
+                rms_case(dev, &mut rng, dtype, &shape, &format!("rms_norm {dn} {shape:?}"), (tf, tg), report)?;
+            }
+            for (b, h, t, hd) in [(2, 3, 7, 64), (1, 4, 33, 128)] {
+                rope_case(dev, &mut rng, dtype, (b, h, t, hd), &format!("rope {dn} [{b},{h},{t},{hd}]"), (tf, tg), report)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reference: log_softmax(h W^T / T) gathered at the targets, gradients of
+    /// sum(g * logprobs) by autograd, in f32 on the CPU from the same
+    /// (dtype-rounded) inputs.
+    #[allow(clippy::too_many_arguments)]
+    fn logprobs_case(
+        dev: &Device,
+        rng: &mut rand_chacha::ChaCha8Rng,
+        dtype: DType,
+        (n, d, v, temp): (usize, usize, usize, f64),
+        name: &str,
+        (tf, tg): (f64, f64),
+        report: &mut Report,
+    ) -> Result<()> {
+        let h = random(rng, &[n, d], 1.0)?.to_dtype(dtype)?;
+        let w = random(rng, &[v, d], 0.2)?.to_dtype(dtype)?;
+        let targets: Vec<u32> = (0..n).map(|_| rng.random_range(0..v as u32)).collect();
+        let t = Tensor::new(targets.as_slice(), &Device::Cpu)?;
+        let g = random(rng, &[n], 1.0)?;
+        let hv = Var::from_tensor(&h.to_dtype(DType::F32)?)?;
+        let wv = Var::from_tensor(&w.to_dtype(DType::F32)?)?;
+        let logits = (hv.as_tensor().matmul(&wv.as_tensor().t()?)? / temp)?;
+        let want = ops::log_softmax_last(&logits)?.gather(&t.unsqueeze(1)?, 1)?.squeeze(1)?;
+        let grads = (&want * &g)?.sum_all()?.backward()?;
+        let (hc, wc, tc, gc) = (h.to_device(dev)?, w.to_device(dev)?, t.to_device(dev)?, g.to_device(dev)?);
+        let got = kernels::cuda_ops::token_logprobs(&hc, &wc, &tc, temp)?;
+        report.check(&format!("{name} fwd"), &got, &want, tf)?;
+        let (gh, gw) = kernels::cuda_ops::token_logprobs_backward(&hc, &wc, &tc, &got, &gc, temp)?;
+        report.check(&format!("{name} grad_hidden"), &gh, grads.get(hv.as_tensor()).expect("grad"), tg)?;
+        report.check(&format!("{name} grad_lm_head"), &gw, grads.get(wv.as_tensor()).expect("grad"), tg)
+    }
+
+    /// Reference: `ops::rms_norm` (the model's composition) with autograd.
+    fn rms_case(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, shape: &[usize], name: &str, (tf, tg): (f64, f64), report: &mut Report) -> Result<()> {
+        let eps = 1e-6;
+        let x = random(rng, shape, 2.0)?.to_dtype(dtype)?;
+        let w = (random(rng, &shape[shape.len() - 1..], 0.5)? + 1.0)?.to_dtype(dtype)?;
+        let dy = random(rng, shape, 1.0)?.to_dtype(dtype)?;
+        let xv = Var::from_tensor(&x.to_dtype(DType::F32)?)?;
+        let wv = Var::from_tensor(&w.to_dtype(DType::F32)?)?;
+        let want = ops::rms_norm(xv.as_tensor(), wv.as_tensor(), eps)?;
+        let grads = (&want * dy.to_dtype(DType::F32)?)?.sum_all()?.backward()?;
+        let (xc, wc, dyc) = (x.to_device(dev)?, w.to_device(dev)?, dy.to_device(dev)?);
+        report.check(&format!("{name} fwd"), &kernels::cuda_ops::rms_norm(&xc, &wc, eps)?, &want, tf)?;
+        let (dx, dw) = kernels::cuda_ops::rms_norm_backward(&xc, &wc, &dyc, eps)?;
+        report.check(&format!("{name} grad_x"), &dx, grads.get(xv.as_tensor()).expect("grad"), tg)?;
+        report.check(&format!("{name} grad_w"), &dw, grads.get(wv.as_tensor()).expect("grad"), tg)
+    }
+
+    /// Reference: `RopeTables::apply` (the model's composition) with autograd.
+    fn rope_case(
+        dev: &Device,
+        rng: &mut rand_chacha::ChaCha8Rng,
+        dtype: DType,
+        (b, h, t, hd): (usize, usize, usize, usize),
+        name: &str,
+        (tf, tg): (f64, f64),
+        report: &mut Report,
+    ) -> Result<()> {
+        let positions: Vec<i64> = (0..b * t).map(|_| rng.random_range(-1..4096)).collect();
+        let x = random(rng, &[b, h, t, hd], 1.0)?.to_dtype(dtype)?;
+        let dy = random(rng, &[b, h, t, hd], 1.0)?.to_dtype(dtype)?;
+        let tables = RopeTables::new(&positions, b, t, hd, 1e6, DType::F32, &Device::Cpu)?;
+        let xv = Var::from_tensor(&x.to_dtype(DType::F32)?)?;
+        let want = tables.apply(xv.as_tensor())?;
+        let grads = (&want * dy.to_dtype(DType::F32)?)?.sum_all()?.backward()?;
+        let gt = RopeTables::new(&positions, b, t, hd, 1e6, dtype, dev)?;
+        let (xc, dyc) = (x.to_device(dev)?, dy.to_device(dev)?);
+        report.check(&format!("{name} fwd"), &kernels::cuda_ops::rope(&xc, &gt.cos, &gt.sin)?, &want, tf)?;
+        let dx = kernels::cuda_ops::rope_backward(&dyc, &gt.cos, &gt.sin)?;
+        report.check(&format!("{name} grad_x"), &dx, grads.get(xv.as_tensor()).expect("grad"), tg)
+    }
+
+    /// Fused vs unfused (matmul, log_softmax, gather, autograd) log-probs
+    /// forward+backward on the device, bf16, N=1024, d=2560, V=151936.
+    pub fn bench_logprobs(dev: &Device, seed: u64) -> Result<()> {
+        let (n, d, v) = (1024, 2560, 151_936);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let h = random(&mut rng, &[n, d], 1.0)?.to_dtype(DType::BF16)?.to_device(dev)?;
+        let w = random(&mut rng, &[v, d], 0.05)?.to_dtype(DType::BF16)?.to_device(dev)?;
+        let targets: Vec<u32> = (0..n).map(|_| rng.random_range(0..v as u32)).collect();
+        let t = Tensor::new(targets.as_slice(), dev)?;
+        let g = Tensor::ones(n, DType::F32, dev)?;
+        let fused = || -> Result<f32> {
+            let lp = kernels::cuda_ops::token_logprobs(&h, &w, &t, 1.0)?;
+            let (gh, gw) = kernels::cuda_ops::token_logprobs_backward(&h, &w, &t, &lp, &g, 1.0)?;
+            let _ = (gh.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?, gw.dims().len());
+            Ok(lp.sum_all()?.to_scalar::<f32>()?)
+        };
+        let unfused = || -> Result<f32> {
+            let (hv, wv) = (Var::from_tensor(&h)?, Var::from_tensor(&w)?);
+            let logits = hv.as_tensor().matmul(&wv.as_tensor().t()?)?.to_dtype(DType::F32)?;
+            let lp = ops::log_softmax_last(&logits)?.gather(&t.unsqueeze(1)?, 1)?.squeeze(1)?;
+            let grads = lp.sum_all()?.backward()?;
+            let gh = grads.get(hv.as_tensor()).expect("grad");
+            let _ = gh.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+            Ok(lp.sum_all()?.to_scalar::<f32>()?)
+        };
+        for (mode, f) in [("fused", &fused as &dyn Fn() -> Result<f32>), ("unfused", &unfused)] {
+            let _ = f()?; // warm-up (module load, allocator)
+            let t0 = std::time::Instant::now();
+            let reps = 3;
+            let mut sum = 0.0;
+            for _ in 0..reps {
+                sum = f()?;
+            }
+            dev.synchronize()?;
+            let secs = t0.elapsed().as_secs_f64() / reps as f64;
+            println!("bench logprob {mode:<8} bf16 N={n} d={d} V={v} fwd+bwd: {secs:.4} s  (logprob_sum {sum:.3})");
+        }
+        Ok(())
+    }
+}
