@@ -76,12 +76,18 @@ __device__ __forceinline__ void zero_acc(float acc[4][4]) {
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 }
 
-// Combines two online log-sum-exp states (max m, sum s of exp(x - m)).
-__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
+// Combines two online soft-max states: max m, s = sum exp(x - m) and
+// u = sum exp(x - m) x (for the entropy), rescaled to the larger max.
+__device__ __forceinline__ void softmax_merge(float &m, float &s, float &u, float m2, float s2, float u2) {
   if (m2 == -INFINITY) return;
-  if (m == -INFINITY) { m = m2; s = s2; return; }
-  if (m2 > m) { s = s * expf(m - m2) + s2; m = m2; }
-  else { s = s + s2 * expf(m2 - m); }
+  if (m == -INFINITY) { m = m2; s = s2; u = u2; return; }
+  if (m2 > m) {
+    const float c = expf(m - m2);
+    s = s * c + s2; u = u * c + u2; m = m2;
+  } else {
+    const float c = expf(m2 - m);
+    s += s2 * c; u += u2 * c;
+  }
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every

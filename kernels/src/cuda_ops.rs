@@ -31,26 +31,21 @@ fn tensor((storage, shape): (CudaStorage, Shape)) -> Tensor {
     Tensor::from_storage(Storage::Cuda(storage), shape, BackpropOp::none(), false)
 }
 
-/// Log-probs `[N]` (f32) of `targets` (u32 `[N]`) under `hidden [N, d] lm_head[V, d]^T / temperature`.
-pub fn token_logprobs(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+/// Stats `[N, 3]` f32 = (log p(target), log-sum-exp, entropy) per token of
+/// `softmax(hidden [N, d] lm_head[V, d]^T / temperature)`, targets u32 `[N]`
+/// (what `TokenLogprobsOp` returns).
+pub fn token_logprobs_stats(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
     with_cuda(&[hidden, lm_head, targets], |x| {
         token_logprobs_fwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1).map(tensor)
     })
 }
 
-/// `(grad_hidden, grad_lm_head)` of `sum(grad * logprobs)`, `logprobs` being
-/// [`token_logprobs`]'s output and `grad` f32 `[N]`.
-pub fn token_logprobs_backward(
-    hidden: &Tensor,
-    lm_head: &Tensor,
-    targets: &Tensor,
-    logprobs: &Tensor,
-    grad: &Tensor,
-    temperature: f64,
-) -> Result<(Tensor, Tensor)> {
-    with_cuda(&[hidden, lm_head, targets, logprobs, grad], |x| {
-        let (gh, gw) = token_logprobs_bwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1, x[3].0, x[3].1, x[4].0, x[4].1)?;
-        Ok((tensor(gh), tensor(gw)))
+/// `[N + V, d]`: grad_hidden over grad_lm_head of `sum(g_logp logp + g_lse lse)`
+/// from aux `[N, 4]` f32 rows (target, lse, g_logp, g_lse) (what
+/// `TokenLogprobsBackward` returns).
+pub fn token_logprobs_backward(hidden: &Tensor, lm_head: &Tensor, aux: &Tensor, temperature: f64) -> Result<Tensor> {
+    with_cuda(&[hidden, lm_head, aux], |x| {
+        token_logprobs_bwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1).map(tensor)
     })
 }
 

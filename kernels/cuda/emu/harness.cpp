@@ -16,7 +16,7 @@
   template <typename E, typename... A> void k_##name(A... a) {                       \
     if constexpr (std::is_same_v<E, float>) name##_f32(a...); else name##_bf16(a...); \
   }
-KERN(tlp_fwd_partial) KERN(tlp_lse_from_logprob) KERN(tlp_bwd_dz) KERN(tlp_bwd_grad_h)
+KERN(tlp_fwd_partial) KERN(tlp_bwd_dz) KERN(tlp_bwd_grad_h)
 KERN(tlp_bwd_grad_w) KERN(tlp_cast) KERN(rms_fwd) KERN(rms_bwd_dx) KERN(rms_rstd) KERN(rms_dw)
 KERN(rms_cast) KERN(rope)
 
@@ -54,25 +54,29 @@ template <typename E> static const char *dn() { return std::is_same_v<E, float> 
 template <typename E> static void test_logprobs(int N, int D, int V, float T, size_t scratch_bytes) {
   const bool f32 = std::is_same_v<E, float>;
   auto he = to_t<E>(rnd((size_t)N * D, 1)), we = to_t<E>(rnd((size_t)V * D, 0.3f));
-  auto h = to_f(he), w = to_f(we), g = rnd(N, 1);
+  auto h = to_f(he), w = to_f(we), g_lp = rnd(N, 1), g_lse = rnd(N, 0.5);
   std::vector<uint32_t> t(N);
   for (auto &x : t) x = rng() % V;
   const float inv_t = 1.0f / T;
-  std::vector<double> lp_ref(N), gh_ref((size_t)N * D, 0), gw_ref((size_t)V * D, 0);
+  // Reference: logp, lse, entropy; gradients of sum(g_lp logp + g_lse lse).
+  std::vector<double> lp_ref(N), lse_ref(N), ent_ref(N), gh_ref((size_t)N * D, 0), gw_ref((size_t)V * D, 0);
   for (int n = 0; n < N; ++n) {
     std::vector<double> z(V);
-    double m = -1e300, s = 0;
+    double m = -1e300, s = 0, u = 0;
     for (int v = 0; v < V; ++v) {
       double a = 0;
       for (int k = 0; k < D; ++k) a += (double)h[(size_t)n * D + k] * w[(size_t)v * D + k];
       z[v] = a / T;
       m = std::max(m, z[v]);
     }
-    for (int v = 0; v < V; ++v) s += std::exp(z[v] - m);
+    for (int v = 0; v < V; ++v) { s += std::exp(z[v] - m); u += std::exp(z[v] - m) * z[v]; }
     const double lse = m + std::log(s);
     lp_ref[n] = z[t[n]] - lse;
+    lse_ref[n] = lse;
+    ent_ref[n] = lse - u / s;
     for (int v = 0; v < V; ++v) {
-      const double dz = g[n] * ((v == (int)t[n]) - std::exp(z[v] - lse)) / T;
+      const double p = std::exp(z[v] - lse);
+      const double dz = (g_lp[n] * ((v == (int)t[n]) - p) + g_lse[n] * p) / T;
       for (int k = 0; k < D; ++k) {
         gh_ref[(size_t)n * D + k] += dz * w[(size_t)v * D + k];
         gw_ref[(size_t)v * D + k] += dz * h[(size_t)n * D + k];
@@ -84,39 +88,45 @@ template <typename E> static void test_logprobs(int N, int D, int V, float T, si
   const size_t row_blocks = (N + TILE - 1) / TILE, v_tiles = (V + TILE - 1) / TILE;
   const size_t want = std::clamp((TARGET_BLOCKS + row_blocks - 1) / row_blocks, (size_t)1, v_tiles);
   const size_t per_split = (v_tiles + want - 1) / want, splits = (v_tiles + per_split - 1) / per_split;
-  std::vector<float> pm(splits * N, NAN), ps(splits * N, NAN), zt(N, 0), lp(N, NAN), lse(N, NAN);
+  std::vector<float> part(splits * N * 3, NAN), zt(N, 0), stats(3 * N, NAN);
   launch({(unsigned)row_blocks, (unsigned)splits}, {256}, [&] {
-    k_tlp_fwd_partial<E>(he.data(), we.data(), t.data(), N, V, D, inv_t, (int)per_split, pm.data(), ps.data(), zt.data());
+    k_tlp_fwd_partial<E>(he.data(), we.data(), t.data(), N, V, D, inv_t, (int)per_split, part.data(), zt.data());
   });
   launch({(unsigned)((N + 255) / 256)}, {256}, [&] {
-    tlp_fwd_combine(pm.data(), ps.data(), zt.data(), t.data(), N, V, (int)splits, lp.data(), lse.data());
+    tlp_fwd_combine(part.data(), zt.data(), t.data(), N, V, (int)splits, stats.data());
   });
+  std::vector<float> lp(N), lse(N), ent(N), aux(4 * N);
+  for (int n = 0; n < N; ++n) {
+    lp[n] = stats[3 * n]; lse[n] = stats[3 * n + 1]; ent[n] = stats[3 * n + 2];
+    aux[4 * n] = (float)t[n]; aux[4 * n + 1] = lse[n]; aux[4 * n + 2] = g_lp[n]; aux[4 * n + 3] = g_lse[n];
+  }
   const std::string name = std::string("logprobs ") + dn<E>() + " N=" + std::to_string(N) + " D=" + std::to_string(D) +
                            " V=" + std::to_string(V) + " splits=" + std::to_string(splits);
-  report(name + " fwd", maxdiff(lp, lp_ref), 1e-5);
-  std::vector<float> lse2(N, NAN);
-  launch({(unsigned)((N * 32 + 255) / 256)}, {256}, [&] {
-    k_tlp_lse_from_logprob<E>(he.data(), we.data(), t.data(), lp.data(), N, V, D, inv_t, lse2.data());
-  });
+  report(name + " logp", maxdiff(lp, lp_ref), 1e-5);
+  report("  lse", maxdiff(lse, lse_ref), 1e-5);
+  report("  entropy", maxdiff(ent, ent_ref), 1e-5);
   const size_t chunk = std::min((size_t)V, std::max(TILE, (scratch_bytes / 4 / N) / TILE * TILE));
   std::vector<float> dz(N * chunk, NAN), gh((size_t)N * D, 0);
-  std::vector<E> gw((size_t)V * D, from_f32<E>(NAN)), gh_t((size_t)N * D);
+  std::vector<E> out((size_t)(N + V) * D, from_f32<E>(NAN));
+  E *gw = out.data() + (size_t)N * D;
   for (size_t v0 = 0; v0 < (size_t)V; v0 += chunk) {
     const int cc = (int)std::min(chunk, V - v0);
     launch({(unsigned)row_blocks, (unsigned)((cc + 63) / 64)}, {256}, [&] {
-      k_tlp_bwd_dz<E>(he.data(), we.data(), t.data(), lse2.data(), g.data(), N, V, D, inv_t, (int)v0, cc, dz.data());
+      k_tlp_bwd_dz<E>(he.data(), we.data(), aux.data(), N, V, D, inv_t, (int)v0, cc, dz.data());
     });
     launch({(unsigned)row_blocks, (unsigned)((D + 63) / 64)}, {256}, [&] {
       k_tlp_bwd_grad_h<E>(dz.data(), we.data(), N, D, (int)v0, cc, gh.data());
     });
     launch({(unsigned)((cc + 63) / 64), (unsigned)((D + 63) / 64)}, {256}, [&] {
-      k_tlp_bwd_grad_w<E>(dz.data(), he.data(), N, D, (int)v0, cc, gw.data());
+      k_tlp_bwd_grad_w<E>(dz.data(), he.data(), N, D, (int)v0, cc, gw);
     });
   }
-  launch({(unsigned)((N * D + 255) / 256)}, {256}, [&] { k_tlp_cast<E>(gh.data(), (int64_t)N * D, gh_t.data()); });
+  launch({(unsigned)((N * D + 255) / 256)}, {256}, [&] { k_tlp_cast<E>(gh.data(), (int64_t)N * D, out.data()); });
+  auto outf = to_f(out);
+  const std::vector<float> ghf(outf.begin(), outf.begin() + (size_t)N * D), gwf(outf.begin() + (size_t)N * D, outf.end());
   const double tol = f32 ? 1e-4 : 1e-2;
-  report("  chunk=" + std::to_string(chunk) + " grad_hidden", maxdiff(to_f(gh_t), gh_ref), tol);
-  report("  chunk=" + std::to_string(chunk) + " grad_lm_head", maxdiff(to_f(gw), gw_ref), tol);
+  report("  chunk=" + std::to_string(chunk) + " grad_hidden", maxdiff(ghf, gh_ref), tol);
+  report("  chunk=" + std::to_string(chunk) + " grad_lm_head", maxdiff(gwf, gw_ref), tol);
 }
 
 template <typename E> static void test_rms(int rows, int D) {

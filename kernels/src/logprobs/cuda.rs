@@ -1,14 +1,20 @@
-//! CUDA path of the fused token log-probs (`kernels/cuda/logprobs.cu`):
-//! `logprob[n] = z[n, t[n]] - logsumexp_v z[n, v]`, `z = hidden lm_head^T / T`,
-//! without an `[N, V]` logits buffer. The forward keeps an online
-//! log-sum-exp per token over split-vocabulary tiles; the backward recomputes
-//! the logits one vocabulary chunk at a time (an `[N, C]` f32 scratch of at
-//! most [`DZ_SCRATCH_BYTES`]). f32 and bf16 inputs, f32 accumulation and
-//! f32 log-probs.
+//! CUDA path of the fused token log-probs (`kernels/cuda/logprobs.cu`), with
+//! the contract of `TokenLogprobsOp` / `TokenLogprobsBackward` (their CPU
+//! paths in `logprobs/cpu.rs`):
+//!
+//! - forward: hidden `[N, d]`, lm_head `[V, d]`, targets `[N]` (u32) ->
+//!   stats `[N, 3]` f32 = (log p(target), log-sum-exp, entropy) of
+//!   `softmax(hidden lm_head^T / T)`, without an `[N, V]` logits buffer: an
+//!   online log-sum-exp per token over split-vocabulary tiles, then a combine;
+//! - backward: hidden, lm_head and aux `[N, 4]` f32 = (target, lse, grad of
+//!   logp, grad of lse) -> `[N + V, d]` = grad_hidden over grad_lm_head, in
+//!   the inputs' dtype; the logits are recomputed one vocabulary chunk at a
+//!   time (an `[N, C]` f32 scratch of at most [`DZ_SCRATCH_BYTES`]).
+//!
+//! f32 and bf16 inputs (one dtype), f32 accumulation.
 
 use crate::cuda_util::{cfg_1d, cfg_2d, common_float, expect_dtype, kernel_name, launch, to_i32, view, wrap, KernelFloat, LOGPROBS};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::CudaSlice;
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::{bail, DType, Layout, Result, Shape};
 
@@ -21,6 +27,10 @@ const TILE_THREADS: u32 = 256;
 const TARGET_BLOCKS: usize = 1056;
 /// Upper bound of the backward's per-chunk `dz` scratch.
 pub const DZ_SCRATCH_BYTES: usize = 256 << 20;
+/// Columns of the forward's output (logp, lse, entropy).
+const STATS: usize = 3;
+/// Columns of the backward's per-token input (target, lse, grad logp, grad lse).
+const AUX: usize = 4;
 
 /// Problem size: N tokens, V vocabulary rows, d hidden size.
 #[derive(Debug, Clone, Copy)]
@@ -30,13 +40,23 @@ struct Dims {
     d: usize,
 }
 
-/// Checks hidden [N, d], lm_head [V, d], targets [N] (u32) and the temperature.
-fn dims(temperature: f64, hidden_l: &Layout, w_l: &Layout, t: &CudaStorage, t_l: &Layout) -> Result<Dims> {
+/// Checks hidden [N, d], lm_head [V, d], the per-token input [N] or
+/// [N, cols] and the temperature.
+fn dims(temperature: f64, hidden_l: &Layout, w_l: &Layout, per_token_l: &Layout, cols: Option<usize>) -> Result<Dims> {
     let (n, d) = hidden_l.shape().dims2()?;
     let (v, d2) = w_l.shape().dims2()?;
-    let n2 = t_l.shape().dims1()?;
-    if d != d2 || n != n2 {
-        bail!("token_logprobs (cuda): hidden [N, d] = [{n}, {d}], lm_head [V, d] = [{v}, {d2}] and targets [N] = [{n2}] disagree");
+    let (n2, c2) = match cols {
+        None => (per_token_l.shape().dims1()?, None),
+        Some(_) => {
+            let (a, b) = per_token_l.shape().dims2()?;
+            (a, Some(b))
+        }
+    };
+    if d != d2 || n != n2 || c2 != cols {
+        bail!(
+            "token_logprobs (cuda): hidden [N, d] = [{n}, {d}], lm_head [V, d] = [{v}, {d2}] and per-token input {:?} disagree",
+            per_token_l.shape()
+        );
     }
     if n == 0 || v == 0 || d == 0 {
         bail!("token_logprobs (cuda): empty input (N = {n}, V = {v}, d = {d})");
@@ -44,12 +64,12 @@ fn dims(temperature: f64, hidden_l: &Layout, w_l: &Layout, t: &CudaStorage, t_l:
     if !(temperature.is_finite() && temperature > 0.0) {
         bail!("token_logprobs (cuda): temperature must be finite and > 0, got {temperature}");
     }
-    expect_dtype(t, DType::U32, "targets")?;
     Ok(Dims { n, v, d })
 }
 
-/// Forward: log-probs `[N]` (f32) of the targets under `hidden lm_head^T / T`;
-/// an out-of-range target gives NaN. The body of `TokenLogprobsOp::cuda_fwd`.
+/// Forward: stats `[N, 3]` (f32: log p(target), lse, entropy); an
+/// out-of-range target gives a NaN log-prob. The body of
+/// `TokenLogprobsOp::cuda_fwd`.
 pub(crate) fn token_logprobs_fwd_cuda(
     temperature: f64,
     hidden: &CudaStorage,
@@ -59,122 +79,74 @@ pub(crate) fn token_logprobs_fwd_cuda(
     t: &CudaStorage,
     t_l: &Layout,
 ) -> Result<(CudaStorage, Shape)> {
-    let (logprobs, _lse, shape) = token_logprobs_fwd_lse_cuda(temperature, hidden, hidden_l, w, w_l, t, t_l)?;
-    Ok((logprobs, shape))
-}
-
-/// Forward returning the per-token log-sum-exp `[N]` (f32) too.
-#[allow(dead_code)] // for an op that saves the lse instead of recovering it
-pub(crate) fn token_logprobs_fwd_lse_cuda(
-    temperature: f64,
-    hidden: &CudaStorage,
-    hidden_l: &Layout,
-    w: &CudaStorage,
-    w_l: &Layout,
-    t: &CudaStorage,
-    t_l: &Layout,
-) -> Result<(CudaStorage, CudaStorage, Shape)> {
-    let dm = dims(temperature, hidden_l, w_l, t, t_l)?;
+    let dm = dims(temperature, hidden_l, w_l, t_l, None)?;
+    expect_dtype(t, DType::U32, "targets")?;
     let inv_t = (1.0 / temperature) as f32;
-    let (lp, lse) = match common_float("token_logprobs", &[hidden.dtype(), w.dtype()])? {
-        DType::F32 => fwd_typed::<f32>(dm, inv_t, hidden, hidden_l, w, w_l, t, t_l)?,
-        _ => fwd_typed::<half::bf16>(dm, inv_t, hidden, hidden_l, w, w_l, t, t_l)?,
+    let ins = [(hidden, hidden_l), (w, w_l)];
+    let stats = match common_float("token_logprobs", &[hidden.dtype(), w.dtype()])? {
+        DType::F32 => fwd_typed::<f32>(dm, inv_t, ins, (t, t_l))?,
+        _ => fwd_typed::<half::bf16>(dm, inv_t, ins, (t, t_l))?,
     };
-    let dev = hidden.device();
-    Ok((wrap(lp, dev), wrap(lse, dev), Shape::from(dm.n)))
+    Ok((stats, Shape::from((dm.n, STATS))))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn fwd_typed<T: KernelFloat>(
-    dm: Dims,
-    inv_t: f32,
-    hidden: &CudaStorage,
-    hidden_l: &Layout,
-    w: &CudaStorage,
-    w_l: &Layout,
-    t: &CudaStorage,
-    t_l: &Layout,
-) -> Result<(CudaSlice<f32>, CudaSlice<f32>)> {
-    let dev = hidden.device();
-    let h = view::<T>(hidden, hidden_l, "hidden")?;
-    let wv = view::<T>(w, w_l, "lm_head")?;
-    let tv = view::<u32>(t, t_l, "targets")?;
+type In<'a> = (&'a CudaStorage, &'a Layout);
+
+fn fwd_typed<T: KernelFloat>(dm: Dims, inv_t: f32, [hidden, w]: [In; 2], t: In) -> Result<CudaStorage> {
+    let dev = hidden.0.device();
+    let h = view::<T>(hidden.0, hidden.1, "hidden")?;
+    let wv = view::<T>(w.0, w.1, "lm_head")?;
+    let tv = view::<u32>(t.0, t.1, "targets")?;
     let row_blocks = dm.n.div_ceil(TILE);
     let v_tiles = dm.v.div_ceil(TILE);
     let per_split = v_tiles.div_ceil(TARGET_BLOCKS.div_ceil(row_blocks).clamp(1, v_tiles));
     let splits = v_tiles.div_ceil(per_split);
     let (n, v, d) = (to_i32(dm.n, "N")?, to_i32(dm.v, "V")?, to_i32(dm.d, "d")?);
     let (per_split_i, splits_i) = (to_i32(per_split, "tiles per split")?, to_i32(splits, "splits")?);
-    // SAFETY: uninitialized buffers; the partial kernel writes every
-    // (split, row < N) entry (each split owns at least one vocabulary tile)
-    // before the combine reads them.
-    let mut part_m = unsafe { dev.alloc::<f32>(splits * dm.n)? };
-    let mut part_s = unsafe { dev.alloc::<f32>(splits * dm.n)? };
+    // SAFETY: uninitialized; the partial kernel writes all 3 values of every
+    // (split, row < N) (each split owns at least one vocabulary tile) before
+    // the combine reads them.
+    let mut part = unsafe { dev.alloc::<f32>(splits * dm.n * 3)? };
     let mut zt = dev.alloc_zeros::<f32>(dm.n)?;
     // SAFETY: tlp_fwd_partial_T(const T* h, const T* w, const u32* tgt, int N,
-    // int V, int D, float inv_t, int tiles_per_split, float* part_m,
-    // float* part_s, float* zt): h holds N*D, w V*D, tgt N contiguous elements
-    // (checked by `dims` and `view`), part_m/part_s splits*N, zt N; the kernel
-    // bounds-checks rows < N and vocabulary < V; grid = (row tiles, splits).
+    // int V, int D, float inv_t, int tiles_per_split, float* part, float* zt):
+    // h holds N*D, w V*D, tgt N contiguous elements (checked by `dims` and
+    // `view`), part splits*N*3, zt N; the kernel bounds-checks rows < N and
+    // vocabulary < V; grid = (row tiles, splits).
     launch!(dev, LOGPROBS, kernel_name::<T>("tlp_fwd_partial"), cfg_2d(row_blocks, splits, TILE_THREADS)?;
-        &h, &wv, &tv, &n, &v, &d, &inv_t, &per_split_i, &mut part_m, &mut part_s, &mut zt)?;
-    // SAFETY: every element is written by the combine kernel (one thread per token).
-    let mut lp = unsafe { dev.alloc::<f32>(dm.n)? };
-    let mut lse = unsafe { dev.alloc::<f32>(dm.n)? };
-    // SAFETY: tlp_fwd_combine(const float* part_m, const float* part_s,
-    // const float* zt, const u32* tgt, int N, int V, int splits, float* logprob,
-    // float* lse): sizes as allocated above; threads with n >= N return.
+        &h, &wv, &tv, &n, &v, &d, &inv_t, &per_split_i, &mut part, &mut zt)?;
+    // SAFETY: the combine kernel writes all 3 values of every token.
+    let mut stats = unsafe { dev.alloc::<f32>(dm.n * STATS)? };
+    // SAFETY: tlp_fwd_combine(const float* part, const float* zt, const u32* tgt,
+    // int N, int V, int splits, float* stats): sizes as allocated above;
+    // threads with n >= N return.
     launch!(dev, LOGPROBS, "tlp_fwd_combine", cfg_1d(dm.n.div_ceil(256), 256)?;
-        &part_m, &part_s, &zt, &tv, &n, &v, &splits_i, &mut lp, &mut lse)?;
-    Ok((lp, lse))
+        &part, &zt, &tv, &n, &v, &splits_i, &mut stats)?;
+    Ok(wrap(stats, dev))
 }
 
-/// Backward of `sum_n grad[n] * logprob[n]`: `(grad_hidden [N, d],
-/// grad_lm_head [V, d])` in the inputs' dtype. `logprobs` is the forward's
-/// output (the log-sum-exp is recovered from it, so nothing else is saved);
-/// `grad` is f32 `[N]`. Tokens with an out-of-range target get no gradient.
-#[allow(clippy::too_many_arguments)]
+/// Backward: `[N + V, d]` = grad_hidden over grad_lm_head (the inputs' dtype)
+/// from aux `[N, 4]` f32 rows (target, lse, grad of logp, grad of lse).
+/// Tokens whose target is not a valid id get no gradient. The body of
+/// `TokenLogprobsBackward::cuda_fwd`.
 pub(crate) fn token_logprobs_bwd_cuda(
     temperature: f64,
     hidden: &CudaStorage,
     hidden_l: &Layout,
     w: &CudaStorage,
     w_l: &Layout,
-    t: &CudaStorage,
-    t_l: &Layout,
-    logprobs: &CudaStorage,
-    logprobs_l: &Layout,
-    grad: &CudaStorage,
-    grad_l: &Layout,
-) -> Result<((CudaStorage, Shape), (CudaStorage, Shape))> {
-    let dm = dims(temperature, hidden_l, w_l, t, t_l)?;
-    for (what, s, l) in [("logprobs", logprobs, logprobs_l), ("grad", grad, grad_l)] {
-        expect_dtype(s, DType::F32, what)?;
-        if l.shape().dims1()? != dm.n {
-            bail!("token_logprobs backward (cuda): {what} has shape {:?}, expected [{}]", l.shape(), dm.n);
-        }
-    }
+    aux: &CudaStorage,
+    aux_l: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let dm = dims(temperature, hidden_l, w_l, aux_l, Some(AUX))?;
+    expect_dtype(aux, DType::F32, "aux")?;
     let inv_t = (1.0 / temperature) as f32;
-    let ins = BwdInputs { hidden, hidden_l, w, w_l, t, t_l, logprobs, logprobs_l, grad, grad_l };
-    let (gh, gw) = match common_float("token_logprobs", &[hidden.dtype(), w.dtype()])? {
-        DType::F32 => bwd_typed::<f32>(dm, inv_t, &ins)?,
-        _ => bwd_typed::<half::bf16>(dm, inv_t, &ins)?,
+    let ins = [(hidden, hidden_l), (w, w_l), (aux, aux_l)];
+    let grads = match common_float("token_logprobs backward", &[hidden.dtype(), w.dtype()])? {
+        DType::F32 => bwd_typed::<f32>(dm, inv_t, ins)?,
+        _ => bwd_typed::<half::bf16>(dm, inv_t, ins)?,
     };
-    Ok(((gh, Shape::from((dm.n, dm.d))), (gw, Shape::from((dm.v, dm.d)))))
-}
-
-/// The backward's inputs, storage and layout each.
-struct BwdInputs<'a> {
-    hidden: &'a CudaStorage,
-    hidden_l: &'a Layout,
-    w: &'a CudaStorage,
-    w_l: &'a Layout,
-    t: &'a CudaStorage,
-    t_l: &'a Layout,
-    logprobs: &'a CudaStorage,
-    logprobs_l: &'a Layout,
-    grad: &'a CudaStorage,
-    grad_l: &'a Layout,
+    Ok((grads, Shape::from((dm.n + dm.v, dm.d))))
 }
 
 /// Vocabulary rows per backward chunk: a multiple of the tile, the `[N, C]`
@@ -184,62 +156,52 @@ fn chunk_rows(n: usize, v: usize) -> usize {
     fit.max(TILE).min(v)
 }
 
-fn bwd_typed<T: KernelFloat>(dm: Dims, inv_t: f32, x: &BwdInputs) -> Result<(CudaStorage, CudaStorage)> {
-    let dev = x.hidden.device();
-    let h = view::<T>(x.hidden, x.hidden_l, "hidden")?;
-    let wv = view::<T>(x.w, x.w_l, "lm_head")?;
-    let tv = view::<u32>(x.t, x.t_l, "targets")?;
-    let lpv = view::<f32>(x.logprobs, x.logprobs_l, "logprobs")?;
-    let gv = view::<f32>(x.grad, x.grad_l, "grad")?;
+fn bwd_typed<T: KernelFloat>(dm: Dims, inv_t: f32, [hidden, w, aux]: [In; 3]) -> Result<CudaStorage> {
+    let dev = hidden.0.device();
+    let h = view::<T>(hidden.0, hidden.1, "hidden")?;
+    let wv = view::<T>(w.0, w.1, "lm_head")?;
+    let av = view::<f32>(aux.0, aux.1, "aux")?;
     let (n, v, d) = (to_i32(dm.n, "N")?, to_i32(dm.v, "V")?, to_i32(dm.d, "d")?);
-    // SAFETY: one warp per token writes lse[n] for every n < N.
-    let mut lse = unsafe { dev.alloc::<f32>(dm.n)? };
-    // SAFETY: tlp_lse_from_logprob_T(const T* h, const T* w, const u32* tgt,
-    // const float* logprob, int N, int V, int D, float inv_t, float* lse):
-    // sizes checked by `dims`; warps past N return; targets >= V are not read.
-    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_lse_from_logprob"), cfg_1d((dm.n * 32).div_ceil(256), 256)?;
-        &h, &wv, &tv, &lpv, &n, &v, &d, &inv_t, &mut lse)?;
     let chunk = chunk_rows(dm.n, dm.v);
-    // SAFETY: each chunk's dz kernel writes all N * cc entries its two
-    // gradient kernels read; grad_w's rows are each written by one chunk.
+    let (nd, vd) = (dm.n * dm.d, dm.v * dm.d);
+    // SAFETY: uninitialized; each chunk's dz kernel writes all N * cc entries
+    // its two gradient kernels then read.
     let mut dz = unsafe { dev.alloc::<f32>(dm.n * chunk)? };
-    let mut gw = unsafe { dev.alloc::<T>(dm.v * dm.d)? };
-    let mut gh = dev.alloc_zeros::<f32>(dm.n * dm.d)?;
+    // grad_hidden rows [0, N) accumulate over chunks (f32, zeroed); the
+    // grad_lm_head rows [N, N + V) are each written once by one chunk.
+    let mut gh = dev.alloc_zeros::<f32>(nd)?;
+    // SAFETY: every element is written: the first N*d by the final cast (or,
+    // for f32, by accumulating into a zeroed copy), the last V*d by grad_w.
+    let mut out = unsafe { dev.alloc::<T>(nd + vd)? };
     let row_blocks = dm.n.div_ceil(TILE);
     let d_blocks = dm.d.div_ceil(TILE);
-    for v0 in (0..dm.v).step_by(chunk) {
-        let cc = chunk.min(dm.v - v0);
-        let (v0_i, cc_i) = (to_i32(v0, "v0")?, to_i32(cc, "chunk")?);
-        // SAFETY: tlp_bwd_dz_T(const T* h, const T* w, const u32* tgt,
-        // const float* lse, const float* g, int N, int V, int D, float inv_t,
-        // int v0, int C, float* dz): dz holds N*chunk >= N*cc; the kernel writes
-        // row < N, v0 <= v < v0 + cc only; grid = (row tiles, cc tiles).
-        launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_dz"), cfg_2d(row_blocks, cc.div_ceil(TILE), TILE_THREADS)?;
-            &h, &wv, &tv, &lse, &gv, &n, &v, &d, &inv_t, &v0_i, &cc_i, &mut dz)?;
-        // SAFETY: tlp_bwd_grad_h_T(const float* dz, const T* w, int N, int D,
-        // int v0, int C, float* gh): reads dz[N*cc], w rows v0..v0+cc < V,
-        // writes gh[N*D] bounds-checked; grid = (row tiles, d tiles).
-        launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_h"), cfg_2d(row_blocks, d_blocks, TILE_THREADS)?;
-            &dz, &wv, &n, &d, &v0_i, &cc_i, &mut gh)?;
-        // SAFETY: tlp_bwd_grad_w_T(const float* dz, const T* h, int N, int D,
-        // int v0, int C, T* gw): writes gw rows v0..v0+cc (< V) bounds-checked;
-        // grid = (cc tiles, d tiles).
-        launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_w"), cfg_2d(cc.div_ceil(TILE), d_blocks, TILE_THREADS)?;
-            &dz, &h, &n, &d, &v0_i, &cc_i, &mut gw)?;
+    {
+        let mut gw = out.slice_mut(nd..nd + vd);
+        for v0 in (0..dm.v).step_by(chunk) {
+            let cc = chunk.min(dm.v - v0);
+            let (v0_i, cc_i) = (to_i32(v0, "v0")?, to_i32(cc, "chunk")?);
+            // SAFETY: tlp_bwd_dz_T(const T* h, const T* w, const float* aux,
+            // int N, int V, int D, float inv_t, int v0, int C, float* dz): aux
+            // holds N*4; dz holds N*chunk >= N*cc; the kernel writes rows < N,
+            // v0 <= v < v0 + cc only; grid = (row tiles, cc tiles).
+            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_dz"), cfg_2d(row_blocks, cc.div_ceil(TILE), TILE_THREADS)?;
+                &h, &wv, &av, &n, &v, &d, &inv_t, &v0_i, &cc_i, &mut dz)?;
+            // SAFETY: tlp_bwd_grad_h_T(const float* dz, const T* w, int N, int D,
+            // int v0, int C, float* gh): reads dz[N*cc] and w rows v0..v0+cc < V,
+            // writes gh[N*D] bounds-checked; grid = (row tiles, d tiles).
+            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_h"), cfg_2d(row_blocks, d_blocks, TILE_THREADS)?;
+                &dz, &wv, &n, &d, &v0_i, &cc_i, &mut gh)?;
+            // SAFETY: tlp_bwd_grad_w_T(const float* dz, const T* h, int N, int D,
+            // int v0, int C, T* gw): gw is the V*d tail of `out`; writes rows
+            // v0..v0+cc (< V) bounds-checked; grid = (cc tiles, d tiles).
+            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_w"), cfg_2d(cc.div_ceil(TILE), d_blocks, TILE_THREADS)?;
+                &dz, &h, &n, &d, &v0_i, &cc_i, &mut gw)?;
+        }
     }
-    let gh = cast_from_f32::<T>(gh, dm.n * dm.d, dev)?;
-    Ok((gh, wrap(gw, dev)))
-}
-
-/// An f32 accumulator as a storage of `T` (no copy for f32).
-fn cast_from_f32<T: KernelFloat>(acc: CudaSlice<f32>, len: usize, dev: &candle_core::CudaDevice) -> Result<CudaStorage> {
-    if T::DTYPE == DType::F32 {
-        return Ok(wrap(acc, dev));
-    }
-    // SAFETY: the cast kernel writes every element < len.
-    let mut out = unsafe { dev.alloc::<T>(len)? };
-    let len_i = len as i64;
-    // SAFETY: tlp_cast_T(const float* src, int64_t n, T* dst): both hold len.
-    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_cast"), cfg_1d(len.div_ceil(256), 256)?; &acc, &len_i, &mut out)?;
+    let mut head = out.slice_mut(0..nd);
+    let nd_i = nd as i64;
+    // SAFETY: tlp_cast_T(const float* src, int64_t n, T* dst): gh holds N*d,
+    // head is the first N*d elements of `out`; threads past n return.
+    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_cast"), cfg_1d(nd.div_ceil(256), 256)?; &gh, &nd_i, &mut head)?;
     Ok(wrap(out, dev))
 }

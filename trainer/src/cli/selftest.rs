@@ -105,9 +105,11 @@ mod cuda {
         Ok(())
     }
 
-    /// Reference: log_softmax(h W^T / T) gathered at the targets, gradients of
-    /// sum(g * logprobs) by autograd, in f32 on the CPU from the same
-    /// (dtype-rounded) inputs.
+    /// Reference: log_softmax(h W^T / T) gathered at the targets, its
+    /// log-sum-exp and entropy, gradients of sum(g_logp logp + g_lse lse) by
+    /// autograd, in f32 on the CPU from the same (dtype-rounded) inputs. The
+    /// CUDA side runs the ops' storage functions: stats, then the backward on
+    /// aux rows (target, lse, g_logp, g_lse) as `TokenLogprobsOp::bwd` packs them.
     #[allow(clippy::too_many_arguments)]
     fn logprobs_case(
         dev: &Device,
@@ -122,18 +124,26 @@ mod cuda {
         let w = random(rng, &[v, d], 0.2)?.to_dtype(dtype)?;
         let targets: Vec<u32> = (0..n).map(|_| rng.random_range(0..v as u32)).collect();
         let t = Tensor::new(targets.as_slice(), &Device::Cpu)?;
-        let g = random(rng, &[n], 1.0)?;
+        let (g_lp, g_lse) = (random(rng, &[n], 1.0)?, random(rng, &[n], 0.5)?);
         let hv = Var::from_tensor(&h.to_dtype(DType::F32)?)?;
         let wv = Var::from_tensor(&w.to_dtype(DType::F32)?)?;
         let logits = (hv.as_tensor().matmul(&wv.as_tensor().t()?)? / temp)?;
-        let want = ops::log_softmax_last(&logits)?.gather(&t.unsqueeze(1)?, 1)?.squeeze(1)?;
-        let grads = (&want * &g)?.sum_all()?.backward()?;
-        let (hc, wc, tc, gc) = (h.to_device(dev)?, w.to_device(dev)?, t.to_device(dev)?, g.to_device(dev)?);
-        let got = kernels::cuda_ops::token_logprobs(&hc, &wc, &tc, temp)?;
-        report.check(&format!("{name} fwd"), &got, &want, tf)?;
-        let (gh, gw) = kernels::cuda_ops::token_logprobs_backward(&hc, &wc, &tc, &got, &gc, temp)?;
-        report.check(&format!("{name} grad_hidden"), &gh, grads.get(hv.as_tensor()).expect("grad"), tg)?;
-        report.check(&format!("{name} grad_lm_head"), &gw, grads.get(wv.as_tensor()).expect("grad"), tg)
+        let max = logits.max_keepdim(1)?.detach();
+        let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(1)?.log()? + &max)?;
+        let logp = logits.gather(&t.unsqueeze(1)?, 1)?.sub(&lse)?.squeeze(1)?;
+        let lse = lse.squeeze(1)?;
+        let probs = ops::softmax_last(&logits.detach())?;
+        let entropy = (&lse.detach() - (probs * logits.detach())?.sum(1)?)?;
+        let grads = ((&logp * &g_lp)? + (&lse * &g_lse)?)?.sum_all()?.backward()?;
+        let (hc, wc, tc) = (h.to_device(dev)?, w.to_device(dev)?, t.to_device(dev)?);
+        let stats = kernels::cuda_ops::token_logprobs_stats(&hc, &wc, &tc, temp)?;
+        report.check(&format!("{name} logp"), &stats.narrow(1, 0, 1)?.squeeze(1)?, &logp, tf)?;
+        report.check(&format!("{name} lse"), &stats.narrow(1, 1, 1)?.squeeze(1)?, &lse, tf)?;
+        report.check(&format!("{name} entropy"), &stats.narrow(1, 2, 1)?.squeeze(1)?, &entropy, tf)?;
+        let aux = Tensor::stack(&[&tc.to_dtype(DType::F32)?, &stats.narrow(1, 1, 1)?.squeeze(1)?, &g_lp.to_device(dev)?, &g_lse.to_device(dev)?], 1)?;
+        let both = kernels::cuda_ops::token_logprobs_backward(&hc, &wc, &aux, temp)?;
+        report.check(&format!("{name} grad_hidden"), &both.narrow(0, 0, n)?, grads.get(hv.as_tensor()).expect("grad"), tg)?;
+        report.check(&format!("{name} grad_lm_head"), &both.narrow(0, n, v)?, grads.get(wv.as_tensor()).expect("grad"), tg)
     }
 
     /// Reference: `ops::rms_norm` (the model's composition) with autograd.
@@ -188,10 +198,12 @@ mod cuda {
         let t = Tensor::new(targets.as_slice(), dev)?;
         let g = Tensor::ones(n, DType::F32, dev)?;
         let fused = || -> Result<f32> {
-            let lp = kernels::cuda_ops::token_logprobs(&h, &w, &t, 1.0)?;
-            let (gh, gw) = kernels::cuda_ops::token_logprobs_backward(&h, &w, &t, &lp, &g, 1.0)?;
-            let _ = (gh.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?, gw.dims().len());
-            Ok(lp.sum_all()?.to_scalar::<f32>()?)
+            let stats = kernels::cuda_ops::token_logprobs_stats(&h, &w, &t, 1.0)?;
+            let lse = stats.narrow(1, 1, 1)?.squeeze(1)?;
+            let aux = Tensor::stack(&[&t.to_dtype(DType::F32)?, &lse, &g, &g.zeros_like()?], 1)?;
+            let grads = kernels::cuda_ops::token_logprobs_backward(&h, &w, &aux, 1.0)?;
+            let _ = grads.narrow(0, 0, n)?.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+            Ok(stats.narrow(1, 0, 1)?.sum_all()?.to_scalar::<f32>()?)
         };
         let unfused = || -> Result<f32> {
             let (hv, wv) = (Var::from_tensor(&h)?, Var::from_tensor(&w)?);
