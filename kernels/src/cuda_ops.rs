@@ -6,8 +6,8 @@
 //! contiguous here.
 
 use crate::logprobs_cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
-use crate::norm_cuda::{rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
-use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda};
+use crate::norm_cuda::{rms_norm_bwd_cuda, rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
+use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda, rope_op_cuda};
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, Layout, Result, Shape, Storage, Tensor};
@@ -61,6 +61,16 @@ pub fn rms_norm_backward(x: &Tensor, w: &Tensor, dy: &Tensor, eps: f64) -> Resul
         let dw = rms_norm_bwd_dw_cuda(eps, a[0].0, a[0].1, a[2].0, a[2].1)?;
         Ok((tensor(dx), tensor(dw)))
     })
+}
+
+/// `[rows + 1, D]`: grad_x rows then grad_w, as `RmsNormBackward` returns.
+pub fn rms_norm_backward_packed(x: &Tensor, w: &Tensor, dy: &Tensor, eps: f64) -> Result<Tensor> {
+    with_cuda(&[x, w, dy], |a| rms_norm_bwd_cuda(eps, a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1).map(tensor))
+}
+
+/// `RopeOp { inverse }` on CUDA: [`rope`], or [`rope_backward`] when `inverse`.
+pub fn rope_op(x: &Tensor, cos: &Tensor, sin: &Tensor, inverse: bool) -> Result<Tensor> {
+    with_cuda(&[x, cos, sin], |a| rope_op_cuda(inverse, a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1).map(tensor))
 }
 
 /// Rotary embedding (rotate-half) of x `[B, H, T, D]` with cos/sin tables

@@ -120,6 +120,60 @@ fn dw_typed<T: KernelFloat>(eps: f64, rows: usize, d: usize, x: In, dy: In) -> R
     cast_from_f32::<T>(acc, d, dev)
 }
 
+/// Backward in the layout of `RmsNormBackward` (x [.., D], w [D], dy like x):
+/// `[rows + 1, D]` in x's dtype, grad_x in the first rows and grad_w last.
+/// The body of `RmsNormBackward::cuda_fwd`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rms_norm_bwd_cuda(
+    eps: f64,
+    x: &CudaStorage,
+    x_l: &Layout,
+    w: &CudaStorage,
+    w_l: &Layout,
+    dy: &CudaStorage,
+    dy_l: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let (rows, d) = dims(x_l, w_l)?;
+    if dy_l.shape() != x_l.shape() {
+        bail!("rms_norm backward (cuda): dy {:?} must have x's shape {:?}", dy_l.shape(), x_l.shape());
+    }
+    let out = match common_float("rms_norm backward", &[x.dtype(), w.dtype(), dy.dtype()])? {
+        DType::F32 => packed_bwd_typed::<f32>(eps, rows, d, (x, x_l), (w, w_l), (dy, dy_l))?,
+        _ => packed_bwd_typed::<half::bf16>(eps, rows, d, (x, x_l), (w, w_l), (dy, dy_l))?,
+    };
+    Ok((out, Shape::from((rows + 1, d))))
+}
+
+fn packed_bwd_typed<T: KernelFloat>(eps: f64, rows: usize, d: usize, x: In, w: In, dy: In) -> Result<CudaStorage> {
+    let dev = x.0.device();
+    let xv = view::<T>(x.0, x.1, "x")?;
+    let wv = view::<T>(w.0, w.1, "weight")?;
+    let dyv = view::<T>(dy.0, dy.1, "dy")?;
+    let (rows_i, d_i, eps_f, d_i64) = (to_i32(rows, "rows")?, to_i32(d, "D")?, eps as f32, d as i64);
+    // SAFETY: every element is written: rows*D by rms_bwd_dx, the last D by the cast.
+    let mut out = unsafe { dev.alloc::<T>((rows + 1) * d)? };
+    {
+        let mut dx = out.slice_mut(0..rows * d);
+        // SAFETY: rms_bwd_dx_T(const T* x, const T* w, const T* dy, int D,
+        // float eps, T* dx): x, dy, dx hold rows*D, w holds D; one block per row.
+        launch!(dev, NORM, kernel_name::<T>("rms_bwd_dx"), cfg_1d(rows, row_threads(d))?; &xv, &wv, &dyv, &d_i, &eps_f, &mut dx)?;
+    }
+    // SAFETY: one block per row writes rstd[row].
+    let mut rstd = unsafe { dev.alloc::<f32>(rows)? };
+    // SAFETY: rms_rstd_T(const T* x, int D, float eps, float* out): x holds rows*D, out rows.
+    launch!(dev, NORM, kernel_name::<T>("rms_rstd"), cfg_1d(rows, row_threads(d))?; &xv, &d_i, &eps_f, &mut rstd)?;
+    let mut acc = dev.alloc_zeros::<f32>(d)?;
+    // SAFETY: rms_dw_T(const T* x, const T* dy, const float* rstd, int rows,
+    // int D, float* acc): threads with col >= D return; acc (zeroed) holds D.
+    launch!(dev, NORM, kernel_name::<T>("rms_dw"), cfg_2d(d.div_ceil(256), rows.min(DW_ROW_GROUPS), 256)?;
+        &xv, &dyv, &rstd, &rows_i, &d_i, &mut acc)?;
+    let mut dw = out.slice_mut(rows * d..(rows + 1) * d);
+    // SAFETY: rms_cast_T(const float* src, int64_t n, T* dst): acc and the
+    // last row of `out` hold D.
+    launch!(dev, NORM, kernel_name::<T>("rms_cast"), cfg_1d(d.div_ceil(256), 256)?; &acc, &d_i64, &mut dw)?;
+    Ok(wrap(out, dev))
+}
+
 /// An f32 accumulator as a storage of `T` (no copy for f32).
 fn cast_from_f32<T: KernelFloat>(acc: candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>, len: usize, dev: &CudaDevice) -> Result<CudaStorage> {
     if T::DTYPE == DType::F32 {

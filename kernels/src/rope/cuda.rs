@@ -46,8 +46,13 @@ fn geometry(x_l: &Layout, cos_l: &Layout, sin_l: &Layout) -> Result<Geometry> {
     Ok(Geometry { b, h, t, d, cs_row, cs_batched })
 }
 
-/// Forward: the rotated x (x, cos, sin of one dtype). The body of the rope
-/// op's `cuda_fwd`.
+/// `RopeOp { inverse }`: the forward rotation, or with `inverse` its
+/// transpose (the backward). The body of `RopeOp::cuda_fwd`.
+pub(crate) fn rope_op_cuda(inverse: bool, x: &CudaStorage, x_l: &Layout, cos: &CudaStorage, cos_l: &Layout, sin: &CudaStorage, sin_l: &Layout) -> Result<(CudaStorage, Shape)> {
+    rope_cuda(if inverse { -1.0 } else { 1.0 }, x, x_l, cos, cos_l, sin, sin_l)
+}
+
+/// Forward: the rotated x (x, cos, sin of one dtype).
 pub(crate) fn rope_fwd_cuda(x: &CudaStorage, x_l: &Layout, cos: &CudaStorage, cos_l: &Layout, sin: &CudaStorage, sin_l: &Layout) -> Result<(CudaStorage, Shape)> {
     rope_cuda(1.0, x, x_l, cos, cos_l, sin, sin_l)
 }

@@ -160,7 +160,12 @@ mod cuda {
         report.check(&format!("{name} fwd"), &kernels::cuda_ops::rms_norm(&xc, &wc, eps)?, &want, tf)?;
         let (dx, dw) = kernels::cuda_ops::rms_norm_backward(&xc, &wc, &dyc, eps)?;
         report.check(&format!("{name} grad_x"), &dx, grads.get(xv.as_tensor()).expect("grad"), tg)?;
-        report.check(&format!("{name} grad_w"), &dw, grads.get(wv.as_tensor()).expect("grad"), tg)
+        report.check(&format!("{name} grad_w"), &dw, grads.get(wv.as_tensor()).expect("grad"), tg)?;
+        let packed = kernels::cuda_ops::rms_norm_backward_packed(&xc, &wc, &dyc, eps)?;
+        let rows = x.elem_count() / shape[shape.len() - 1];
+        let want_packed = Tensor::cat(&[&grads.get(xv.as_tensor()).expect("grad").flatten_to(shape.len() - 2)?, &grads.get(wv.as_tensor()).expect("grad").unsqueeze(0)?], 0)?;
+        anyhow::ensure!(packed.dim(0)? == rows + 1, "{name}: packed backward has {} rows, expected {}", packed.dim(0)?, rows + 1);
+        report.check(&format!("{name} packed backward"), &packed, &want_packed, tg)
     }
 
     /// Reference: `RopeTables::apply` (the model's composition) with autograd.
@@ -183,7 +188,7 @@ mod cuda {
         let gt = RopeTables::new(&positions, b, t, hd, 1e6, dtype, dev)?;
         let (xc, dyc) = (x.to_device(dev)?, dy.to_device(dev)?);
         report.check(&format!("{name} fwd"), &kernels::cuda_ops::rope(&xc, &gt.cos, &gt.sin)?, &want, tf)?;
-        let dx = kernels::cuda_ops::rope_backward(&dyc, &gt.cos, &gt.sin)?;
+        let dx = kernels::cuda_ops::rope_op(&dyc, &gt.cos, &gt.sin, true)?;
         report.check(&format!("{name} grad_x"), &dx, grads.get(xv.as_tensor()).expect("grad"), tg)
     }
 
