@@ -5,6 +5,7 @@ mod common;
 mod checkpoint_io;
 mod checkpoints;
 mod configs;
+mod device;
 mod grpo_learning;
 mod grpo_maths;
 mod grpo_update;
