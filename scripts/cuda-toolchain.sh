@@ -16,7 +16,8 @@
 set -euo pipefail
 
 dest="${FUSEGRPO_CUDA_TOOLCHAIN:-$HOME/.cache/fusegrpo/cuda13}"
-python="${FUSEGRPO_PYTHON:-python3.11}"
+# Python 3.11 when present (the wheels are py3-none: any Python 3 works).
+python="${FUSEGRPO_PYTHON:-$(command -v python3.11 || command -v python3)}"
 pins=(
   nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
@@ -30,8 +31,8 @@ install_wheels() {
   local stamp="$dest/.pins"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ]; then return 0; fi
   log "installing ${pins[*]} into $dest/venv"
-  "$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
-    || { log "needs Python 3.11 (set FUSEGRPO_PYTHON)"; exit 1; }
+  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || log "note: $("$python" --version 2>&1), not 3.11 (set FUSEGRPO_PYTHON to choose)"
   rm -rf "$dest/venv"
   mkdir -p "$dest"
   "$python" -m venv "$dest/venv"
@@ -64,7 +65,7 @@ build_stub() {
 }
 
 install_wheels
-root="$dest/venv/lib/python3.11/site-packages/nvidia/cu13"
+root="$("$dest/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13"
 link_tree "$root"
 build_stub
 "$root/bin/nvcc" --version | tail -n 2 >&2
