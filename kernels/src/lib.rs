@@ -31,6 +31,9 @@ pub mod cuda_ops;
 //   RmsNormOp:             cuda::rms_norm_fwd_cuda(self.eps, s1, l1, s2, l2)
 //   RmsNormBackward:       cuda::rms_norm_bwd_cuda(self.eps, s1, l1, s2, l2, s3, l3)
 //   RopeOp:                cuda::rope_op_cuda(self.inverse, s1, l1, s2, l2, s3, l3)
+// and `has_native_path` adds `|| (cfg!(feature = "cuda") && device.is_cuda())`
+// (best once scripts/gpu-check has passed on a GPU). Checked: with these
+// hooks on a merge of kernels-cpu, `cargo build --features cuda` compiles.
 #[cfg(feature = "cuda")]
 #[path = "logprobs/cuda.rs"]
 mod logprobs_cuda;
