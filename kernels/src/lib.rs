@@ -1,14 +1,28 @@
 //! `kernels`: the only crate that will know CUDA.
 //!
-//! Fused ops (token log-probs without materialized logits, RMSNorm and rotary
-//! embeddings with backward) land here as Candle `CustomOp`s, each beside a
-//! plain-tensor reference and a parity test. Until they land, the model in
-//! `trainer` uses differentiable compositions of stock Candle ops; see issue 6.
+//! Fused ops for the training hot path, as Candle custom ops, each beside a
+//! plain-tensor reference and a parity test:
+//!
+//! - [`logprobs`]: per-token log-probs (and entropy) of `hidden @ lm_head^T / T`
+//!   without materializing the `[N, V]` logits, with backward
+//!   ([`logprobs::token_logprobs`], reference [`logprobs::token_logprobs_reference`]).
+//! - [`norm`]: RMSNorm with backward ([`norm::rms_norm`]).
+//! - [`rope`]: rotary embeddings ("rotate half", per-row positions) with
+//!   backward ([`rope::rope`]).
+//!
+//! CPU paths run their own rayon tasks (Candle's CPU element-wise ops are
+//! single-threaded) and call single-threaded matrix products per block
+//! (`matmul`).
 //!
 //! With feature `cuda`: the CUDA kernels (`kernels/cuda/*.cu`, compiled to PTX
 //! by build.rs) and their launchers, as storage-level functions for the ops'
 //! `cuda_fwd` (`logprobs/cuda.rs`, `norm/cuda.rs`, `rope/cuda.rs`) and as
 //! tensor-level calls in [`cuda_ops`] for the GPU self-test.
+
+pub mod logprobs;
+mod matmul;
+pub mod norm;
+pub mod rope;
 
 /// The Candle device type the ops run on, re-exported so callers need not
 /// depend on `candle-core` directly for it.

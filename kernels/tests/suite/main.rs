@@ -1,0 +1,5 @@
+//! The kernels' integration tests, one binary (fewer links, less disk in CI).
+
+mod common;
+mod logprobs;
+mod norm_rope;
