@@ -41,6 +41,9 @@ enum Command {
     BenchModel(cli::bench_model::Args),
     /// Peak RSS of one forward+backward with activation recomputation off vs per layer.
     BenchMemory(cli::bench_memory::Args),
+    /// Micro-benchmarks of single kernels (`fusegrpo bench logprob ...`).
+    #[command(subcommand)]
+    Bench(cli::bench::Command),
     /// Run episodes for a task set with a policy; write them as JSONL.
     Rollout(cli::rollout::Args),
     /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time).
@@ -103,5 +106,6 @@ fn main() -> anyhow::Result<()> {
         Command::BenchModel(args) => cli::bench_model::run(args),
         Command::BenchMemory(args) => cli::bench_memory::run(args),
         Command::Selftest(args) => cli::selftest::run(args),
+        Command::Bench(cmd) => cli::bench::run(cmd),
     }
 }

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// A `/proc/self/status` memory field in KiB (0 where unavailable).
-fn rss_kib(field: &str) -> u64 {
+pub fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

@@ -24,13 +24,9 @@ pub use loss::{
 };
 
 use crate::error::Result;
-use crate::logprobs::token_logprobs;
-use crate::model::{cache::Positions, ops, Qwen3};
-use candle_core::{DType, Tensor, D};
-
-/// Rows of the vocabulary-wide entropy softmax computed at once (bounds the
-/// extra memory of [`EntropyMetric::Compute`]).
-const ENTROPY_CHUNK_ROWS: usize = 1024;
+use crate::logprobs::{token_logprobs, token_logprobs_and_entropy};
+use crate::model::{cache::Positions, Qwen3};
+use candle_core::{DType, Tensor};
 
 /// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under
 /// `model` with logits divided by `temperature`: column `j >= 1` is
@@ -68,27 +64,13 @@ pub fn hidden_logprobs(
     }
     let hidden = hidden.narrow(1, 0, t - 1)?.reshape((b * (t - 1), ()))?;
     let targets = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
-    let lp = token_logprobs(model, &hidden, &targets, temperature)?.reshape((b, t - 1))?;
-    let lp = lp.pad_with_zeros(1, 1, 0)?;
-    let ent = match entropy {
-        EntropyMetric::Skip => None,
+    let (lp, ent) = match entropy {
+        EntropyMetric::Skip => (token_logprobs(model, &hidden, &targets, temperature)?, None),
         EntropyMetric::Compute => {
-            let hidden = hidden.detach();
-            let n = b * (t - 1);
-            let mut parts = Vec::new();
-            for start in (0..n).step_by(ENTROPY_CHUNK_ROWS) {
-                let h = hidden.narrow(0, start, ENTROPY_CHUNK_ROWS.min(n - start))?;
-                let logits = (model.logits(&h)?.to_dtype(DType::F32)? / temperature)?;
-                let logp = ops::log_softmax_last(&logits)?;
-                parts.push((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?);
-            }
-            Some(
-                Tensor::cat(&parts, 0)?
-                    .reshape((b, t - 1))?
-                    .pad_with_zeros(1, 1, 0)?
-                    .detach(),
-            )
+            let (lp, ent) = token_logprobs_and_entropy(model, &hidden, &targets, temperature)?;
+            (lp, Some(ent.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?.detach()))
         }
     };
+    let lp = lp.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?;
     Ok((lp, ent))
 }

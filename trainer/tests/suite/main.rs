@@ -6,6 +6,7 @@ mod checkpoint_io;
 mod checkpoints;
 mod configs;
 mod device;
+mod fused_logprobs;
 mod grpo_learning;
 mod grpo_maths;
 mod grpo_update;

@@ -1,0 +1,94 @@
+//! `fusegrpo bench logprob`: forward + backward of per-token log-probs over a
+//! random lm_head, through the fused kernel or the unfused composition, so
+//! time and peak memory (e.g. `/usr/bin/time -v`) can be compared from outside.
+
+use anyhow::{ensure, Result};
+use candle_core::{Device, Tensor, Var};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+/// Which implementation runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Mode {
+    /// `kernels::logprobs::token_logprobs`: chunked, never materializes `[N, V]`.
+    Fused,
+    /// matmul, `/ T`, log-softmax, gather through stock Candle ops (autograd backward).
+    Unfused,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Tokens N (rows of the hidden states).
+    #[arg(long, default_value_t = 1024)]
+    pub tokens: usize,
+    /// Hidden size d.
+    #[arg(long, default_value_t = 2560)]
+    pub hidden: usize,
+    /// Vocabulary size V (rows of the lm_head).
+    #[arg(long, default_value_t = 151_936)]
+    pub vocab: usize,
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Seed of the random hidden states, lm_head and targets.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Threads (rayon's pool and Candle's matmul); default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Softmax temperature.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0, "tokens, hidden and vocab must be positive");
+    if let Some(t) = args.threads {
+        ensure!(t > 0, "--threads must be positive");
+        // Candle's matmul sizes its work by RAYON_NUM_THREADS; rayon's pool is built here.
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let hidden = Var::from_tensor(&random(&mut rng, (args.tokens, args.hidden), 1.0)?)?;
+    let lm_head = Var::from_tensor(&random(&mut rng, (args.vocab, args.hidden), 0.05)?)?;
+    let targets: Vec<u32> = (0..args.tokens).map(|_| rng.random_range(0..args.vocab as u32)).collect();
+    let targets = Tensor::from_vec(targets, args.tokens, &Device::Cpu)?;
+    let rss_inputs = super::bench_model::rss_kib("VmRSS");
+
+    let t0 = Instant::now();
+    let (h, w, temp) = (hidden.as_tensor(), lm_head.as_tensor(), args.temperature);
+    let logp = match args.mode {
+        Mode::Fused => kernels::logprobs::token_logprobs(h, w, &targets, temp)?,
+        Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
+    };
+    let sum = logp.sum_all()?;
+    let grads = sum.backward()?;
+    let logprob_sum = sum.to_scalar::<f32>()? as f64;
+    let grad_w = grads.get(w).expect("lm_head gradient");
+    let grad_h = grads.get(h).expect("hidden gradient");
+    let seconds = t0.elapsed().as_secs_f64();
+
+    let report = serde_json::json!({
+        "seconds": seconds,
+        "logprob_sum": logprob_sum,
+        "mode": format!("{:?}", args.mode).to_lowercase(),
+        "tokens": args.tokens,
+        "hidden": args.hidden,
+        "vocab": args.vocab,
+        "threads": rayon::current_num_threads(),
+        "grad_lm_head_abs_sum": grad_w.abs()?.sum_all()?.to_scalar::<f32>()?,
+        "grad_hidden_abs_sum": grad_h.abs()?.sum_all()?.to_scalar::<f32>()?,
+        "rss_inputs_mib": rss_inputs / 1024,
+        "peak_rss_mib": super::bench_model::rss_kib("VmHWM") / 1024,
+    });
+    println!("{report}");
+    ensure!(logprob_sum.is_finite(), "non-finite log-probs");
+    Ok(())
+}
+
+/// A `shape` f32 tensor of uniform values in `[-scale, scale)`.
+fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32) -> Result<Tensor> {
+    let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.random_range(-scale..scale)).collect();
+    Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
+}
