@@ -3,6 +3,7 @@
 //! time and peak memory (e.g. `/usr/bin/time -v`) can be compared from outside.
 
 use anyhow::{ensure, Result};
+use super::bench_model::rss_kib;
 use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,11 +51,12 @@ pub fn run(args: Args) -> Result<()> {
         rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let hidden = Var::from_tensor(&random(&mut rng, (args.tokens, args.hidden), 1.0)?)?;
-    let lm_head = Var::from_tensor(&random(&mut rng, (args.vocab, args.hidden), 0.05)?)?;
+    let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0)?;
+    let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05)?;
     let targets: Vec<u32> = (0..args.tokens).map(|_| rng.random_range(0..args.vocab as u32)).collect();
     let targets = Tensor::from_vec(targets, args.tokens, &Device::Cpu)?;
-    let rss_inputs = super::bench_model::rss_kib("VmRSS");
+    let rss_inputs = rss_kib("VmRSS");
+    let peak_reset = reset_peak_rss();
 
     let t0 = Instant::now();
     let (h, w, temp) = (hidden.as_tensor(), lm_head.as_tensor(), args.temperature);
@@ -63,15 +65,21 @@ pub fn run(args: Args) -> Result<()> {
         Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
     };
     let sum = logp.sum_all()?;
-    let grads = sum.backward()?;
+    let peak_forward = rss_kib("VmHWM");
     let logprob_sum = sum.to_scalar::<f32>()? as f64;
+    let forward_seconds = t0.elapsed().as_secs_f64();
+    let grads = sum.backward()?;
     let grad_w = grads.get(w).expect("lm_head gradient");
     let grad_h = grads.get(h).expect("hidden gradient");
     let seconds = t0.elapsed().as_secs_f64();
+    let peak = rss_kib("VmHWM");
+    // Growth over the inputs' RSS while the op ran (the peak was reset after the inputs were made).
+    let growth = |kib: u64| peak_reset.then(|| kib.saturating_sub(rss_inputs) / 1024);
 
     let report = serde_json::json!({
         "seconds": seconds,
         "logprob_sum": logprob_sum,
+        "forward_seconds": forward_seconds,
         "mode": format!("{:?}", args.mode).to_lowercase(),
         "tokens": args.tokens,
         "hidden": args.hidden,
@@ -80,15 +88,23 @@ pub fn run(args: Args) -> Result<()> {
         "grad_lm_head_abs_sum": grad_w.abs()?.sum_all()?.to_scalar::<f32>()?,
         "grad_hidden_abs_sum": grad_h.abs()?.sum_all()?.to_scalar::<f32>()?,
         "rss_inputs_mib": rss_inputs / 1024,
-        "peak_rss_mib": super::bench_model::rss_kib("VmHWM") / 1024,
+        "forward_peak_growth_mib": growth(peak_forward),
+        "peak_growth_mib": growth(peak),
+        "gradient_outputs_mib": (grad_w.elem_count() + grad_h.elem_count()) * 4 / (1 << 20),
     });
     println!("{report}");
     ensure!(logprob_sum.is_finite(), "non-finite log-probs");
     Ok(())
 }
 
-/// A `shape` f32 tensor of uniform values in `[-scale, scale)`.
-fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32) -> Result<Tensor> {
+/// A `shape` f32 variable of uniform values in `[-scale, scale)` (built in place: no copy).
+fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32) -> Result<Var> {
     let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.random_range(-scale..scale)).collect();
-    Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
+    Ok(Var::from_vec(data, shape, &Device::Cpu)?)
+}
+
+/// Resets the process's peak RSS (VmHWM) to its current RSS (Linux
+/// `clear_refs` value 5); false where unsupported.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
