@@ -15,7 +15,10 @@ pub(crate) const FWD_VOCAB: usize = 512;
 /// Tokens per backward pass: every vocabulary block is recomputed for this
 /// many tokens at once, and each task keeps a `[BWD_TOKENS, d]` partial
 /// hidden-state gradient.
-pub(crate) const BWD_TOKENS: usize = 1024;
+pub(crate) const BWD_TOKENS: usize = 512;
+/// Backward tasks per thread: more tasks than threads keep every core busy
+/// when the machine is shared (each task holds a partial hidden gradient).
+pub(crate) const BWD_TASKS_PER_THREAD: usize = 4;
 /// Vocabulary entries per backward block.
 pub(crate) const BWD_VOCAB: usize = 256;
 
@@ -150,7 +153,7 @@ fn forward_task(p: &Problem, targets: &[u32], t0: usize, vocab: std::ops::Range<
 /// into `grad` `[n + v, d]` (hidden rows first).
 ///
 /// Tokens go in passes of [`BWD_TOKENS`]; within a pass the vocabulary is
-/// split into one contiguous range per task, so each task alone writes its
+/// split into a fixed number of contiguous ranges (tasks), so each task alone writes its
 /// rows of the lm_head gradient (no atomics) and keeps its own partial hidden
 /// gradient, summed in task order afterwards (deterministic for a given
 /// thread count).
@@ -158,7 +161,7 @@ pub(crate) fn backward(p: &Problem, targets: &[u32], stats: &[Stats]) -> Vec<f32
     let mut grad = vec![0.0f32; (p.n + p.v) * p.d];
     let (grad_h, grad_w) = grad.split_at_mut(p.n * p.d);
     let vocab_blocks = p.v.div_ceil(BWD_VOCAB);
-    let tasks = rayon::current_num_threads().clamp(1, vocab_blocks.max(1));
+    let tasks = (BWD_TASKS_PER_THREAD * rayon::current_num_threads()).clamp(1, vocab_blocks.max(1));
     let blocks_per_task = vocab_blocks.div_ceil(tasks);
     for t0 in (0..p.n).step_by(BWD_TOKENS) {
         let rows = BWD_TOKENS.min(p.n - t0);

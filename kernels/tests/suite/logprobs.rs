@@ -45,7 +45,7 @@ fn reference_entropy(h: &Tensor, w: &Tensor, temperature: f64) -> Tensor {
 
 #[test]
 fn odd_shapes_match_the_reference() {
-    // 300 tokens, 1000 entries: neither divides the forward (256 x 512) nor the backward (1024 x 256) blocks.
+    // 300 tokens, 1000 entries: neither divides the forward (256 x 512) nor the backward (512 x 256) blocks.
     check(300, 37, 1000, 0.7, 1);
 }
 
@@ -56,7 +56,7 @@ fn one_token_matches_the_reference() {
 
 #[test]
 fn several_backward_passes_match_the_reference() {
-    // More tokens than one backward pass (1024) holds.
+    // More tokens than two backward passes (512 each) hold, with a partial last one.
     check(1100, 8, 700, 0.9, 3);
 }
 
