@@ -24,6 +24,14 @@ mod matmul;
 pub mod norm;
 pub mod rope;
 
+/// Whether the fused ops run natively on `device` (the CPU today; CUDA once
+/// its kernels land). Elsewhere the public functions fall back to their
+/// plain-tensor references, so callers never fail on a device the ops do
+/// not know yet.
+pub fn has_native_path(device: &Device) -> bool {
+    device.is_cpu()
+}
+
 /// The Candle device type the ops run on, re-exported so callers need not
 /// depend on `candle-core` directly for it.
 pub use candle_core::Device;

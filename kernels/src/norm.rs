@@ -19,6 +19,9 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     if w.dims() != [d] {
         candle_core::bail!("rms_norm: weight is {:?}, expected [{d}]", w.dims());
     }
+    if !crate::has_native_path(x.device()) {
+        return rms_norm_reference(x, w, eps)?.to_dtype(x.dtype());
+    }
     let dtype = x.dtype();
     let xf = x.to_dtype(DType::F32)?.contiguous()?;
     let wf = w.to_dtype(DType::F32)?.contiguous()?;

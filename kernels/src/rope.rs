@@ -25,6 +25,9 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     if hd % 2 != 0 {
         candle_core::bail!("rope: head_dim {hd} is odd");
     }
+    if !crate::has_native_path(x.device()) {
+        return rope_reference(x, cos, sin);
+    }
     let dtype = x.dtype();
     let f = |v: &Tensor| v.to_dtype(DType::F32)?.contiguous();
     f(x)?.apply_op3(&f(cos)?, &f(sin)?, RopeOp { inverse: false })?.to_dtype(dtype)

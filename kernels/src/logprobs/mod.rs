@@ -33,12 +33,19 @@ pub(crate) const MAX_VOCAB: usize = 1 << 24;
 /// Inputs of another float dtype are converted to f32 first (the gradients
 /// flow back through the conversion).
 pub fn token_logprobs(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+    if !crate::has_native_path(hidden.device()) {
+        return token_logprobs_reference(hidden, lm_head, targets, temperature);
+    }
     Ok(fused_stats(hidden, lm_head, targets, temperature)?.narrow(1, 0, 1)?.squeeze(1)?)
 }
 
 /// [`token_logprobs`] and the entropy `[N]` of each token's distribution
 /// (detached: a metric) from one pass over the vocabulary.
 pub fn token_logprobs_and_entropy(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<(Tensor, Tensor)> {
+    if !crate::has_native_path(hidden.device()) {
+        let logp = token_logprobs_reference(hidden, lm_head, targets, temperature)?;
+        return Ok((logp, token_entropy_reference(hidden, lm_head, temperature)?));
+    }
     let stats = fused_stats(hidden, lm_head, targets, temperature)?;
     let logp = stats.narrow(1, 0, 1)?.squeeze(1)?;
     let entropy = stats.narrow(1, 2, 1)?.squeeze(1)?.detach();
@@ -47,6 +54,9 @@ pub fn token_logprobs_and_entropy(hidden: &Tensor, lm_head: &Tensor, targets: &T
 
 /// Entropy `[N]` (f32, no gradient) of `softmax(hidden @ lm_head^T / temperature)`.
 pub fn token_entropy(hidden: &Tensor, lm_head: &Tensor, temperature: f64) -> Result<Tensor> {
+    if !crate::has_native_path(hidden.device()) {
+        return token_entropy_reference(hidden, lm_head, temperature);
+    }
     let n = hidden.dim(0)?;
     let targets = Tensor::zeros(n, DType::U32, hidden.device())?;
     let (hidden, lm_head, targets) = prepare(hidden, lm_head, &targets, temperature)?;
@@ -64,6 +74,26 @@ pub fn token_logprobs_reference(hidden: &Tensor, lm_head: &Tensor, targets: &Ten
     let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
     let logp = shifted.broadcast_sub(&lse)?;
     logp.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?.squeeze(D::Minus1)
+}
+
+/// Entropy `[N]` through the full logits (detached), in row chunks that
+/// bound the extra memory; the fallback where the op has no native path.
+pub fn token_entropy_reference(hidden: &Tensor, lm_head: &Tensor, temperature: f64) -> Result<Tensor> {
+    const ROWS: usize = 1024;
+    let (hidden, lm_head) = (hidden.detach().to_dtype(DType::F32)?, lm_head.detach().to_dtype(DType::F32)?);
+    let n = hidden.dim(0)?;
+    let mut parts = Vec::new();
+    for start in (0..n).step_by(ROWS) {
+        let logits = (hidden.narrow(0, start, ROWS.min(n - start))?.matmul(&lm_head.t()?)? / temperature)?;
+        let max = logits.max_keepdim(D::Minus1)?;
+        let shifted = logits.broadcast_sub(&max)?;
+        let logp = shifted.broadcast_sub(&shifted.exp()?.sum_keepdim(D::Minus1)?.log()?)?;
+        parts.push((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?);
+    }
+    if parts.is_empty() {
+        return Tensor::zeros(0, DType::F32, hidden.device());
+    }
+    Tensor::cat(&parts, 0)
 }
 
 /// The op's `[N, 3]` output (see [`STATS`]) with gradient tracking.

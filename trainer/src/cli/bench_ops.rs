@@ -36,9 +36,9 @@ pub fn run(args: Args) -> Result<()> {
     let positions: Vec<i64> = (0..args.tokens as i64).collect();
     let tabs = RopeTables::new(&positions, 1, args.tokens, args.head_dim, 1e6, DType::F32, &Device::Cpu)?;
     let eps = 1e-6;
-    let norm_composed = median(args.reps, || backward(ops::rms_norm(&x, &w, eps)?))?;
+    let norm_composed = median(args.reps, || backward(ops::rms_norm_composed(&x, &w, eps)?))?;
     let norm_fused = median(args.reps, || backward(kernels::norm::rms_norm(&x, &w, eps)?))?;
-    let rope_composed = median(args.reps, || backward(tabs.apply(&q)?))?;
+    let rope_composed = median(args.reps, || backward(tabs.apply_composed(&q)?))?;
     let rope_fused = median(args.reps, || backward(kernels::rope::rope(&q, &tabs.cos, &tabs.sin)?))?;
     let report = serde_json::json!({
         "tokens": args.tokens,

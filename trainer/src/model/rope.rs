@@ -36,8 +36,19 @@ impl RopeTables {
         })
     }
 
-    /// `x * cos + rotate_half(x) * sin` for `x` of shape `[b, heads, t, head_dim]`.
+    /// `x * cos + rotate_half(x) * sin` for `x` of shape `[b, heads, t, head_dim]`:
+    /// the fused kernel (`kernels::rope`, with backward; 5x faster
+    /// forward+backward, BENCHMARKS.md) for f32 where it runs natively, else
+    /// [`RopeTables::apply_composed`].
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if x.dtype() == DType::F32 && self.cos.dtype() == DType::F32 && kernels::has_native_path(x.device()) {
+            return kernels::rope::rope(x, &self.cos, &self.sin);
+        }
+        self.apply_composed(x)
+    }
+
+    /// [`RopeTables::apply`] from stock ops (any dtype): the reference of the fused kernel.
+    pub fn apply_composed(&self, x: &Tensor) -> Result<Tensor> {
         let d = x.dim(D::Minus1)?;
         let x1 = x.narrow(D::Minus1, 0, d / 2)?;
         let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;
