@@ -23,6 +23,7 @@ pub mod logprobs;
 mod matmul;
 pub mod norm;
 pub mod rope;
+mod storage;
 
 /// Whether the fused ops run natively on `device` (the CPU today; CUDA once
 /// its kernels land). Elsewhere the public functions fall back to their

@@ -6,7 +6,7 @@
 //! - [`rms_norm_reference`]: the stock-op composition it matches.
 //! - [`RmsNormOp`] / [`RmsNormBackward`]: the custom ops (CPU: rayon over rows).
 
-use crate::logprobs::{contiguous_slice, f32_slice};
+use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 

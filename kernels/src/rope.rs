@@ -10,7 +10,7 @@
 //! - [`RopeOp`]: the custom op; its backward is the inverse rotation, the same
 //!   op with `inverse` flipped.
 
-use crate::logprobs::{contiguous_slice, f32_slice};
+use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 

@@ -8,7 +8,9 @@
 //! - [`TokenLogprobsOp`] / [`TokenLogprobsBackward`]: the Candle custom ops.
 //!   The CPU code lives in `cpu.rs`; a CUDA path adds `cuda_fwd` to these
 //!   ops from its own file (the op structs and the packing helpers below are
-//!   crate-visible for that).
+//!   crate-visible for that) and makes [`crate::has_native_path`] true for
+//!   CUDA devices (until then the public functions fall back to the reference
+//!   there).
 //!
 //! Forward: chunks over tokens and vocabulary with an online log-sum-exp.
 //! Backward: recomputes each logits block and turns it into the gradient at
@@ -16,7 +18,7 @@
 
 mod cpu;
 
-use candle_core::backend::BackendStorage;
+use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 
 /// Columns of the op's output: `[log p(target), log-sum-exp, entropy]`.
@@ -219,20 +221,4 @@ pub(crate) fn unpack_aux(aux: &[f32], v: usize) -> Result<(Vec<u32>, Vec<Stats>)
         stats.push(Stats { lse: row[1], grad_logp: row[2], grad_lse: row[3] });
     }
     Ok((targets, stats))
-}
-
-/// The f32 data of a CPU storage.
-pub(crate) fn f32_slice<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
-    match s {
-        CpuStorage::F32(x) => Ok(x),
-        _ => candle_core::bail!("{what} must be f32, got {:?}", s.dtype()),
-    }
-}
-
-/// The elements of a contiguous layout (the public functions make inputs contiguous).
-pub(crate) fn contiguous_slice<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> Result<&'a [T]> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&data[start..end]),
-        None => candle_core::bail!("{what} must be contiguous"),
-    }
 }
