@@ -2,7 +2,7 @@
 //! gradients reach every weight (Candle's fused `rms_norm`, `rope` and
 //! `softmax_last_dim` have no backward). RMSNorm switches to the fused
 //! kernel (`kernels::norm`, with backward) for f32 where the kernels run
-//! natively: 6x faster forward+backward at Qwen3-4B's width (BENCHMARKS.md).
+//! natively: 4-6x faster forward+backward at Qwen3-4B's width (BENCHMARKS.md).
 //! Other dtypes keep the composition, which rounds as transformers does.
 
 use candle_core::{DType, Result, Tensor, D};

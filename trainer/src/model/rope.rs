@@ -37,7 +37,7 @@ impl RopeTables {
     }
 
     /// `x * cos + rotate_half(x) * sin` for `x` of shape `[b, heads, t, head_dim]`:
-    /// the fused kernel (`kernels::rope`, with backward; 5x faster
+    /// the fused kernel (`kernels::rope`, with backward; 5-6x faster
     /// forward+backward, BENCHMARKS.md) for f32 where it runs natively, else
     /// [`RopeTables::apply_composed`].
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
