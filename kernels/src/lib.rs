@@ -43,20 +43,11 @@ mod cuda_util;
 #[cfg(feature = "cuda")]
 pub mod cuda_ops;
 
-// The launchers live beside their ops' CPU code; until the op modules exist
-// on this branch they are mounted here by path. Once `logprobs`, `norm` and
-// `rope` exist, each declares `#[cfg(feature = "cuda")] mod cuda;` (norm.rs
-// and rope.rs with `#[path = "norm/cuda.rs"]` / `"rope/cuda.rs"`), these
-// three mounts go, `cuda_ops` imports from there, and each op gains a one-line
-// `#[cfg(feature = "cuda")] fn cuda_fwd(&self, s1, l1, s2, l2[, s3, l3])`:
-//   TokenLogprobsOp:       cuda::token_logprobs_fwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
-//   TokenLogprobsBackward: cuda::token_logprobs_bwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
-//   RmsNormOp:             cuda::rms_norm_fwd_cuda(self.eps, s1, l1, s2, l2)
-//   RmsNormBackward:       cuda::rms_norm_bwd_cuda(self.eps, s1, l1, s2, l2, s3, l3)
-//   RopeOp:                cuda::rope_op_cuda(self.inverse, s1, l1, s2, l2, s3, l3)
-// and `has_native_path` adds `|| (cfg!(feature = "cuda") && device.is_cuda())`
-// (best once scripts/gpu-check has passed on a GPU). Checked: with these
-// hooks on a merge of kernels-cpu, `cargo build --features cuda` compiles.
+// The CUDA launchers, mounted by path beside their ops' CPU code; each op's
+// `cuda_fwd` is one call into them. `has_native_path` stays CPU-only until
+// scripts/gpu-check has passed on a GPU: until then the public functions use
+// their references on CUDA, and only `fusegrpo selftest --device cuda`
+// (through `cuda_ops` and the ops' `cuda_fwd`) runs the kernels.
 #[cfg(feature = "cuda")]
 #[path = "logprobs/cuda.rs"]
 mod logprobs_cuda;

@@ -61,6 +61,11 @@ impl CustomOp2 for RmsNormOp {
         "rms-norm"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::norm_cuda::rms_norm_fwd_cuda(self.eps, s1, l1, s2, l2)
+    }
+
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = contiguous_slice(f32_slice(s1, "x")?, l1, "x")?;
         let w = contiguous_slice(f32_slice(s2, "w")?, l2, "w")?;
@@ -88,6 +93,19 @@ impl CustomOp2 for RmsNormOp {
 impl CustomOp3 for RmsNormBackward {
     fn name(&self) -> &'static str {
         "rms-norm-backward"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::norm_cuda::rms_norm_bwd_cuda(self.eps, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {

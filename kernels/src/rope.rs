@@ -56,6 +56,19 @@ impl CustomOp3 for RopeOp {
         "rope"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::rope_cuda::rope_op_cuda(self.inverse, s1, l1, s2, l2, s3, l3)
+    }
+
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
         let (_, heads, t, hd) = l1.shape().dims4()?;
         let x = contiguous_slice(f32_slice(s1, "x")?, l1, "x")?;

@@ -157,6 +157,19 @@ impl CustomOp3 for TokenLogprobsOp {
         "token-logprobs"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::logprobs_cuda::token_logprobs_fwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
+    }
+
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, d) = l1.shape().dims2()?;
         let (v, _) = l2.shape().dims2()?;
@@ -194,6 +207,19 @@ impl CustomOp3 for TokenLogprobsOp {
 impl CustomOp3 for TokenLogprobsBackward {
     fn name(&self) -> &'static str {
         "token-logprobs-backward"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::logprobs_cuda::token_logprobs_bwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
