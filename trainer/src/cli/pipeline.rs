@@ -5,7 +5,7 @@
 //! from their newest checkpoint, so an interrupted pipeline continues where
 //! it stopped.
 
-use super::rollout::{run_policy, write_episodes, PolicyChoice, TeacherOpts};
+use super::rollout::{run_policy, write_episodes_atomic, PolicyChoice, TeacherOpts};
 use super::sft::read_episodes;
 use super::train::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
@@ -175,10 +175,7 @@ fn evaluate(cfg: &RunConfig, p: &PipelineSection, model: &str, heldout: &[Task],
     eval_cfg.model.path = model.to_string();
     eval_cfg.sampling.temperature = p.eval_temperature;
     let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, p.eval_group, &TeacherOpts::default())?;
-    ensure_dir(out.parent().expect("eval files live in a folder"))?;
-    let tmp = out.with_extension("jsonl.partial");
-    write_episodes(&tmp, &episodes)?;
-    std::fs::rename(&tmp, out)?;
+    write_episodes_atomic(out, &episodes)?;
     Ok(episodes)
 }
 

@@ -181,6 +181,18 @@ pub fn run_eval(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// [`write_episodes`] to `path` atomically (through `path.partial`, folders
+/// created): a stage's output never exists half-written, so "the file
+/// exists" means "the stage finished".
+pub fn write_episodes_atomic(path: &Path, episodes: &[Episode]) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("jsonl.partial");
+    write_episodes(&tmp, episodes)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
 /// Episodes as JSONL, with their stop reason, policy tokens, tool calls
 /// and mean calls per tool turn spelled out.
 pub fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {

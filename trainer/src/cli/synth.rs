@@ -3,7 +3,7 @@
 //! with retries and a rate limit), each scored: F1_file, F1_func, e, R and
 //! calls per turn. The output feeds `fusegrpo sft`.
 
-use super::rollout::{run_policy, write_episodes, PolicyChoice, TeacherOpts};
+use super::rollout::{run_policy, write_episodes_atomic, PolicyChoice, TeacherOpts};
 use anyhow::Result;
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
@@ -65,12 +65,7 @@ pub fn run(args: Args) -> Result<()> {
 pub fn synth(cfg: &RunConfig, tasks: &[Task], teacher: &PolicyChoice, samples: usize, opts: &TeacherOpts, out: &Path) -> Result<Vec<Episode>> {
     anyhow::ensure!(!tasks.is_empty(), "synth: no tasks");
     let episodes = run_policy(cfg, tasks, teacher, samples, opts)?;
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = out.with_extension("jsonl.partial");
-    write_episodes(&tmp, &episodes)?;
-    std::fs::rename(&tmp, out)?;
+    write_episodes_atomic(out, &episodes)?;
     eprintln!("{} trajectories ({} tasks x {samples}) -> {}", episodes.len(), tasks.len(), out.display());
     eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
     Ok(episodes)
