@@ -20,6 +20,7 @@
 //! - [`train::Trainer`]: one GRPO step top to bottom (`Trainer::step`).
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
 //!   and its aggregations, micro-batched gradient accumulation.
+//! - [`malloc`]: glibc allocator settings for training's large, short-lived tensors.
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
 pub mod checkpoint;
@@ -28,6 +29,7 @@ pub mod device;
 pub mod error;
 pub mod generate;
 pub mod grpo;
+pub mod malloc;
 pub mod hub;
 pub mod init;
 pub mod logprobs;
