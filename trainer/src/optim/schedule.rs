@@ -18,7 +18,8 @@ pub enum LrSchedule {
     /// `min_lr_rate = min_lr_ratio`; with 0 it is
     /// `get_cosine_schedule_with_warmup`): linear warmup, then
     /// `max(0, c·(1 - min) + min)` with `c = 0.5·(1 + cos(π·p))`,
-    /// `p = (step - warmup) / max(1, total - warmup)`.
+    /// `p = (step - warmup) / max(1, total - warmup)`. `total_steps = 0`
+    /// means the run's own number of updates (see [`LrSchedule::for_run`]).
     WarmupCosine {
         warmup_steps: u64,
         total_steps: u64,
@@ -41,7 +42,7 @@ impl LrSchedule {
                     format!("{min_lr_ratio} is outside [0, 1]"),
                 ));
             }
-            if warmup_steps > total_steps {
+            if total_steps > 0 && warmup_steps > total_steps {
                 return Err(Error::invalid(
                     "lr schedule: warmup_steps",
                     format!("{warmup_steps} warmup steps exceed the {total_steps} total steps"),
@@ -49,6 +50,18 @@ impl LrSchedule {
             }
         }
         Ok(())
+    }
+
+    /// This schedule for a run of `run_steps` updates: a `total_steps` of 0
+    /// becomes `run_steps` (so the cosine ends with the run instead of rising
+    /// again after a hand-set total).
+    pub fn for_run(self, run_steps: u64) -> Self {
+        match self {
+            LrSchedule::WarmupCosine { warmup_steps, total_steps: 0, min_lr_ratio } => {
+                LrSchedule::WarmupCosine { warmup_steps, total_steps: run_steps, min_lr_ratio }
+            }
+            other => other,
+        }
     }
 
     /// The multiplier of the base lr for the update after `step` updates.

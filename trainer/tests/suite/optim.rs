@@ -332,3 +332,21 @@ fn lr_schedules_match_transformers() {
     .is_err());
     println!("lr schedules: max |diff| = {max:.3e}");
 }
+
+#[test]
+fn cosine_total_zero_runs_over_the_run_length() {
+    let open = LrSchedule::WarmupCosine { warmup_steps: 3, total_steps: 0, min_lr_ratio: 0.1 };
+    open.validate().unwrap();
+    let set = LrSchedule::WarmupCosine { warmup_steps: 3, total_steps: 10, min_lr_ratio: 0.1 };
+    let run = open.for_run(10);
+    assert_eq!(run, set);
+    for step in 0..10 {
+        assert_eq!(run.factor(step), set.factor(step), "step {step}");
+    }
+    // The last update of the run has the floor's neighbourhood, never a rise.
+    let f: Vec<f64> = (3..10).map(|s| run.factor(s)).collect();
+    assert!(f.windows(2).all(|w| w[1] <= w[0]), "{f:?}");
+    // A hand-set total is kept; other schedules pass through.
+    assert_eq!(set.for_run(99), set);
+    assert_eq!(LrSchedule::Constant.for_run(5), LrSchedule::Constant);
+}
