@@ -63,6 +63,26 @@ fn resume_refuses_a_changed_config_unless_allowed() {
     assert_eq!(read_jsonl(&run.join("metrics.jsonl")).len(), 3);
 }
 
+#[test]
+fn steps_where_drop_leaves_no_group_make_no_update() {
+    // The random model's rewards are equal within its groups (all 0), and
+    // `zero_std_groups = "drop"` removes such groups: a step with nothing
+    // left logs zeros and keeps the weights instead of failing.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("[grpo]\n", "[grpo]\nzero_std_groups = \"drop\"\n")).unwrap();
+    let run = tmp.path().join("run");
+    fusegrpo_ok(&["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()]);
+    let m = read_jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(m.len(), 4);
+    let empty: Vec<_> = m.iter().filter(|r| r["frac_reward_zero_std"].as_f64() == Some(1.0)).collect();
+    assert!(!empty.is_empty(), "no step without a reward spread: {m:?}");
+    for r in empty {
+        assert_eq!((r["loss"].as_f64(), r["grad_norm"].as_f64()), (Some(0.0), Some(0.0)), "{r}");
+    }
+}
+
 /// Start `fusegrpo train` in the background.
 fn spawn_train(cfg: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Child {
     std::process::Command::new(e2e::fusegrpo_bin())

@@ -344,6 +344,14 @@ pub struct GrpoMetrics {
 }
 
 impl GrpoMetrics {
+    /// The metrics of an empty batch (no rows to learn from): all zero, no
+    /// KL or entropy measured.
+    pub fn empty() -> Self {
+        GrpoMetrics { loss: 0.0, kl: None, entropy: None, clip_ratio_low_mean: 0.0, clip_ratio_high_mean: 0.0, clip_ratio_region_mean: 0.0, tokens: 0 }
+    }
+}
+
+impl GrpoMetrics {
     /// `(TRL metric name, value)` pairs, for the metrics log.
     pub fn named(&self) -> Vec<(&'static str, f64)> {
         let mut v = vec![("loss", self.loss)];

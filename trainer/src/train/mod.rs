@@ -8,7 +8,7 @@ pub mod sampler;
 
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
-use crate::grpo::{accumulate_gradients, detached_logprobs, group_advantages, ClipRange, EntropyMetric, GrpoLossConfig, OldLogprobs};
+use crate::grpo::{accumulate_gradients, detached_logprobs, group_advantages, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics, OldLogprobs};
 use crate::model::Qwen3;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
@@ -120,32 +120,16 @@ impl Trainer {
         let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
         let g = &self.cfg.grpo;
         let adv = group_advantages(&rewards, self.cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
-        let device = self.model.device().clone();
-        let mut batch = batch::build_batch(&episodes, &adv.kept_rows, &adv.values, self.cfg.train.mask_truncated, &device)?;
-        let loss_cfg = self.loss_config();
-        let micro = self.cfg.train.micro_batch_rows;
-        if let Some(r) = &self.reference {
-            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, loss_cfg.temperature, micro)?);
-        }
-        if g.num_iterations > 1 {
-            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, loss_cfg.temperature, micro)?);
-        }
-        let lr = self.cfg.optim.lr * self.cfg.optim.schedule.factor(self.step);
-        let mut last = None;
-        let mut skipped = false;
-        for _ in 0..g.num_iterations.max(1) {
-            let (mut grads, metrics) = accumulate_gradients(&self.model, &self.vars, &batch, &loss_cfg, micro)?;
-            let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
-            skipped = !norm.is_finite() || !metrics.loss.is_finite();
-            last = Some((metrics, norm));
-            if skipped {
-                tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
-                break;
-            }
-            self.optimizer.step(&self.vars, &grads, lr)?;
-        }
+        let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
+        let (m, grad_norm, skipped) = if adv.kept_rows.is_empty() {
+            // Every group had equal rewards and `zero_std_groups = "drop"`
+            // removed them all: nothing to learn from, the weights stay.
+            tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
+            (GrpoMetrics::empty(), 0.0, false)
+        } else {
+            self.update(&episodes, &adv.kept_rows, &adv.values, lr)?
+        };
         self.step += 1;
-        let (m, grad_norm) = last.expect("at least one iteration");
         let summary = Summary::of(&episodes);
         let tokens: usize = episodes.iter().map(|e| e.tokens.len()).sum();
         let policy_tokens: usize = episodes.iter().map(|e| e.policy_tokens()).sum();
@@ -174,6 +158,37 @@ impl Trainer {
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
         })
+    }
+
+    /// The optimizer update(s) on the kept rows: clipped loss (+KL), gradients
+    /// accumulated over micro-batches, clip, AdamW, `num_iterations` times.
+    /// Returns the last iteration's metrics, its gradient norm and whether it
+    /// was skipped as non-finite.
+    fn update(&mut self, episodes: &[rollout::episode::Episode], rows: &[usize], advantages: &[f32], lr: f64) -> Result<(GrpoMetrics, f64, bool)> {
+        let g = &self.cfg.grpo;
+        let device = self.model.device().clone();
+        let mut batch = batch::build_batch(episodes, rows, advantages, self.cfg.train.mask_truncated, &device)?;
+        let loss_cfg = self.loss_config();
+        let micro = self.cfg.train.micro_batch_rows;
+        if let Some(r) = &self.reference {
+            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, loss_cfg.temperature, micro)?);
+        }
+        if g.num_iterations > 1 {
+            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, loss_cfg.temperature, micro)?);
+        }
+        let mut last = None;
+        for _ in 0..g.num_iterations.max(1) {
+            let (mut grads, metrics) = accumulate_gradients(&self.model, &self.vars, &batch, &loss_cfg, micro)?;
+            let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
+            let skipped = !norm.is_finite() || !metrics.loss.is_finite();
+            last = Some((metrics, norm, skipped));
+            if skipped {
+                tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
+                break;
+            }
+            self.optimizer.step(&self.vars, &grads, lr)?;
+        }
+        Ok(last.expect("at least one iteration"))
     }
 
     /// G episodes per task with the current weights; the sampling RNG is
