@@ -14,6 +14,7 @@ pub mod init_tiny;
 pub mod practice;
 pub mod plot;
 pub mod rollout;
+pub mod run;
 pub mod pipeline;
 pub mod score;
 pub mod sft;

@@ -7,7 +7,7 @@
 
 use super::rollout::{run_policy, write_episodes_atomic, PolicyChoice, TeacherOpts};
 use super::sft::read_episodes;
-use super::train::{RunEnd, RunOptions};
+use super::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

@@ -5,19 +5,18 @@
 //! the tasks reports its loss during training and its episode metrics at
 //! the end (`<run>/heldout_eval.json`).
 
-use super::train::{copy_tokenizer, truncate_metrics, RunEnd, RunOptions};
+use super::run::{Run, RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rollout::episode::filter::{filter, SftExample};
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
 use rollout::tasks::Task;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use trainer::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
+use trainer::checkpoint::{self, DataCursor};
 use trainer::run_config::RunConfig;
 use trainer::sft::batches::{batch_at, heldout_split, total_steps};
 use trainer::sft::{heldout_loss, SftBatch, SftTrainer};
-use trainer::weights::load_weights;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -93,55 +92,23 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
     anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
     let (train_rows, held_rows) = heldout_split(&examples, s.heldout_fraction, s.seed);
     anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
-    let total = opts.max_steps.unwrap_or_else(|| total_steps(train_rows.len(), s.batch_rows, s.epochs));
+    let run_steps = total_steps(train_rows.len(), s.batch_rows, s.epochs);
+    let total = opts.max_steps.unwrap_or(run_steps);
     eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
 
-    let cfg_json = serde_json::to_value(cfg)?;
-    let cfg_hash = checkpoint::config_hash(&cfg_json);
-    let resume_dir = match opts.resume.as_deref() {
-        None => None,
-        Some("auto") => checkpoint::latest(run_dir)?,
-        Some(path) => Some(PathBuf::from(path)),
-    };
-    let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
-    let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
-    let model_cfg = trainer::Qwen3Config::from_file(&model_dir.join("config.json"))?;
-    let device = cfg.model.device.open()?;
-    let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
-    let mut trainer = SftTrainer::new(cfg, &model_cfg, &weights)?;
+    let (run, weights) = Run::open(cfg, run_dir, opts, s.keep_last)?;
+    let device = run.device.clone();
+    let mut trainer = SftTrainer::new(cfg, &run.model_cfg, &weights, run_steps)?;
     drop(weights);
     let mut cursor = DataCursor::default();
-    if let Some(dir) = &resume_dir {
-        let state = checkpoint::load_state(dir)?;
-        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&model_cfg), &cfg_hash, opts.allow_config_change)?;
-        trainer.optimizer.import_state(&checkpoint::load_optimizer(dir, &device)?.into_iter().collect())?;
-        trainer.optimizer.sync_params_from_masters(&trainer.vars)?;
+    if let Some(state) = run.resume(opts, &mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;
         cursor = state.data;
-        eprintln!("resumed from {} at step {}", dir.display(), state.step);
     }
-    let tok_dir = cfg.tokenizer_dir(&base_dir);
-    let metrics_path = run_dir.join("metrics.jsonl");
-    truncate_metrics(&metrics_path, trainer.step)?;
-    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path)
-        .with_context(|| format!("opening {}", metrics_path.display()))?;
+    let mut metrics = run.metrics(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
-    let save = |trainer: &SftTrainer, cursor: DataCursor| -> Result<PathBuf> {
-        let state = TrainState {
-            format_version: FORMAT_VERSION,
-            step: trainer.step,
-            rngs: Default::default(),
-            data: cursor,
-            config: cfg_json.clone(),
-            config_hash: cfg_hash.clone(),
-            arch_hash: checkpoint::arch_hash(&model_cfg),
-        };
-        let opt = trainer.optimizer.export_state()?.into_iter().collect();
-        let dir = checkpoint::save(run_dir, &model_cfg, &trainer.model.tensors(), &opt, &state, s.keep_last)?;
-        copy_tokenizer(&tok_dir, &dir)?;
-        Ok(dir)
-    };
+    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &trainer.model.tensors(), &trainer.optimizer);
     let bar = super::rollout::progress_bar(total, "sft steps");
     bar.set_position(trainer.step);
     while trainer.step < total {
@@ -153,8 +120,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         if !held_rows.is_empty() && (last || (s.eval_every > 0 && trainer.step % s.eval_every == 0)) {
             m.heldout_loss = Some(heldout_loss(&trainer.model, &examples, &held_rows, s.micro_batch_rows)?);
         }
-        writeln!(metrics, "{}", serde_json::to_string(&m)?)?;
-        metrics.flush()?;
+        metrics.write(&m)?;
         bar.set_position(trainer.step);
         bar.set_message(format!("loss {:.4}{}", m.loss, m.heldout_loss.map_or(String::new(), |h| format!(" held-out {h:.4}"))));
         let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);

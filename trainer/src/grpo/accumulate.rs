@@ -110,7 +110,7 @@ impl GrpoBatch {
 
 /// Columns `0..=last` where `last` is the last column with a nonzero mask in
 /// any row (at least 1 column).
-fn used_columns(mask: &Tensor) -> Result<usize> {
+pub fn used_columns(mask: &Tensor) -> Result<usize> {
     let (_, t) = mask.dims2()?;
     let any = mask.to_dtype(DType::F32)?.abs()?.max(0)?.to_vec1::<f32>()?;
     Ok(any

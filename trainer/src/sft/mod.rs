@@ -8,7 +8,7 @@ pub mod batches;
 pub mod config;
 
 use crate::error::{Error, Result};
-use crate::grpo::{backward_micro_batch, micro_batches, EntropyMetric, LogprobPass};
+use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LogprobPass};
 use crate::model::recompute::Recompute;
 use crate::model::Qwen3;
 use crate::optim::{AdamW, AdamWConfig, Gradients};
@@ -50,8 +50,7 @@ impl SftBatch {
     /// Rows `start..start+n`, cut after the last column any of them trains on.
     fn rows(&self, start: usize, n: usize) -> Result<SftBatch> {
         let mask = self.mask.narrow(0, start, n)?;
-        let used = mask.max(0)?.to_vec1::<f32>()?;
-        let cols = used.iter().rposition(|&x| x != 0.0).map_or(1, |j| j + 1);
+        let cols = used_columns(&mask)?;
         Ok(SftBatch { tokens: self.tokens.narrow(0, start, n)?.narrow(1, 0, cols)?, mask: mask.narrow(1, 0, cols)? })
     }
 
@@ -134,7 +133,9 @@ pub struct SftTrainer {
 }
 
 impl SftTrainer {
-    pub fn new(cfg: &RunConfig, model_cfg: &crate::Qwen3Config, weights: &TensorMap) -> Result<Self> {
+    /// `run_steps` is the run's length in updates (all epochs), which a
+    /// schedule with `total_steps = 0` runs over.
+    pub fn new(cfg: &RunConfig, model_cfg: &crate::Qwen3Config, weights: &TensorMap, run_steps: u64) -> Result<Self> {
         let (model, vars) = Qwen3::trainable(model_cfg, weights)?;
         let o = &cfg.optim;
         let optimizer = AdamW::new(
@@ -147,7 +148,7 @@ impl SftTrainer {
             optimizer,
             step: 0,
             lr: cfg.sft.lr,
-            schedule: cfg.sft.schedule,
+            schedule: cfg.sft.schedule.for_run(run_steps),
             max_grad_norm: o.max_grad_norm,
             micro_rows: cfg.sft.micro_batch_rows,
             recompute: cfg.sft.recompute,

@@ -1,0 +1,145 @@
+//! What every training run (`train`'s GRPO, `sft`) shares: where it starts
+//! (the config's model or a checkpoint to resume), the checks a resume must
+//! pass, saving a checkpoint, and the metrics file.
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Var};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use trainer::checkpoint::{self, DataCursor, RngState, TrainState, FORMAT_VERSION};
+use trainer::optim::AdamW;
+use trainer::run_config::RunConfig;
+use trainer::weights::{load_weights, TensorMap};
+use trainer::Qwen3Config;
+
+/// How a training run (GRPO or SFT) starts and stops.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// `auto` or a checkpoint folder.
+    pub resume: Option<String>,
+    pub max_steps: Option<u64>,
+    pub save_every: Option<u64>,
+    pub allow_config_change: bool,
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// All steps done; the newest checkpoint.
+    Done(PathBuf),
+    /// SIGINT/SIGTERM: a checkpoint was saved, `--resume auto` continues.
+    Interrupted,
+}
+
+/// A training run's folder and starting point.
+pub struct Run {
+    pub dir: PathBuf,
+    /// The checkpoint resumed from, if any.
+    pub resume_dir: Option<PathBuf>,
+    /// The config's model (the starting point of a fresh run).
+    pub base_dir: PathBuf,
+    pub model_cfg: Qwen3Config,
+    pub device: Device,
+    cfg_json: serde_json::Value,
+    cfg_hash: String,
+    tok_dir: PathBuf,
+    keep_last: usize,
+}
+
+impl Run {
+    /// Resolves where the run starts (`opts.resume`) and loads those weights.
+    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize) -> Result<(Run, TensorMap)> {
+        let cfg_json = serde_json::to_value(cfg)?;
+        let cfg_hash = checkpoint::config_hash(&cfg_json);
+        let resume_dir = match opts.resume.as_deref() {
+            None => None,
+            Some("auto") => checkpoint::latest(dir)?,
+            Some(path) => Some(PathBuf::from(path)),
+        };
+        let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+        let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
+        let model_cfg = Qwen3Config::from_file(&model_dir.join("config.json"))?;
+        let device = cfg.model.device.open()?;
+        let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tok_dir = cfg.tokenizer_dir(&base_dir);
+        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, keep_last };
+        Ok((run, weights))
+    }
+
+    /// On resume: the checkpoint's state, checked against this run's model
+    /// and config, with its optimizer moments and masters restored.
+    pub fn resume(&self, opts: &RunOptions, optimizer: &mut AdamW, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
+        let Some(dir) = &self.resume_dir else { return Ok(None) };
+        let state = checkpoint::load_state(dir)?;
+        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_hash, opts.allow_config_change)?;
+        optimizer.import_state(&checkpoint::load_optimizer(dir, &self.device)?.into_iter().collect())?;
+        optimizer.sync_params_from_masters(vars)?;
+        eprintln!("resumed from {} at step {}", dir.display(), state.step);
+        Ok(Some(state))
+    }
+
+    /// Saves step `step` atomically (with the tokenizer, so the folder is a
+    /// complete model) and keeps the newest `keep_last`.
+    pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW) -> Result<PathBuf> {
+        let state = TrainState {
+            format_version: FORMAT_VERSION,
+            step,
+            rngs,
+            data,
+            config: self.cfg_json.clone(),
+            config_hash: self.cfg_hash.clone(),
+            arch_hash: checkpoint::arch_hash(&self.model_cfg),
+        };
+        let opt = optimizer.export_state()?.into_iter().collect();
+        let dir = checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?;
+        copy_tokenizer(&self.tok_dir, &dir)?;
+        Ok(dir)
+    }
+
+    /// `<run>/metrics.jsonl` for appending, without the lines of steps after
+    /// `step` (they belong to steps that will be redone).
+    pub fn metrics(&self, step: u64) -> Result<MetricsFile> {
+        let path = self.dir.join("metrics.jsonl");
+        truncate_metrics(&path, step)?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+        Ok(MetricsFile { file, path })
+    }
+}
+
+/// A run's metrics.jsonl: one JSON line per step, flushed as written.
+pub struct MetricsFile {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl MetricsFile {
+    pub fn write<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
+        writeln!(self.file, "{}", serde_json::to_string(row)?).and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// Keep only the metrics lines of steps `1..=step`.
+pub fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let kept: String = text
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, kept).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A checkpoint folder is a complete model folder: copy the tokenizer in.
+fn copy_tokenizer(from: &Path, to: &Path) -> Result<()> {
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), to.join(f)).with_context(|| format!("copying {f} into {}", to.display()))?;
+        }
+    }
+    Ok(())
+}
