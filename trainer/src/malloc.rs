@@ -11,7 +11,8 @@
 //! it: the peak stays what the step needs, the page faults go away.
 //!
 //! The settings can still be overridden: when `GLIBC_TUNABLES` names a malloc
-//! tunable, nothing is changed here.
+//! tunable, or `FUSEGRPO_MALLOC=default` (glibc's defaults, for side-by-side
+//! benchmarks), nothing is changed here.
 
 /// Serve every allocation below this size from the heap, never `mmap`.
 const MMAP_THRESHOLD: i32 = 1 << 30;
@@ -25,7 +26,8 @@ const TOP_PAD: i32 = 256 << 20;
 pub enum Tuning {
     /// The three settings took effect.
     Applied,
-    /// `GLIBC_TUNABLES` sets malloc tunables; they were left as given.
+    /// `GLIBC_TUNABLES` sets malloc tunables, or `FUSEGRPO_MALLOC=default`:
+    /// glibc's settings were left as they are.
     LeftToEnvironment,
     /// glibc refused a setting (the others may have taken effect).
     Refused(&'static str),
@@ -35,7 +37,8 @@ pub enum Tuning {
 
 /// Applies the allocator settings once, at start-up, before threads start.
 pub fn tune() -> Tuning {
-    if std::env::var("GLIBC_TUNABLES").is_ok_and(|v| v.contains("glibc.malloc.")) {
+    let tunables = std::env::var("GLIBC_TUNABLES").is_ok_and(|v| v.contains("glibc.malloc."));
+    if tunables || std::env::var("FUSEGRPO_MALLOC").is_ok_and(|v| v == "default") {
         return Tuning::LeftToEnvironment;
     }
     apply()
