@@ -177,6 +177,11 @@ impl RunConfig {
         if self.sft.batch_rows == 0 || self.sft.micro_batch_rows == 0 {
             return bad("sft.batch_rows / sft.micro_batch_rows", "must be at least 1".into());
         }
+        for (i, o) in self.sft.openings.iter().enumerate() {
+            if o.turns == 0 || o.epochs == 0 || o.batch_rows == 0 {
+                return bad("sft.openings", format!("phase {}: turns, epochs and batch_rows must be at least 1", i + 1));
+            }
+        }
         if !(self.sft.lr > 0.0 && self.sft.lr.is_finite()) {
             return bad("sft.lr", format!("must be a positive number, got {}", self.sft.lr));
         }

@@ -9,6 +9,7 @@
 
 pub mod driver;
 pub mod filter;
+pub mod opening;
 pub mod summary;
 pub mod prompt;
 

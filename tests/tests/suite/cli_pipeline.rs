@@ -146,3 +146,50 @@ fn sft_reports_a_filter_that_keeps_nothing_and_pipeline_needs_its_section() {
     let out = fusegrpo(&["pipeline", "--config", np.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no [pipeline] section"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `[[sft.openings]]`: a phase of SFT on the trajectories' openings (no
+/// system prompt, the first assistant turn only) runs before the
+/// whole-trajectory SFT, which starts from its weights; a rerun with
+/// `--resume auto` finds both done and trains nothing more.
+#[test]
+fn sft_runs_the_openings_curriculum_first_and_starts_from_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let traj = tmp.path().join("traj.jsonl");
+    let c = cfg.to_str().unwrap();
+    fusegrpo_ok(&["synth", "--config", c, "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(), "--samples", "2", "--out", traj.to_str().unwrap(), "--max-tasks", "4"]);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("[pipeline]", "[[sft.openings]]\nturns = 1\nepochs = 2\nbatch_rows = 2\n\n[pipeline]");
+    let ccfg = tmp.path().join("curriculum.toml");
+    std::fs::write(&ccfg, text).unwrap();
+    let out = tmp.path().join("s");
+    let args = ["sft", "--config", ccfg.to_str().unwrap(), "--data", traj.to_str().unwrap(), "--out", out.to_str().unwrap(), "--resume", "auto"];
+    let first = fusegrpo(&args);
+    let log = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success() && log.contains("openings of 1 turn(s)"), "{log}");
+
+    let phase = read_jsonl(&out.join("opening-1/metrics.jsonl"));
+    let whole = read_jsonl(&out.join("metrics.jsonl"));
+    assert!(!phase.is_empty() && !whole.is_empty());
+    // Openings are a fraction of a whole trajectory (the system prompt alone is longer).
+    let per_row = |m: &Value| m["tokens"].as_f64().unwrap() / m["policy_tokens"].as_f64().unwrap().max(1.0);
+    assert!(per_row(&phase[0]) < per_row(&whole[0]), "opening rows carry fewer prompt tokens per policy token");
+    let states: Vec<Value> = ["opening-1", ""]
+        .iter()
+        .map(|d| {
+            let ckpt = std::fs::read_dir(out.join(d)).unwrap().map(|e| e.unwrap().path()).find(|p| p.join("state.json").exists()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json")).unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(states[0]["config"]["sft"]["epochs"], 2);
+    assert!(states[1]["config"]["model"]["path"].as_str().unwrap().contains("opening-1"), "whole-trajectory SFT starts from the phase");
+
+    let again = fusegrpo(&args);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(read_jsonl(&out.join("opening-1/metrics.jsonl")).len(), phase.len());
+    assert_eq!(read_jsonl(&out.join("metrics.jsonl")).len(), whole.len());
+
+    let bad = std::fs::read_to_string(&ccfg).unwrap().replace("turns = 1", "turns = 0");
+    std::fs::write(&ccfg, bad).unwrap();
+    let err = fusegrpo(&args);
+    assert!(String::from_utf8_lossy(&err.stderr).contains("sft.openings"), "{}", String::from_utf8_lossy(&err.stderr));
+}

@@ -7,7 +7,9 @@
 
 use super::run::{Run, RunEnd, RunOptions};
 use anyhow::{Context, Result};
+use rollout::chat::ChatTokenizer;
 use rollout::episode::filter::{filter, SftExample};
+use rollout::episode::opening::openings;
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
 use rollout::tasks::Task;
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor};
 use trainer::run_config::RunConfig;
 use trainer::sft::batches::{batch_at, heldout_split, total_steps};
+use trainer::sft::config::OpeningPhase;
 use trainer::sft::{heldout_loss, SftBatch, SftTrainer};
 
 #[derive(clap::Args)]
@@ -80,17 +83,58 @@ pub fn read_episodes(path: &Path) -> Result<Vec<Episode>> {
 }
 
 /// Filter `data`, then fine-tune the config's model on the kept
-/// trajectories into `run_dir`. `tasks` (any superset of the data's tasks)
-/// lets the end-of-run evaluation roll out the held-out tasks.
+/// trajectories into `run_dir`, after the `[[sft.openings]]` curriculum
+/// phases (each in `run_dir/opening-<k>`) when the config has any. `tasks`
+/// (any superset of the data's tasks) lets the end-of-run evaluation roll
+/// out the held-out tasks.
 pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
-    let s = &cfg.sft;
     let episodes = read_episodes(data)?;
-    let (examples, report) = filter(&episodes, &s.filter);
+    let mut start = cfg.clone();
+    for (k, phase) in cfg.sft.openings.iter().enumerate() {
+        match opening_phase(&start, &episodes, phase, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
+            RunEnd::Done(checkpoint) => start.model.path = checkpoint.to_string_lossy().into_owned(),
+            RunEnd::Interrupted => return Ok(RunEnd::Interrupted),
+        }
+    }
+    let (examples, report) = filter(&episodes, &cfg.sft.filter);
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
     eprintln!("sft filter: {}", report.summary());
     anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
-    let (train_rows, held_rows) = heldout_split(&examples, s.heldout_fraction, s.seed);
+    let (end, held_rows) = train(&start, &examples, run_dir, opts)?;
+    if let RunEnd::Done(last) = &end {
+        evaluate_heldout(&start, last, &examples, &held_rows, tasks, run_dir)?;
+    }
+    Ok(end)
+}
+
+/// One curriculum phase: SFT on the openings (issue + first `phase.turns`
+/// assistant turns, no system prompt) of the answered trajectories, from
+/// `cfg`'s model, into `dir`.
+fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
+    let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let tok_dir = cfg.tokenizer_dir(&base_dir);
+    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    let examples = openings(episodes, phase.turns, tok.special().im_start);
+    anyhow::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
+    let mut pcfg = cfg.clone();
+    pcfg.sft.epochs = phase.epochs;
+    pcfg.sft.batch_rows = phase.batch_rows;
+    pcfg.sft.micro_batch_rows = phase.batch_rows;
+    pcfg.sft.eval_tasks = 0;
+    pcfg.sft.openings.clear();
+    let mean_tokens = examples.iter().map(|e| e.tokens.len()).sum::<usize>() / examples.len();
+    eprintln!("sft opening phase {}: {} openings of {} turn(s), {mean_tokens} tokens on average", dir.display(), examples.len(), phase.turns);
+    let opts = RunOptions { max_steps: None, ..opts.clone() };
+    Ok(train(&pcfg, &examples, dir, &opts)?.0)
+}
+
+/// Fine-tune `cfg`'s model on `examples` (`cfg.sft`'s epochs, batches,
+/// schedule and held-out split) into `run_dir`, with checkpoints, exact
+/// resume and metrics. Returns how it ended and the held-out rows.
+fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOptions) -> Result<(RunEnd, Vec<usize>)> {
+    let s = &cfg.sft;
+    let (train_rows, held_rows) = heldout_split(examples, s.heldout_fraction, s.seed);
     anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
     let run_steps = total_steps(train_rows.len(), s.batch_rows, s.epochs);
     let total = opts.max_steps.unwrap_or(run_steps);
@@ -112,13 +156,13 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
     let bar = super::rollout::progress_bar(total, "sft steps");
     bar.set_position(trainer.step);
     while trainer.step < total {
-        let Some((rows, next)) = batch_at(&examples, &train_rows, s.batch_rows, s.seed, u64::MAX, cursor) else { break };
-        let batch = SftBatch::of(&examples, &rows, &device)?;
+        let Some((rows, next)) = batch_at(examples, &train_rows, s.batch_rows, s.seed, u64::MAX, cursor) else { break };
+        let batch = SftBatch::of(examples, &rows, &device)?;
         let mut m = trainer.step(&batch, cursor.epoch)?;
         cursor = next;
         let last = trainer.step == total;
         if !held_rows.is_empty() && (last || (s.eval_every > 0 && trainer.step % s.eval_every == 0)) {
-            m.heldout_loss = Some(heldout_loss(&trainer.model, &examples, &held_rows, s.micro_batch_rows)?);
+            m.heldout_loss = Some(heldout_loss(&trainer.model, examples, &held_rows, s.micro_batch_rows)?);
         }
         metrics.write(&m)?;
         bar.set_position(trainer.step);
@@ -130,7 +174,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         }
         if interrupted {
             bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
-            return Ok(RunEnd::Interrupted);
+            return Ok((RunEnd::Interrupted, held_rows));
         }
     }
     bar.finish();
@@ -138,9 +182,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         Some(dir) => dir,
         None => save(&trainer, cursor)?,
     };
-    drop(trainer);
-    evaluate_heldout(cfg, &last, &examples, &held_rows, tasks, run_dir)?;
-    Ok(RunEnd::Done(last))
+    Ok((RunEnd::Done(last), held_rows))
 }
 
 /// Roll out the fine-tuned model on (up to `sft.eval_tasks` of) the

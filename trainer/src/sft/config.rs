@@ -37,6 +37,24 @@ pub struct SftSection {
     #[serde(skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
     pub filter: FilterConfig,
+    /// Curriculum before whole trajectories: phases of SFT on the openings
+    /// of the teacher's answered trajectories (issue + first `turns`
+    /// assistant turns, no system prompt), in order; each starts from the
+    /// previous phase's weights, the whole-trajectory SFT from the last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub openings: Vec<OpeningPhase>,
+}
+
+/// One curriculum phase of `[[sft.openings]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpeningPhase {
+    /// Assistant turns kept from the start of each trajectory.
+    pub turns: usize,
+    /// Passes over the openings.
+    pub epochs: u64,
+    /// Openings per optimizer step (also per forward/backward).
+    pub batch_rows: usize,
 }
 
 impl Default for SftSection {
@@ -56,6 +74,7 @@ impl Default for SftSection {
             seed: 0,
             recompute: Recompute::Off,
             filter: FilterConfig::default(),
+            openings: Vec::new(),
         }
     }
 }
