@@ -114,13 +114,20 @@ fn pipeline_runs_every_stage_then_skips_them() {
     assert_eq!(report2["stages"], report["stages"]);
 }
 
+/// Two scripted-teacher episodes for each of the first `tasks` tasks, in `dir/traj.jsonl`.
+fn synth(dir: &std::path::Path, cfg: &std::path::Path, tasks: usize) -> std::path::PathBuf {
+    let traj = dir.join("traj.jsonl");
+    let (c, t, n) = (cfg.to_str().unwrap(), dir.join("tasks.jsonl"), tasks.to_string());
+    fusegrpo_ok(&["synth", "--config", c, "--tasks", t.to_str().unwrap(), "--samples", "2", "--out", traj.to_str().unwrap(), "--max-tasks", &n]);
+    traj
+}
+
 #[test]
 fn sft_reports_a_filter_that_keeps_nothing_and_pipeline_needs_its_section() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = setup(tmp.path());
-    let traj = tmp.path().join("traj.jsonl");
+    let traj = synth(tmp.path(), &cfg, 3);
     let c = cfg.to_str().unwrap();
-    fusegrpo_ok(&["synth", "--config", c, "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(), "--samples", "2", "--out", traj.to_str().unwrap(), "--max-tasks", "3"]);
     let rows = read_jsonl(&traj);
     assert_eq!(rows.len(), 6);
     assert!(rows.iter().all(|r| r["score"]["f1"].is_number() && r["calls_per_turn"].is_number()));
@@ -155,9 +162,7 @@ fn sft_reports_a_filter_that_keeps_nothing_and_pipeline_needs_its_section() {
 fn sft_runs_the_openings_curriculum_first_and_starts_from_it() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = setup(tmp.path());
-    let traj = tmp.path().join("traj.jsonl");
-    let c = cfg.to_str().unwrap();
-    fusegrpo_ok(&["synth", "--config", c, "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(), "--samples", "2", "--out", traj.to_str().unwrap(), "--max-tasks", "4"]);
+    let traj = synth(tmp.path(), &cfg, 4);
     let text = std::fs::read_to_string(&cfg).unwrap().replace("[pipeline]", "[[sft.openings]]\nturns = 1\nepochs = 2\nbatch_rows = 2\n\n[pipeline]");
     let ccfg = tmp.path().join("curriculum.toml");
     std::fs::write(&ccfg, text).unwrap();

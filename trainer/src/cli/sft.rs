@@ -89,18 +89,21 @@ pub fn read_episodes(path: &Path) -> Result<Vec<Episode>> {
 /// out the held-out tasks.
 pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
     let episodes = read_episodes(data)?;
-    let mut start = cfg.clone();
-    for (k, phase) in cfg.sft.openings.iter().enumerate() {
-        match opening_phase(&start, &episodes, phase, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
-            RunEnd::Done(checkpoint) => start.model.path = checkpoint.to_string_lossy().into_owned(),
-            RunEnd::Interrupted => return Ok(RunEnd::Interrupted),
-        }
-    }
     let (examples, report) = filter(&episodes, &cfg.sft.filter);
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
     eprintln!("sft filter: {}", report.summary());
     anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
+    let mut start = cfg.clone();
+    if !cfg.sft.openings.is_empty() {
+        let im_start = im_start_id(cfg)?;
+        for (k, phase) in cfg.sft.openings.iter().enumerate() {
+            match opening_phase(&start, &episodes, phase, im_start, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
+                RunEnd::Done(checkpoint) => start.model.path = checkpoint.to_string_lossy().into_owned(),
+                RunEnd::Interrupted => return Ok(RunEnd::Interrupted),
+            }
+        }
+    }
     let (end, held_rows) = train(&start, &examples, run_dir, opts)?;
     if let RunEnd::Done(last) = &end {
         evaluate_heldout(&start, last, &examples, &held_rows, tasks, run_dir)?;
@@ -111,11 +114,8 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
 /// One curriculum phase: SFT on the openings (issue + first `phase.turns`
 /// assistant turns, no system prompt) of the answered trajectories, from
 /// `cfg`'s model, into `dir`.
-fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
-    let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
-    let tok_dir = cfg.tokenizer_dir(&base_dir);
-    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
-    let examples = openings(episodes, phase.turns, tok.special().im_start);
+fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, im_start: u32, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
+    let examples = openings(episodes, phase.turns, im_start);
     anyhow::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
     let mut pcfg = cfg.clone();
     pcfg.sft.epochs = phase.epochs;
@@ -127,6 +127,14 @@ fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, di
     eprintln!("sft opening phase {}: {} openings of {} turn(s), {mean_tokens} tokens on average", dir.display(), examples.len(), phase.turns);
     let opts = RunOptions { max_steps: None, ..opts.clone() };
     Ok(train(&pcfg, &examples, dir, &opts)?.0)
+}
+
+/// The run's `<|im_start|>` id (openings start at the user turn's).
+fn im_start_id(cfg: &RunConfig) -> Result<u32> {
+    let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let tok_dir = cfg.tokenizer_dir(&base_dir);
+    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    Ok(tok.special().im_start)
 }
 
 /// Fine-tune `cfg`'s model on `examples` (`cfg.sft`'s epochs, batches,
