@@ -17,7 +17,11 @@
 /// Serve every allocation below this size from the heap, never `mmap`.
 const MMAP_THRESHOLD: i32 = 1 << 30;
 /// Never give freed heap memory back to the system (it is reused next step).
-const TRIM_THRESHOLD: i32 = i32::MAX;
+/// -1 is mallopt(3)'s "disable trimming completely" (glibc stores it as
+/// SIZE_MAX); `i32::MAX` was not enough: a GRPO update frees more than 2 GiB
+/// at the top of the heap after each micro-batch, which glibc then trimmed
+/// and the next micro-batch faulted back in, page by page.
+const TRIM_THRESHOLD: i32 = -1;
 /// Grow the heap by at least this much at a time.
 const TOP_PAD: i32 = 256 << 20;
 
