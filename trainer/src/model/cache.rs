@@ -38,10 +38,34 @@ impl Positions {
 }
 
 /// Keys and values of every layer for a batch of sequences being generated.
-#[derive(Debug, Clone)]
+///
+/// Each layer's keys and values live in buffers `[b, kv_heads, capacity,
+/// head_dim]` of which the first `slots()` slots are filled: a decoding step
+/// writes its slot in place (`slice_set`) instead of copying the whole cache
+/// into a new tensor, and the buffers grow by half when full (amortized
+/// O(1) copying per token instead of O(slots)). Buffers are never shared
+/// between caches (every constructor copies), which in-place writes need;
+/// hence no `Clone`.
+#[derive(Debug)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     key_positions: Vec<Vec<i64>>,
+}
+
+/// Capacity for `needed` slots: half as much again, at least 64 more.
+fn grown_capacity(needed: usize) -> usize {
+    needed + (needed / 2).max(64)
+}
+
+/// `[b, h, capacity, d]` zeros shaped like `like` (`[b, h, _, d]`), with
+/// the first `keep` slots of `like` copied in.
+fn buffer_like(like: &Tensor, capacity: usize, keep: usize) -> Result<Tensor> {
+    let (b, h, _, d) = like.dims4()?;
+    let buf = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
+    if keep > 0 {
+        buf.slice_set(&like.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;
+    }
+    Ok(buf)
 }
 
 impl KvCache {
@@ -64,7 +88,7 @@ impl KvCache {
         &self.key_positions
     }
 
-    /// Bytes held by keys and values.
+    /// Bytes held by keys and values (the buffers' capacity, filled or not).
     pub fn bytes(&self) -> usize {
         self.layers
             .iter()
@@ -73,14 +97,25 @@ impl KvCache {
             .sum()
     }
 
-    /// Append this step's keys/values for `layer`; returns the full tensors.
+    /// Append this step's keys/values `[b, kv_heads, t, d]` for `layer`
+    /// (called before [`Self::push_positions`], so `slots()` is the old
+    /// length); returns views of the filled slots, new ones included.
     pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (k, v) = match &self.layers[layer] {
-            None => (k.clone(), v.clone()),
-            Some((pk, pv)) => (Tensor::cat(&[pk, k], 2)?, Tensor::cat(&[pv, v], 2)?),
+        let len = self.slots();
+        let needed = len + k.dim(2)?;
+        let (kb, vb) = match self.layers[layer].take() {
+            Some((kb, vb)) if kb.dim(2)? >= needed => (kb, vb),
+            Some((kb, vb)) => {
+                let cap = grown_capacity(needed);
+                (buffer_like(&kb, cap, len)?, buffer_like(&vb, cap, len)?)
+            }
+            None => (buffer_like(k, grown_capacity(needed), 0)?, buffer_like(v, grown_capacity(needed), 0)?),
         };
-        self.layers[layer] = Some((k.clone(), v.clone()));
-        Ok((k, v))
+        kb.slice_set(&k.contiguous()?, 2, len)?;
+        vb.slice_set(&v.contiguous()?, 2, len)?;
+        let filled = (kb.narrow(2, 0, needed)?, vb.narrow(2, 0, needed)?);
+        self.layers[layer] = Some((kb, vb));
+        Ok(filled)
     }
 
     /// Record the positions of the slots appended by the last forward pass.
@@ -148,9 +183,10 @@ impl KvCache {
                 let Some((k, v)) = &p.layers[l] else {
                     candle_core::bail!("KvCache::stack: layer {l} is empty in one part");
                 };
+                let (k, v) = (k.narrow(2, 0, p.slots())?, v.narrow(2, 0, p.slots())?);
                 let pad = width - p.slots();
-                ks.push(if pad == 0 { k.clone() } else { k.pad_with_zeros(2, pad, 0)? });
-                vs.push(if pad == 0 { v.clone() } else { v.pad_with_zeros(2, pad, 0)? });
+                ks.push(if pad == 0 { k } else { k.pad_with_zeros(2, pad, 0)? });
+                vs.push(if pad == 0 { v } else { v.pad_with_zeros(2, pad, 0)? });
             }
             layers.push(Some((Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?)));
         }

@@ -235,12 +235,17 @@ impl Qwen3 {
             Some(cache) => cache.append(l, &k, &v)?,
             None => (k, v),
         };
-        let k = ops::repeat_kv(&k, c.kv_groups())?;
-        let v = ops::repeat_kv(&v, c.kv_groups())?;
+        // Grouped-query attention without copying keys/values per head: query
+        // heads g*groups..(g+1)*groups share kv head g, so their rows are
+        // folded into one matmul against that head ([b, kv, groups*t, d]).
+        let (kv, groups, tk) = (c.num_key_value_heads, c.kv_groups(), k.dim(2)?);
+        let q = q.reshape((b, kv, groups * t, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(mask)?;
-        let probs = ops::softmax_last(&scores)?.to_dtype(v.dtype())?;
-        let out = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, c.num_attention_heads * c.head_dim))?;
+        let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
+        let scores = scores.reshape((b, kv, groups, t, tk))?.broadcast_add(&mask.unsqueeze(2)?)?;
+        let probs = ops::softmax_last(&scores)?.to_dtype(v.dtype())?.reshape((b, kv, groups * t, tk))?;
+        let out = probs.matmul(&v)?.reshape((b, c.num_attention_heads, t, c.head_dim))?;
+        let out = out.transpose(1, 2)?.reshape((b, t, c.num_attention_heads * c.head_dim))?;
         Ok(ops::linear(&out, &a.o, None)?)
     }
 }

@@ -62,13 +62,3 @@ pub fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<T
     let u = linear(x, up, None)?;
     linear(&(g * u)?, down, None)
 }
-
-/// Repeat key/value heads for grouped-query attention:
-/// `[b, kv, t, d] -> [b, kv * groups, t, d]`, head `h` reading kv head `h / groups`.
-pub fn repeat_kv(x: &Tensor, groups: usize) -> Result<Tensor> {
-    if groups == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, t, d) = x.dims4()?;
-    Tensor::cat(&vec![x; groups], 2)?.reshape((b, kv * groups, t, d))
-}

@@ -70,6 +70,60 @@ fn retain_rows_keeps_the_chosen_rows_in_order() {
     }
 }
 
+/// Decodes far past the cache's first capacity (so its buffers grow while
+/// rows are padded), parks each row as a compact cache, stacks the parked
+/// rows again (other lengths, so left padding) and decodes on: every logit
+/// must equal a fresh full forward of the row's sequence.
+#[test]
+fn growing_parking_and_stacking_keep_decoding_exact() {
+    let m = common::model("untied");
+    let vocab = 173u32;
+    let rows: Vec<Vec<u32>> = (0..3u32).map(|r| (0..150 + 20 * r).map(|j| (j * 7 + r * 11) % vocab).collect()).collect();
+    let full_logits = |seq: &[u32]| -> Vec<Vec<f32>> {
+        let t = Tensor::from_slice(seq, (1, seq.len()), &Device::Cpu).unwrap();
+        let h = m.forward(&t, &Positions::sequential(1, seq.len()), None).unwrap();
+        m.logits(&h.squeeze(0).unwrap()).unwrap().to_vec2::<f32>().unwrap()
+    };
+    let full: Vec<Vec<Vec<f32>>> = rows.iter().map(|r| full_logits(r)).collect();
+    let mut worst = 0f32;
+    // Phase 1: rows 0..3 prefilled with 2 tokens, then decoded to step 100
+    // (the first buffers hold 2 + 64 slots, so they grow at least twice).
+    let mut cache = KvCache::new(m.config().num_hidden_layers, 3);
+    let toks: Vec<u32> = rows.iter().flat_map(|r| r[..2].to_vec()).collect();
+    m.forward(&Tensor::from_vec(toks, (3, 2), &Device::Cpu).unwrap(), &Positions::sequential(3, 2), Some(&mut cache)).unwrap();
+    for step in 2..100 {
+        let toks: Vec<u32> = rows.iter().map(|r| r[step]).collect();
+        let pos = Positions { batch: 3, len: 1, data: vec![step as i64; 3] };
+        let h = m.forward(&Tensor::from_vec(toks, (3, 1), &Device::Cpu).unwrap(), &pos, Some(&mut cache)).unwrap();
+        for (r, want) in full.iter().enumerate() {
+            let got = m.logits(&h.i((r, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();
+            worst = worst.max(max_diff(&got, &want[step]));
+        }
+    }
+    assert!(cache.bytes() > 0 && cache.slots() == 100);
+    // Phase 2: park rows 2 and 0 (row 1 leaves), feed row 2 ten more tokens
+    // alone so the parked lengths differ, then stack and decode both.
+    let mut row2 = cache.extract_row(2).unwrap();
+    let row0 = cache.extract_row(0).unwrap();
+    let toks: Vec<u32> = rows[2][100..110].to_vec();
+    let pos = Positions { batch: 1, len: 10, data: (100..110).collect() };
+    m.forward(&Tensor::from_vec(toks, (1, 10), &Device::Cpu).unwrap(), &pos, Some(&mut row2)).unwrap();
+    let mut both = KvCache::stack(&[row0, row2]).unwrap();
+    assert_eq!(both.slots(), 110);
+    for j in 0..40 {
+        let (s0, s2) = (100 + j, 110 + j);
+        let toks = vec![rows[0][s0], rows[2][s2]];
+        let pos = Positions { batch: 2, len: 1, data: vec![s0 as i64, s2 as i64] };
+        let h = m.forward(&Tensor::from_vec(toks, (2, 1), &Device::Cpu).unwrap(), &pos, Some(&mut both)).unwrap();
+        for (i, (r, s)) in [(0usize, s0), (2, s2)].into_iter().enumerate() {
+            let got = m.logits(&h.i((i, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();
+            worst = worst.max(max_diff(&got, &full[r][s]));
+        }
+    }
+    println!("grown, parked and stacked cache vs full logits: max |diff| = {worst:.3e}");
+    assert!(worst < 1e-4, "cached decoding diverges: {worst}");
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
