@@ -1,8 +1,10 @@
 //! Batched generation with the KV cache: prompts are left-padded into one
 //! batch (padding positions are -1), prefilled once, then decoded one token
 //! per step for every live row. A row that emits a stop token or reaches its
-//! budget leaves the batch (its cache rows are dropped), so nothing waits on
-//! the slowest row more than it must.
+//! budget is done: it rides along as padding (invisible to every row) until
+//! half the batch is done, then the cache is compacted to the live rows, so
+//! nothing waits on the slowest row more than it must and the cache is not
+//! copied once per finished row.
 
 use crate::error::{Error, Result};
 use crate::model::cache::{KvCache, Positions};
@@ -66,9 +68,9 @@ pub(crate) struct DecodeStep<'a> {
 /// Decode one token per step for every row of `cache` until each row emits a
 /// stop token or spends its budget. `last` holds each row's last hidden state
 /// and `next_pos` its next position; tokens and log-probs go to `out[row]`.
-/// A finished row leaves the batch at once; just before, `on_done(row,
-/// batch_row, &cache, &out[row])` may take what it needs from the cache (its
-/// last sampled token is not in it).
+/// When a row finishes, `on_done(row, batch_row, &cache, &out[row])` may
+/// take what it needs from the cache (its last sampled token is not in it);
+/// the row then only pads until the next compaction.
 pub(crate) fn decode<R: Rng>(
     model: &Qwen3,
     cache: &mut KvCache,
@@ -80,34 +82,45 @@ pub(crate) fn decode<R: Rng>(
     mut on_done: impl FnMut(usize, usize, &KvCache, &Generation) -> Result<()>,
 ) -> Result<()> {
     let device = model.device().clone();
-    // live[i] = index into `out` of batch row i.
-    let mut live: Vec<usize> = (0..out.len()).collect();
+    // rows[b] = index into `out` of batch row b, None once that row is done.
+    let mut rows: Vec<Option<usize>> = (0..out.len()).map(Some).collect();
     loop {
         let logits = model.logits(&last)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        let (mut keep, mut fed) = (Vec::new(), Vec::new());
-        for (row, logits) in logits.iter().enumerate() {
-            let i = live[row];
+        let mut fed = Vec::with_capacity(rows.len());
+        for (b, logits) in logits.iter().enumerate() {
+            let Some(i) = rows[b] else {
+                fed.push(0);
+                continue;
+            };
             let s = step.sampler.sample(logits, rng);
             out[i].ids.push(s.token);
             out[i].logprobs.push(s.logprob);
             if out[i].ids.len() >= step.budgets[i] || step.stop_tokens.contains(&s.token) {
-                on_done(i, row, cache, &out[i])?;
+                on_done(i, b, cache, &out[i])?;
+                rows[b] = None;
+                fed.push(0);
             } else {
-                keep.push(row);
                 fed.push(s.token);
             }
         }
-        if keep.is_empty() {
+        let done = rows.iter().filter(|r| r.is_none()).count();
+        if done == rows.len() {
             return Ok(());
         }
-        if keep.len() != live.len() {
+        // Done rows ride along as padding (position -1: no other row sees
+        // them) until half the batch is done; then the cache is compacted.
+        // Compacting at every finished row copied the whole cache once per
+        // row, quadratic in the batch size.
+        if 2 * done >= rows.len() {
+            let keep: Vec<usize> = (0..rows.len()).filter(|&b| rows[b].is_some()).collect();
             cache.retain_rows(&keep)?;
-            live = keep.iter().map(|&r| live[r]).collect();
-            next_pos = keep.iter().map(|&r| next_pos[r]).collect();
+            fed = keep.iter().map(|&b| fed[b]).collect();
+            next_pos = keep.iter().map(|&b| next_pos[b]).collect();
+            rows = keep.iter().map(|&b| rows[b]).collect();
         }
-        let tokens = Tensor::from_vec(fed, (live.len(), 1), &device)?;
-        let positions = Positions { batch: live.len(), len: 1, data: next_pos.clone() };
-        last = model.forward(&tokens, &positions, Some(cache))?.squeeze(1)?;
+        let positions: Vec<i64> = rows.iter().zip(&next_pos).map(|(r, &p)| if r.is_some() { p } else { -1 }).collect();
+        let tokens = Tensor::from_vec(fed, (rows.len(), 1), &device)?;
+        last = model.forward(&tokens, &Positions { batch: rows.len(), len: 1, data: positions }, Some(cache))?.squeeze(1)?;
         next_pos.iter_mut().for_each(|p| *p += 1);
     }
 }
