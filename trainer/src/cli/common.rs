@@ -18,6 +18,20 @@ pub struct RunOn {
     pub dtype: DTypeKind,
 }
 
+/// Copy `tokenizer.json` and `tokenizer_config.json` from `from` into `to`.
+/// A missing file is an error naming it when `required` (init-tiny's
+/// `--tokenizer`), and skipped otherwise (a checkpoint of a model saved
+/// without one).
+pub fn copy_tokenizer(from: &Path, to: &Path, required: bool) -> Result<()> {
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        let src = from.join(f);
+        if required || src.exists() {
+            std::fs::copy(&src, to.join(f)).with_context(|| format!("copying {} into {}", src.display(), to.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Load a model from a folder or hub id.
 pub fn load_model(spec: &str, on: &RunOn) -> Result<(Qwen3, Device)> {
     let device = on.device.open()?;

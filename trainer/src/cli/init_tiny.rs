@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let vocab = match (&args.tokenizer, args.small_vocab) {
         (Some(dir), _) => {
-            copy_tokenizer(dir, &args.out)?;
+            super::common::copy_tokenizer(dir, &args.out, true)?;
             QWEN3_VOCAB_ROWS
         }
         (None, Some(n)) => {
@@ -87,14 +87,6 @@ pub fn run(args: Args) -> Result<()> {
     save_checkpoint(&args.out, &cfg, &weights, policy)?;
     tracing::info!(out = %args.out.display(), params = trainer::params::parameter_count(&cfg), vocab, "wrote tiny Qwen3");
     println!("{}", args.out.display());
-    Ok(())
-}
-
-fn copy_tokenizer(from: &Path, to: &Path) -> Result<()> {
-    for f in ["tokenizer.json", "tokenizer_config.json"] {
-        let src = from.join(f);
-        std::fs::copy(&src, to.join(f)).with_context(|| format!("copying {}", src.display()))?;
-    }
     Ok(())
 }
 

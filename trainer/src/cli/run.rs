@@ -94,7 +94,7 @@ impl Run {
         };
         let opt = optimizer.export_state()?.into_iter().collect();
         let dir = checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?;
-        copy_tokenizer(&self.tok_dir, &dir)?;
+        super::common::copy_tokenizer(&self.tok_dir, &dir, false)?;
         Ok(dir)
     }
 
@@ -132,14 +132,4 @@ pub fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(path, kept).with_context(|| format!("writing {}", path.display()))
-}
-
-/// A checkpoint folder is a complete model folder: copy the tokenizer in.
-fn copy_tokenizer(from: &Path, to: &Path) -> Result<()> {
-    for f in ["tokenizer.json", "tokenizer_config.json"] {
-        if from.join(f).exists() {
-            std::fs::copy(from.join(f), to.join(f)).with_context(|| format!("copying {f} into {}", to.display()))?;
-        }
-    }
-    Ok(())
 }
