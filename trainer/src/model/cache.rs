@@ -57,11 +57,16 @@ fn grown_capacity(needed: usize) -> usize {
     needed + (needed / 2).max(64)
 }
 
-/// `[b, h, capacity, d]` zeros shaped like `like` (`[b, h, _, d]`), with
-/// the first `keep` slots of `like` copied in.
+/// `[rows, h, capacity, d]` zeros, dtype and device of `like` (`[_, h, _, d]`).
+fn zero_buffer(like: &Tensor, rows: usize, capacity: usize) -> Result<Tensor> {
+    let (_, h, _, d) = like.dims4()?;
+    Tensor::zeros((rows, h, capacity, d), like.dtype(), like.device())
+}
+
+/// A buffer of `capacity` slots for `like`'s rows, with the first `keep`
+/// slots of `like` copied in.
 fn buffer_like(like: &Tensor, capacity: usize, keep: usize) -> Result<Tensor> {
-    let (b, h, _, d) = like.dims4()?;
-    let buf = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
+    let buf = zero_buffer(like, like.dim(0)?, capacity)?;
     if keep > 0 {
         buf.slice_set(&like.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;
     }
@@ -175,20 +180,30 @@ impl KvCache {
             candle_core::bail!("KvCache::stack: caches have different layer counts");
         }
         let width = parts.iter().map(KvCache::slots).max().unwrap_or(0);
+        let rows: usize = parts.iter().map(KvCache::batch).sum();
+        // Copied once, straight into buffers with room for the next tokens
+        // (the zeros left of a shorter part are its padding slots).
+        let capacity = grown_capacity(width);
         let mut layers = Vec::with_capacity(num_layers);
         for l in 0..num_layers {
-            let mut ks = Vec::new();
-            let mut vs = Vec::new();
+            let mut buffers: Option<(Tensor, Tensor)> = None;
+            let mut row = 0;
             for p in parts {
                 let Some((k, v)) = &p.layers[l] else {
                     candle_core::bail!("KvCache::stack: layer {l} is empty in one part");
                 };
-                let (k, v) = (k.narrow(2, 0, p.slots())?, v.narrow(2, 0, p.slots())?);
-                let pad = width - p.slots();
-                ks.push(if pad == 0 { k } else { k.pad_with_zeros(2, pad, 0)? });
-                vs.push(if pad == 0 { v } else { v.pad_with_zeros(2, pad, 0)? });
+                let (kb, vb) = match &buffers {
+                    Some(b) => b,
+                    None => buffers.insert((zero_buffer(k, rows, capacity)?, zero_buffer(v, rows, capacity)?)),
+                };
+                let (n, slots) = (p.batch(), p.slots());
+                if slots > 0 {
+                    kb.narrow(0, row, n)?.slice_set(&k.narrow(2, 0, slots)?.contiguous()?, 2, width - slots)?;
+                    vb.narrow(0, row, n)?.slice_set(&v.narrow(2, 0, slots)?.contiguous()?, 2, width - slots)?;
+                }
+                row += n;
             }
-            layers.push(Some((Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?)));
+            layers.push(buffers);
         }
         let key_positions = parts
             .iter()
