@@ -3,6 +3,10 @@
 //! Fused ops for the training hot path, as Candle custom ops, each beside a
 //! plain-tensor reference and a parity test:
 //!
+//! - [`attention`]: causal grouped-query attention in linear memory (positions,
+//!   padding, packed segments, a KV cache in front), FlashAttention-2
+//!   backward ([`attention::attention`], reference
+//!   [`attention::attention_reference`]).
 //! - [`logprobs`]: per-token log-probs (and entropy) of `hidden @ lm_head^T / T`
 //!   without materializing the `[N, V]` logits, with backward
 //!   ([`logprobs::token_logprobs`], reference [`logprobs::token_logprobs_reference`]).
@@ -19,6 +23,8 @@
 //! `cuda_fwd` (`logprobs/cuda.rs`, `norm/cuda.rs`, `rope/cuda.rs`) and as
 //! tensor-level calls in [`cuda_ops`] for the GPU self-test.
 
+pub mod attention;
+mod fastmath;
 pub mod logprobs;
 mod matmul;
 pub mod norm;

@@ -1,5 +1,6 @@
 //! The kernels' integration tests, one binary (fewer links, less disk in CI).
 
+mod attention;
 mod common;
 mod logprobs;
 mod norm_rope;

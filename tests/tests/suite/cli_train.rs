@@ -19,6 +19,14 @@ fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
 fn resumed_run_matches_the_uninterrupted_one() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = shop_world(tmp.path());
+    // The random model never answers (every reward is 0) and the policy
+    // starts equal to the reference, so the loss and its gradient are exactly
+    // 0. Weight decay moves the weights in the first of two iterations per
+    // step, after which the KL term has a gradient: every step updates the
+    // weights and the optimizer's moments, which the resume must reproduce.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace("[grpo]\nbeta = 0.04\n", "[grpo]\nbeta = 0.04\nnum_iterations = 2\n").replace("lr = 0.001\n", "lr = 0.001\nweight_decay = 0.1\n");
+    std::fs::write(&cfg, text).unwrap();
     let cfg = cfg.to_str().unwrap();
     let (a, b) = (tmp.path().join("run_a"), tmp.path().join("run_b"));
     fusegrpo_ok(&["train", "--config", cfg, "--out", a.to_str().unwrap()]);

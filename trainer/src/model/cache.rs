@@ -6,7 +6,9 @@
 //! from which the attention mask is built (a query at position p sees the
 //! slots of its row whose position is in 0..=p).
 
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Result, Tensor};
+use kernels::attention::Visibility;
+use std::sync::Arc;
 
 /// Row-major `[batch, len]` token positions; negative entries are padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,19 +218,12 @@ impl KvCache {
     }
 }
 
-/// Additive attention mask `[b, 1, t, keys]` (0 = visible, -inf = hidden).
-/// A padding query sees every key so that its softmax stays finite.
-pub fn attention_mask(queries: &Positions, keys: &[Vec<i64>], device: &Device) -> Result<Tensor> {
-    let (b, t) = (queries.batch, queries.len);
-    let tk = keys.first().map_or(0, Vec::len);
-    let mut data = Vec::with_capacity(b * t * tk);
-    for (r, key_row) in keys.iter().enumerate() {
-        for &q in queries.row(r) {
-            for &k in key_row {
-                let visible = q < 0 || (k >= 0 && k <= q);
-                data.push(if visible { 0f32 } else { f32::NEG_INFINITY });
-            }
-        }
+/// Which keys each query sees (`kernels::attention::Visibility`): a query
+/// at position p sees the keys of its row whose position is in 0..=p; a
+/// padding query sees every key so that its softmax stays finite.
+pub fn visibility(queries: &Positions, keys: &[Vec<i64>]) -> Result<Arc<Visibility>> {
+    if keys.len() != queries.batch {
+        candle_core::bail!("attention: {} rows of key positions for {} rows of queries", keys.len(), queries.batch);
     }
-    Tensor::from_vec(data, (b, 1, t, tk), device)
+    Ok(Arc::new(Visibility::new(queries.batch, queries.data.clone(), keys.concat())?))
 }

@@ -14,7 +14,9 @@ use crate::config::Qwen3Config;
 use crate::error::{Error, Result};
 use crate::params::parameter_shapes;
 use crate::weights::TensorMap;
-use cache::{attention_mask, KvCache, Positions};
+use cache::{visibility, KvCache, Positions};
+use kernels::attention::Visibility;
+use std::sync::Arc;
 use candle_core::{DType, Tensor, Var};
 use rope::RopeTables;
 use std::collections::BTreeMap;
@@ -170,11 +172,11 @@ impl Qwen3 {
             None => (0..b).map(|r| positions.row(r).to_vec()).collect(),
         };
         let device = tokens.device();
-        let mask = attention_mask(positions, &keys, device)?;
+        let vis = visibility(positions, &keys)?;
         let rope = RopeTables::new(&positions.data, b, t, self.cfg.head_dim, self.cfg.rope_theta, self.dtype(), device)?;
         let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
         for (l, layer) in self.layers.iter().enumerate() {
-            x = self.layer_forward(l, layer, &x, &rope, &mask, cache.as_deref_mut())?;
+            x = self.layer_forward(l, layer, &x, &rope, &vis, cache.as_deref_mut())?;
         }
         if let Some(c) = cache {
             c.push_positions(positions);
@@ -198,12 +200,12 @@ impl Qwen3 {
         layer: &Layer,
         x: &Tensor,
         rope: &RopeTables,
-        mask: &Tensor,
+        vis: &Arc<Visibility>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
         let h = ops::rms_norm(x, &layer.input_norm, eps)?;
-        let attn = self.attention(l, &layer.attn, &h, rope, mask, cache)?;
+        let attn = self.attention(l, &layer.attn, &h, rope, vis, cache)?;
         let x = (x + attn)?;
         let h = ops::rms_norm(&x, &layer.post_norm, eps)?;
         Ok((&x + ops::swiglu(&h, &layer.gate, &layer.up, &layer.down)?)?)
@@ -215,7 +217,7 @@ impl Qwen3 {
         a: &Attention,
         x: &Tensor,
         rope: &RopeTables,
-        mask: &Tensor,
+        vis: &Arc<Visibility>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let c = &self.cfg;
@@ -235,17 +237,11 @@ impl Qwen3 {
             Some(cache) => cache.append(l, &k, &v)?,
             None => (k, v),
         };
-        // Grouped-query attention without copying keys/values per head: query
-        // heads g*groups..(g+1)*groups share kv head g, so their rows are
-        // folded into one matmul against that head ([b, kv, groups*t, d]).
-        let (kv, groups, tk) = (c.num_key_value_heads, c.kv_groups(), k.dim(2)?);
-        let q = q.reshape((b, kv, groups * t, c.head_dim))?;
+        // Causal grouped-query attention in linear memory (kernels::attention:
+        // query heads read their kv head in place, no [t, slots] scores kept),
+        // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
-        let scores = scores.reshape((b, kv, groups, t, tk))?.broadcast_add(&mask.unsqueeze(2)?)?;
-        let probs = ops::softmax_last(&scores)?.to_dtype(v.dtype())?.reshape((b, kv, groups * t, tk))?;
-        let out = probs.matmul(&v)?.reshape((b, c.num_attention_heads, t, c.head_dim))?;
-        let out = out.transpose(1, 2)?.reshape((b, t, c.num_attention_heads * c.head_dim))?;
+        let out = kernels::attention::attention(&q, &k, &v, vis, scale)?;
         Ok(ops::linear(&out, &a.o, None)?)
     }
 }

@@ -12,12 +12,14 @@
 //! `sum(embed(tokens) * grad_x0)`. Only one layer's activations are alive at a
 //! time, at the price of a second forward pass through the layers.
 
-use super::cache::{attention_mask, Positions};
+use super::cache::{visibility, Positions};
 use super::rope::RopeTables;
 use super::{ops, Qwen3};
 use crate::error::{Error, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
+use kernels::attention::Visibility;
+use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 /// How the training backward pass obtains the decoder layers' activations
@@ -43,7 +45,7 @@ impl Recompute {
 }
 
 /// What [`Qwen3::forward_layer_inputs`] keeps: the tokens, each decoder
-/// layer's (detached) input, the rope tables and mask of the pass, and the
+/// layer's (detached) input, the rope tables and attention visibility of the pass, and the
 /// last layer's output as a [`Var`].
 pub struct LayerInputs {
     tokens: Tensor,
@@ -51,7 +53,7 @@ pub struct LayerInputs {
     len: usize,
     inputs: Vec<Tensor>,
     rope: RopeTables,
-    mask: Tensor,
+    vis: Arc<Visibility>,
     top: Var,
 }
 
@@ -84,18 +86,18 @@ impl Qwen3 {
         }
         let device = tokens.device();
         let keys: Vec<Vec<i64>> = (0..b).map(|r| positions.row(r).to_vec()).collect();
-        let mask = attention_mask(positions, &keys, device)?;
+        let vis = visibility(positions, &keys)?;
         let rope = RopeTables::new(&positions.data, b, t, self.cfg.head_dim, self.cfg.rope_theta, self.dtype(), device)?;
         let tokens = tokens.flatten_all()?;
         let mut x = self.embed.index_select(&tokens, 0)?.reshape((b, t, self.cfg.hidden_size))?.detach();
         let mut inputs = Vec::with_capacity(self.layers.len());
         for (l, layer) in self.layers.iter().enumerate() {
-            let next = self.layer_forward(l, layer, &x, &rope, &mask, None)?.detach();
+            let next = self.layer_forward(l, layer, &x, &rope, &vis, None)?.detach();
             inputs.push(x);
             x = next;
         }
         let top = Var::from_tensor(&x)?;
-        Ok(LayerInputs { tokens, batch: b, len: t, inputs, rope, mask, top })
+        Ok(LayerInputs { tokens, batch: b, len: t, inputs, rope, vis, top })
     }
 
     /// Backward through the decoder layers and the embedding, given
@@ -111,7 +113,7 @@ impl Qwen3 {
         grad_top: &Tensor,
         mut each: impl FnMut(&GradStore) -> Result<()>,
     ) -> Result<()> {
-        let LayerInputs { tokens, batch, len, mut inputs, rope, mask, top } = saved;
+        let LayerInputs { tokens, batch, len, mut inputs, rope, vis, top } = saved;
         if grad_top.dims() != top.dims() {
             return Err(Error::invalid(
                 "backward_layers",
@@ -130,7 +132,7 @@ impl Qwen3 {
             let x = inputs.pop().map(|x| Var::from_tensor(&x)).transpose()?.ok_or_else(|| {
                 Error::invalid("backward_layers", format!("no saved input for layer {l}"))
             })?;
-            let out = self.layer_forward(l, layer, x.as_tensor(), &rope, &mask, None)?;
+            let out = self.layer_forward(l, layer, x.as_tensor(), &rope, &vis, None)?;
             let store = (out * &grad)?.sum_all()?.backward()?;
             each(&store)?;
             grad = store

@@ -1,0 +1,285 @@
+//! Causal grouped-query attention in memory linear in the sequence length,
+//! with a FlashAttention-2 backward.
+//!
+//! - [`attention`]: `softmax(q k^T * scale + mask) v`, differentiable in `q`,
+//!   `k` and `v`, for `q` `[b, heads, t, d]` and `k`, `v` `[b, kv_heads, s,
+//!   d]` (`s >= t`: a KV cache in front of the queries; `heads` a multiple of
+//!   `kv_heads`, query head `h` reading kv head `h / (heads / kv_heads)`).
+//!   The output is `[b, t, heads * d]`, heads merged as the output projection
+//!   takes them. Which key a query sees comes from [`Visibility`]: per-row
+//!   positions (padding = -1, causal by position) and optional segments
+//!   (packed rows: several sequences in one row, each seeing only itself).
+//! - [`attention_reference`]: the plain-tensor composition it matches (the
+//!   model's former attention: scores, additive mask, softmax, values), which
+//!   materializes `[b, heads, t, s]`.
+//! - [`AttentionOp`]: the Candle custom op. Its forward keeps only the output
+//!   and each query's log-sum-exp; its backward recomputes the probabilities
+//!   block by block (`D = rowsum(dO * O)`, `P = exp(S - L)`, dV, dP, dS, dK,
+//!   dQ). CPU only (f32): elsewhere, and for other dtypes, [`attention`] runs
+//!   the reference.
+
+mod cpu;
+
+use crate::storage::f32_slice;
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Which keys each query sees, for a batch of `batch` rows with `queries`
+/// query slots and `keys` key slots per row.
+///
+/// Query `i` of row `r` sees key `j` when the query is padding (position
+/// < 0: it sees every key, so that its softmax stays finite; its output is
+/// never used), or when the key is no padding, its position is at most the
+/// query's, and both lie in the same segment.
+#[derive(Debug)]
+pub struct Visibility {
+    batch: usize,
+    queries: usize,
+    keys: usize,
+    query_positions: Vec<i64>,
+    key_positions: Vec<i64>,
+    /// Segment of each query and key slot (packed rows); `None`: one segment.
+    segments: Option<(Vec<u32>, Vec<u32>)>,
+    /// The additive mask the reference uses, made once per device on demand.
+    dense: OnceLock<Tensor>,
+}
+
+impl Visibility {
+    /// From row-major query positions `[batch, queries]` and key positions
+    /// `[batch, keys]`.
+    pub fn new(batch: usize, query_positions: Vec<i64>, key_positions: Vec<i64>) -> Result<Self> {
+        if batch == 0 && (!query_positions.is_empty() || !key_positions.is_empty()) {
+            candle_core::bail!("attention visibility: positions given for 0 rows");
+        }
+        let (queries, keys) = (query_positions.len() / batch.max(1), key_positions.len() / batch.max(1));
+        if queries * batch != query_positions.len() || keys * batch != key_positions.len() {
+            candle_core::bail!(
+                "attention visibility: {} query and {} key positions do not split into {batch} rows",
+                query_positions.len(),
+                key_positions.len()
+            );
+        }
+        Ok(Visibility { batch, queries, keys, query_positions, key_positions, segments: None, dense: OnceLock::new() })
+    }
+
+    /// The same, restricted to segments: a query sees only keys of its own
+    /// segment (row-major `[batch, queries]` and `[batch, keys]` ids).
+    pub fn with_segments(mut self, query_segments: Vec<u32>, key_segments: Vec<u32>) -> Result<Self> {
+        if query_segments.len() != self.query_positions.len() || key_segments.len() != self.key_positions.len() {
+            candle_core::bail!(
+                "attention visibility: {} query and {} key segment ids for {} queries and {} keys",
+                query_segments.len(),
+                key_segments.len(),
+                self.query_positions.len(),
+                self.key_positions.len()
+            );
+        }
+        self.segments = Some((query_segments, key_segments));
+        Ok(self)
+    }
+
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Query slots per row.
+    pub fn queries(&self) -> usize {
+        self.queries
+    }
+
+    /// Key slots per row.
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// Whether query `i` of row `r` sees key `j`.
+    #[inline]
+    pub fn sees(&self, r: usize, i: usize, j: usize) -> bool {
+        let q = self.query_positions[r * self.queries + i];
+        if q < 0 {
+            return true;
+        }
+        let k = self.key_positions[r * self.keys + j];
+        k >= 0 && k <= q && self.segments.as_ref().is_none_or(|(qs, ks)| qs[r * self.queries + i] == ks[r * self.keys + j])
+    }
+
+    /// Additive mask `[batch, 1, queries, keys]`: 0 where seen, -inf elsewhere.
+    pub fn additive_mask(&self, device: &Device) -> Result<Tensor> {
+        if let Some(m) = self.dense.get().filter(|m| m.device().same_device(device)) {
+            return Ok(m.clone());
+        }
+        let mut data = Vec::with_capacity(self.batch * self.queries * self.keys);
+        for r in 0..self.batch {
+            for i in 0..self.queries {
+                data.extend((0..self.keys).map(|j| if self.sees(r, i, j) { 0f32 } else { f32::NEG_INFINITY }));
+            }
+        }
+        let mask = Tensor::from_vec(data, (self.batch, 1, self.queries, self.keys), device)?;
+        Ok(self.dense.get_or_init(|| mask.clone()).clone())
+    }
+}
+
+/// The shapes of one call, checked against each other and the visibility.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dims {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub queries: usize,
+    pub keys: usize,
+    pub head_dim: usize,
+}
+
+impl Dims {
+    fn of(q: &[usize], k: &[usize], v: &[usize], vis: &Visibility) -> Result<Dims> {
+        let (&[b, h, t, d], &[bk, hk, s, dk]) = (q, k) else {
+            candle_core::bail!("attention: q is {q:?} and k {k:?}, expected [b, heads, t, d] and [b, kv_heads, s, d]");
+        };
+        if k != v || b != bk || d != dk || hk == 0 || h % hk != 0 || s < t || d == 0 {
+            candle_core::bail!(
+                "attention: q {q:?}, k {k:?}, v {v:?}: need equal k and v, the same b and d, heads a multiple of kv_heads, s >= t"
+            );
+        }
+        if (vis.batch, vis.queries, vis.keys) != (b, t, s) {
+            candle_core::bail!(
+                "attention: visibility is for {} rows x {} queries x {} keys, tensors for {b} x {t} x {s}",
+                vis.batch,
+                vis.queries,
+                vis.keys
+            );
+        }
+        Ok(Dims { batch: b, heads: h, kv_heads: hk, queries: t, keys: s, head_dim: d })
+    }
+
+    pub fn groups(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+}
+
+/// Attention of `q` `[b, heads, t, d]` over `k`, `v` `[b, kv_heads, s, d]`
+/// (any strides with a contiguous last dimension, e.g. views of a KV
+/// cache), scores scaled by `scale`; returns `[b, t, heads * d]`.
+/// Differentiable in `q`, `k` and `v`. The fused op runs for f32 where the
+/// kernels run natively, the reference elsewhere.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64) -> Result<Tensor> {
+    let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
+    let native = crate::has_native_path(q.device()) && [q, k, v].iter().all(|x| x.dtype() == DType::F32);
+    if !native {
+        return attention_reference(q, k, v, vis, scale);
+    }
+    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
+    q.apply_op3(k, v, op)
+}
+
+/// [`attention`] from stock ops (any dtype, any device): scores in f32 with
+/// the additive mask, a max-shifted softmax, then the values; query heads of
+/// one kv head are folded into one matmul.
+pub fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Visibility, scale: f64) -> Result<Tensor> {
+    let Dims { batch: b, heads, kv_heads: kv, queries: t, keys: s, head_dim: d } = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
+    let groups = heads / kv;
+    let mask = vis.additive_mask(q.device())?;
+    let q = q.contiguous()?.reshape((b, kv, groups * t, d))?;
+    let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = scores.reshape((b, kv, groups, t, s))?.broadcast_add(&mask.unsqueeze(2)?)?;
+    let max = scores.max_keepdim(D::Minus1)?.detach();
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let probs = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    let probs = probs.to_dtype(v.dtype())?.reshape((b, kv, groups * t, s))?;
+    let out = probs.matmul(v)?.reshape((b, heads, t, d))?;
+    out.transpose(1, 2)?.reshape((b, t, heads * d))
+}
+
+/// The custom op: `(q, k, v)` -> `[b, t, heads * d]`. The forward leaves
+/// each query's log-sum-exp (`[b, heads, t]`) in `lse` for the backward.
+#[derive(Debug)]
+pub struct AttentionOp {
+    vis: Arc<Visibility>,
+    scale: f32,
+    dims: Dims,
+    lse: Mutex<Option<Vec<f32>>>,
+}
+
+/// A strided f32 view of a rank-4 tensor whose last dimension is contiguous.
+pub(crate) struct View4<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    /// Strides of the first three dimensions (the last one is 1).
+    pub strides: [usize; 3],
+}
+
+impl<'a> View4<'a> {
+    fn of(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<Self> {
+        let data = f32_slice(s, what)?;
+        let st = l.stride();
+        if l.dims().len() != 4 || (st[3] != 1 && l.dims()[3] > 1) {
+            candle_core::bail!("attention: {what} must be rank 4 with a contiguous last dimension, got strides {st:?}");
+        }
+        Ok(View4 { data, offset: l.start_offset(), strides: [st[0], st[1], st[2]] })
+    }
+
+    /// Offset of element `(a, b, c, 0)`.
+    #[inline]
+    pub fn at(&self, a: usize, b: usize, c: usize) -> usize {
+        self.offset + a * self.strides[0] + b * self.strides[1] + c * self.strides[2]
+    }
+}
+
+impl CustomOp3 for AttentionOp {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
+        let p = cpu::Problem {
+            q: View4::of(s1, l1, "q")?,
+            k: View4::of(s2, l2, "k")?,
+            v: View4::of(s3, l3, "v")?,
+            vis: &self.vis,
+            dims: self.dims,
+            scale: self.scale,
+        };
+        let (out, lse) = cpu::forward(&p);
+        *self.lse.lock().expect("attention lse lock") = Some(lse);
+        let Dims { batch, queries, heads, head_dim, .. } = self.dims;
+        Ok((CpuStorage::F32(out), Shape::from((batch, queries, heads * head_dim))))
+    }
+
+    fn bwd(&self, q: &Tensor, k: &Tensor, v: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let lse = self.lse.lock().expect("attention lse lock").clone();
+        let Some(lse) = lse else {
+            candle_core::bail!("attention backward: the forward kept no log-sum-exp");
+        };
+        let (out, grad_out) = (res.contiguous()?, grad_res.to_dtype(DType::F32)?.contiguous()?);
+        let (sq, lq) = q.storage_and_layout();
+        let (sk, lk) = k.storage_and_layout();
+        let (sv, lv) = v.storage_and_layout();
+        let (so, lo) = out.storage_and_layout();
+        let (sg, lg) = grad_out.storage_and_layout();
+        use candle_core::Storage::Cpu;
+        let (Cpu(cq), Cpu(ck), Cpu(cv), Cpu(co), Cpu(cg)) = (&*sq, &*sk, &*sv, &*so, &*sg) else {
+            candle_core::bail!("attention backward: every input must be on the CPU");
+        };
+        let p = cpu::Problem {
+            q: View4::of(cq, lq, "q")?,
+            k: View4::of(ck, lk, "k")?,
+            v: View4::of(cv, lv, "v")?,
+            vis: &self.vis,
+            dims: self.dims,
+            scale: self.scale,
+        };
+        let o = contiguous_f32(co, lo, "attention output")?;
+        let g = contiguous_f32(cg, lg, "attention output gradient")?;
+        let grads = cpu::backward(&p, o, g, &lse);
+        let device = q.device();
+        let Dims { batch, heads, kv_heads, queries, keys, head_dim } = self.dims;
+        Ok((
+            Some(Tensor::from_vec(grads.q, (batch, heads, queries, head_dim), device)?),
+            Some(Tensor::from_vec(grads.k, (batch, kv_heads, keys, head_dim), device)?),
+            Some(Tensor::from_vec(grads.v, (batch, kv_heads, keys, head_dim), device)?),
+        ))
+    }
+}
+
+fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    crate::storage::contiguous_slice(f32_slice(s, what)?, l, what)
+}

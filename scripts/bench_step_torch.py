@@ -1,0 +1,91 @@
+"""PyTorch counterpart of the Rust training-step benchmark: one micro-batch of a
+random transformers Qwen3ForCausalLM (f32, CPU), forward + backward of the mean
+next-token NLL. One warm-up step, then --reps timed steps; prints one JSON line
+{"seconds": median, "all_seconds": [..], "loss": .., "peak_rss_mib": .., ...}.
+
+    /work/venv/bin/python scripts/bench_step_torch.py --layers 30 --tokens 1024 --rows 2 --threads 2
+    /work/venv/bin/python scripts/bench_step_torch.py --layers 2 --tokens 128 --vocab 4096 --reps 2 --recompute per-layer
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", type=int, default=576)
+    p.add_argument("--intermediate", type=int, default=1536)
+    p.add_argument("--layers", type=int, default=30)
+    p.add_argument("--heads", type=int, default=9)
+    p.add_argument("--kv-heads", type=int, default=3)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--vocab", type=int, default=49152)
+    p.add_argument("--rows", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--recompute", choices=["off", "per-layer"], default="off")
+    p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+
+    cfg = Qwen3Config(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers, num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads, head_dim=a.head_dim, tie_word_embeddings=True,
+        max_position_embeddings=max(a.tokens, 128), rope_theta=1e6, rms_norm_eps=1e-6,
+        attention_dropout=0.0, use_cache=False, attn_implementation=a.attn,
+    )
+    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    model.train()  # dropout is 0, so train mode only matters for checkpointing
+    if a.recompute == "per-layer":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    # Same ids as the Rust benchmark: row-major, id_i = (i*7919 + 13) % vocab.
+    n = a.rows * a.tokens
+    ids = ((torch.arange(n, dtype=torch.int64) * 7919 + 13) % a.vocab).view(a.rows, a.tokens)
+
+    def step() -> float:
+        logits = model(input_ids=ids).logits  # [rows, tokens, vocab]
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
+        loss.backward()
+        return loss.item()
+
+    step()  # warm-up, not counted
+    rss_first = peak_rss_mib()
+    times, loss = [], float("nan")
+    for _ in range(a.reps):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+
+    print(json.dumps({
+        "seconds": statistics.median(times), "all_seconds": times, "loss": loss,
+        "peak_rss_mib": peak_rss_mib(), "peak_rss_mib_first_step": rss_first,
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "hidden": a.hidden, "intermediate": a.intermediate, "layers": a.layers,
+        "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim,
+        "vocab": a.vocab, "rows": a.rows, "tokens": a.tokens, "reps": a.reps,
+        "recompute": a.recompute, "attn": a.attn, "seed": a.seed,
+    }))
+
+
+if __name__ == "__main__":
+    main()
