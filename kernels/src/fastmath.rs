@@ -11,16 +11,20 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer in
+    // plain f32 arithmetic (`f32::round` and `mul_add` are library calls
+    // on the baseline x86-64 target, which this code is built for).
+    const ROUND: f32 = 12_582_912.0;
     let under = x < -87.3;
     let xc = x.clamp(-87.3, 88.3);
-    let n = (xc * LOG2E).round();
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let p = 1.987_569_1e-4f32;
-    let p = p.mul_add(r, 1.398_199_9e-3);
-    let p = p.mul_add(r, 8.333_452e-3);
-    let p = p.mul_add(r, 4.166_579_6e-2);
-    let p = p.mul_add(r, 1.666_666_5e-1);
-    let p = p.mul_add(r, 5.000_000_1e-1);
+    let n = (xc * LOG2E + ROUND) - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
     let e_r = (p * r * r + r) + 1.0;
     let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
     let y = e_r * scale;

@@ -11,6 +11,8 @@
 //!   without materializing the `[N, V]` logits, with backward
 //!   ([`logprobs::token_logprobs`], reference [`logprobs::token_logprobs_reference`]).
 //! - [`norm`]: RMSNorm with backward ([`norm::rms_norm`]).
+//! - [`swiglu`]: the SwiGLU gate `silu(g) * u` with a one-pass backward
+//!   ([`swiglu::swiglu_gate`], reference [`swiglu::swiglu_gate_reference`]).
 //! - [`rope`]: rotary embeddings ("rotate half", per-row positions) with
 //!   backward ([`rope::rope`]).
 //!
@@ -30,6 +32,7 @@ mod matmul;
 pub mod norm;
 pub mod rope;
 mod storage;
+pub mod swiglu;
 
 /// Whether the fused ops run natively on `device` (the CPU today; CUDA once
 /// its kernels land). Elsewhere the public functions fall back to their

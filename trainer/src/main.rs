@@ -37,11 +37,7 @@ enum Command {
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
     Generate(cli::generate::Args),
-    /// Benchmark loading and a forward pass of a full-size random model.
-    BenchModel(cli::bench_model::Args),
-    /// Peak RSS of one forward+backward with activation recomputation off vs per layer.
-    BenchMemory(cli::bench_memory::Args),
-    /// Micro-benchmarks of single kernels (`fusegrpo bench logprob ...`).
+    /// Benchmarks, one JSON line each: step, decode, attention, logprob, ops, model, memory, grep.
     #[command(subcommand)]
     Bench(cli::bench::Command),
     /// Run episodes for a task set with a policy; write them as JSONL.
@@ -70,8 +66,6 @@ enum Command {
     /// Task data: gold from patches, tasks from a repository's history.
     #[command(subcommand)]
     Tasks(cli::env::TasksCommand),
-    /// Benchmark our grep on a warm snapshot against ripgrep on a checkout.
-    BenchGrep(cli::bench_grep::Args),
     /// Write the generated practice repository (Python code with an issue-like history).
     PracticeRepo(cli::practice::Args),
     /// Check the CUDA kernels against their CPU references (needs --features cuda and a GPU).
@@ -103,10 +97,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tool(args) => cli::env::run_tool(args),
         Command::Reward(args) => cli::env::run_reward(args),
         Command::Tasks(cmd) => cli::env::run_tasks(cmd),
-        Command::BenchGrep(args) => cli::bench_grep::run(args),
         Command::PracticeRepo(args) => cli::practice::run(args),
-        Command::BenchModel(args) => cli::bench_model::run(args),
-        Command::BenchMemory(args) => cli::bench_memory::run(args),
         Command::Selftest(args) => cli::selftest::run(args),
         Command::Bench(cmd) => cli::bench::run(cmd),
     }

@@ -66,3 +66,22 @@ fn rope_rejects_mismatched_tables() {
     let (cos, sin) = tables(1, 4, 8);
     assert!(rope(&tensor(7, &[2, 1, 4, 8], 1.0), &cos, &sin).is_err());
 }
+
+#[test]
+fn swiglu_gate_matches_the_reference() {
+    use kernels::swiglu::{swiglu_gate, swiglu_gate_reference};
+    for (shape, seed) in [(vec![3usize, 67, 40], 11u64), (vec![1, 1], 12), (vec![70_001], 13)] {
+        // Gate values up to +-12 reach both saturated ends of the sigmoid.
+        let g = Var::from_tensor(&tensor(seed, &shape, 12.0)).unwrap();
+        let u = Var::from_tensor(&tensor(seed + 1, &shape, 2.0)).unwrap();
+        let dh = tensor(seed + 2, &shape, 1.0);
+        let a = swiglu_gate(g.as_tensor(), u.as_tensor()).unwrap();
+        let b = swiglu_gate_reference(g.as_tensor(), u.as_tensor()).unwrap();
+        assert_close(&format!("swiglu {shape:?}"), &a, &b, REL);
+        let ga = (a * &dh).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = (b * &dh).unwrap().sum_all().unwrap().backward().unwrap();
+        for (name, v) in [("grad gate", &g), ("grad up", &u)] {
+            assert_close(&format!("swiglu {shape:?} {name}"), ga.get(v.as_tensor()).unwrap(), gb.get(v.as_tensor()).unwrap(), REL);
+        }
+    }
+}

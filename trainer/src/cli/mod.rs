@@ -1,11 +1,6 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
 pub mod bench;
-pub mod bench_logprob;
-pub mod bench_memory;
-pub mod bench_ops;
-pub mod bench_model;
-pub mod bench_grep;
 pub mod chat;
 pub mod common;
 pub mod env;

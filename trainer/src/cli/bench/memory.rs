@@ -1,4 +1,4 @@
-//! `fusegrpo bench-memory`: peak resident memory (VmHWM) of one GRPO
+//! `fusegrpo bench memory`: peak resident memory (VmHWM) of one GRPO
 //! forward + backward of a mid-size random model with activation
 //! recomputation off and per layer. Each mode runs in a fresh child process
 //! of this binary, so the peaks do not mix; the parent prints both, their
@@ -125,7 +125,7 @@ fn run_child(a: &Args, mode: Mode) -> Result<Measured> {
         Mode::PerLayer => "per-layer",
     };
     let out = Command::new(&exe)
-        .args(["bench-memory", "--child", name])
+        .args(["bench", "memory", "--child", name])
         .args(["--hidden", &a.hidden.to_string(), "--intermediate", &a.intermediate.to_string()])
         .args(["--layers", &a.layers.to_string(), "--heads", &a.heads.to_string()])
         .args(["--kv-heads", &a.kv_heads.to_string(), "--head-dim", &a.head_dim.to_string()])

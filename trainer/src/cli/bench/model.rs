@@ -1,10 +1,11 @@
-//! `fusegrpo bench-model`: load time, resident memory and forward time of a
+//! `fusegrpo bench model`: load time, resident memory and forward time of a
 //! full-size architecture with random weights, written as the hub lays it out.
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::PathBuf;
 use std::time::Instant;
+use super::rss_kib;
 use trainer::device::DTypeKind;
 use trainer::model::cache::Positions;
 use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
@@ -79,16 +80,4 @@ pub fn run(args: Args) -> Result<()> {
     println!("{report}");
     anyhow::ensure!(finite, "non-finite logits");
     Ok(())
-}
-
-/// A `/proc/self/status` memory field in KiB (0 where unavailable).
-pub fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
 }

@@ -1,4 +1,4 @@
-//! `fusegrpo bench-grep`: our grep on a warm in-memory snapshot against
+//! `fusegrpo bench grep`: our grep on a warm in-memory snapshot against
 //! ripgrep (`rg`) on a checkout of the same tree, side by side.
 
 use std::path::PathBuf;

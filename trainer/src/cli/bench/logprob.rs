@@ -3,7 +3,7 @@
 //! time and peak memory (e.g. `/usr/bin/time -v`) can be compared from outside.
 
 use anyhow::{ensure, Result};
-use super::bench_model::rss_kib;
+use super::{reset_peak_rss, rss_kib, set_threads};
 use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -44,12 +44,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0, "tokens, hidden and vocab must be positive");
-    if let Some(t) = args.threads {
-        ensure!(t > 0, "--threads must be positive");
-        // Candle's matmul sizes its work by RAYON_NUM_THREADS; rayon's pool is built here.
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-        rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
-    }
+    set_threads(args.threads)?;
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0)?;
     let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05)?;
@@ -101,10 +96,4 @@ pub fn run(args: Args) -> Result<()> {
 fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32) -> Result<Var> {
     let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.random_range(-scale..scale)).collect();
     Ok(Var::from_vec(data, shape, &Device::Cpu)?)
-}
-
-/// Resets the process's peak RSS (VmHWM) to its current RSS (Linux
-/// `clear_refs` value 5); false where unsupported.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }

@@ -1,0 +1,109 @@
+//! `fusegrpo bench attention`: causal grouped-query attention of one row,
+//! forward (and with `--backward` the gradients of q, k, v for
+//! `sum(out * g)`), through the fused op or the reference composition.
+//! Prints `{"seconds": median, "checksum": ..}` plus the peak RSS growth
+//! over the inputs; the counterpart is `scripts/bench_attention_torch.py`.
+
+use super::{median, reset_peak_rss, rss_kib, set_threads};
+use anyhow::{ensure, Result};
+use candle_core::{Device, Var};
+use kernels::attention::{attention, attention_reference, Visibility};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which implementation runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Mode {
+    /// `kernels::attention::attention`: blocks, online softmax, no `[t, t]` scores.
+    Fused,
+    /// The reference composition (scores, mask, softmax, values; autograd backward).
+    Unfused,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sequence length T (queries = keys).
+    #[arg(long, default_value_t = 2048)]
+    pub tokens: usize,
+    #[arg(long, default_value_t = 32)]
+    pub heads: usize,
+    #[arg(long, default_value_t = 8)]
+    pub kv_heads: usize,
+    #[arg(long, default_value_t = 128)]
+    pub head_dim: usize,
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Also the backward pass.
+    #[arg(long)]
+    pub backward: bool,
+    /// Timed runs after one warm-up run.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!(a.tokens > 0 && a.head_dim > 0 && a.reps > 0, "--tokens, --head-dim and --reps must be positive");
+    ensure!(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "--heads must be a positive multiple of --kv-heads");
+    set_threads(a.threads)?;
+    let (t, d) = (a.tokens, a.head_dim);
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+    let mut random = |shape: (usize, usize, usize, usize)| -> Result<Var> {
+        let n = shape.0 * shape.1 * shape.2 * shape.3;
+        let data: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        Ok(Var::from_vec(data, shape, &Device::Cpu)?)
+    };
+    let q = random((1, a.heads, t, d))?;
+    let k = random((1, a.kv_heads, t, d))?;
+    let v = random((1, a.kv_heads, t, d))?;
+    let g = random((1, t, a.heads, d))?.as_tensor().reshape((1, t, a.heads * d))?;
+    let pos: Vec<i64> = (0..t as i64).collect();
+    let vis = Arc::new(Visibility::new(1, pos.clone(), pos)?);
+    let scale = 1.0 / (d as f64).sqrt();
+    let rss_inputs = rss_kib("VmRSS");
+    let peak_reset = reset_peak_rss();
+    let once = || -> Result<(f64, f64)> {
+        let t0 = Instant::now();
+        let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+        let out = match a.mode {
+            Mode::Fused => attention(qt, kt, vt, &vis, scale)?,
+            Mode::Unfused => attention_reference(qt, kt, vt, &vis, scale)?,
+        };
+        let mut checksum = out.sum_all()?.to_scalar::<f32>()? as f64;
+        if a.backward {
+            let grads = (&out * &g)?.sum_all()?.backward()?;
+            for x in [qt, kt, vt] {
+                let gx = grads.get(x).ok_or_else(|| anyhow::anyhow!("no gradient"))?;
+                checksum += gx.sum_all()?.to_scalar::<f32>()? as f64;
+            }
+        }
+        Ok((t0.elapsed().as_secs_f64(), checksum))
+    };
+    let (first, checksum) = once()?;
+    let mut times = Vec::with_capacity(a.reps);
+    for _ in 0..a.reps {
+        times.push(once()?.0);
+    }
+    let peak = rss_kib("VmHWM");
+    let report = serde_json::json!({
+        "seconds": median(&times),
+        "all_seconds": times,
+        "first_seconds": first,
+        "checksum": checksum,
+        "mode": format!("{:?}", a.mode).to_lowercase(),
+        "backward": a.backward,
+        "tokens": t, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": d,
+        "rss_inputs_mib": rss_inputs / 1024,
+        "peak_growth_mib": peak_reset.then(|| peak.saturating_sub(rss_inputs) / 1024),
+        "threads": rayon::current_num_threads(),
+    });
+    println!("{report}");
+    ensure!(checksum.is_finite(), "non-finite result");
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! `fusegrpo bench ...`: benchmarks, each printing one JSON line (or, for
+//! `memory` and `grep`, its table) so that time and peak memory can be
+//! compared with the PyTorch/transformers counterparts in `scripts/`.
+
+pub mod attention;
+pub mod decode;
+pub mod grep;
+pub mod logprob;
+pub mod memory;
+pub mod model;
+pub mod ops;
+pub mod shape;
+pub mod step;
+
+use anyhow::{ensure, Result};
+
+/// The benchmarks of `fusegrpo bench`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// One training micro-batch: forward+backward of the mean NLL of a random model (scripts/bench_step_torch.py).
+    Step(step::Args),
+    /// Greedy (or sampled) decoding of a random model: tokens/s, log-probs kept (scripts/bench_generate.py).
+    Decode(decode::Args),
+    /// Attention forward(+backward) at given head shapes, fused or unfused (scripts/bench_attention_torch.py).
+    Attention(attention::Args),
+    /// Token log-probs of `hidden @ lm_head^T` (forward + backward), fused or unfused (scripts/bench_logprob_torch.py).
+    Logprob(logprob::Args),
+    /// RMSNorm and rotary embedding (forward + backward): fused kernels vs the model's compositions.
+    Ops(ops::Args),
+    /// Load time, memory and forward time of a full-size random model (Qwen3-4B).
+    Model(model::Args),
+    /// Peak RSS of one GRPO forward+backward with activation recomputation off vs per layer.
+    Memory(memory::Args),
+    /// Our grep on a warm snapshot against ripgrep on a checkout.
+    Grep(grep::Args),
+}
+
+pub fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Step(args) => step::run(args),
+        Command::Decode(args) => decode::run(args),
+        Command::Attention(args) => attention::run(args),
+        Command::Logprob(args) => logprob::run(args),
+        Command::Ops(args) => ops::run(args),
+        Command::Model(args) => model::run(args),
+        Command::Memory(args) => memory::run(args),
+        Command::Grep(args) => grep::run(args),
+    }
+}
+
+/// A `/proc/self/status` memory field in KiB (0 where unavailable).
+pub fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Resets the process's peak RSS (VmHWM) to its current RSS (Linux
+/// `clear_refs` value 5); false where unsupported.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Sets the thread count of rayon's pool and of Candle's matmul (which
+/// sizes its work by RAYON_NUM_THREADS); `None` keeps all cores.
+pub fn set_threads(threads: Option<usize>) -> Result<()> {
+    if let Some(t) = threads {
+        ensure!(t > 0, "--threads must be positive");
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
+    }
+    Ok(())
+}
+
+/// The median of `xs` (the mean of the middle two for an even count).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Minor page faults of this process so far (`/proc/self/stat` field 10; 0
+/// where unavailable): a warm step that still faults is re-mapping memory.
+pub fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(7).and_then(|v| v.parse().ok())))
+        .unwrap_or(0)
+}

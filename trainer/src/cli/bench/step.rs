@@ -1,0 +1,119 @@
+//! `fusegrpo bench step`: one training micro-batch of a random model, as SFT
+//! and GRPO run it: forward, the fused token log-probs, the mean NLL over
+//! every predicted token, backward into every parameter's gradient
+//! (`backward_micro_batch`). One warm-up step, then `--reps` timed steps;
+//! prints `{"seconds": median, "loss": .., "peak_rss_mib": ..}`. The
+//! counterpart is `scripts/bench_step_torch.py` (same shape, same token ids).
+
+use super::shape::Shape;
+use super::{median, minor_faults, rss_kib, set_threads};
+use anyhow::{ensure, Result};
+use candle_core::{DType, Device, Tensor};
+use std::time::Instant;
+use trainer::grpo::{backward_micro_batch, EntropyMetric, LogprobPass};
+use trainer::optim::Gradients;
+use trainer::Qwen3;
+
+/// How the backward pass gets the layers' activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Recompute {
+    Off,
+    PerLayer,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub shape: Shape,
+    /// Rows of the micro-batch.
+    #[arg(long, default_value_t = 2)]
+    pub rows: usize,
+    /// Tokens per row.
+    #[arg(long, default_value_t = 1024)]
+    pub tokens: usize,
+    #[arg(long, value_enum, default_value_t = Recompute::Off)]
+    pub recompute: Recompute,
+    /// Timed steps after the warm-up step.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!(a.rows > 0 && a.tokens >= 2 && a.reps > 0, "--rows and --reps must be positive, --tokens at least 2");
+    set_threads(a.threads)?;
+    let cfg = a.shape.config(a.tokens)?;
+    let dev = Device::Cpu;
+    let w = trainer::init::random_weights(&cfg, a.seed, DType::F32, &dev)?;
+    let (model, params) = Qwen3::trainable(&cfg, &w)?;
+    drop(w);
+    // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.
+    let n = a.rows * a.tokens;
+    let ids: Vec<u32> = (0..n).map(|i| ((i as u64 * 7919 + 13) % a.shape.vocab as u64) as u32).collect();
+    let tokens = Tensor::from_vec(ids, (a.rows, a.tokens), &dev)?;
+    let mask = Tensor::ones((a.rows, a.tokens - 1), DType::F32, &dev)?.pad_with_zeros(1, 1, 0)?;
+    let predicted = (a.rows * (a.tokens - 1)) as f64;
+    let pass = LogprobPass {
+        temperature: 1.0,
+        entropy: EntropyMetric::Skip,
+        recompute: match a.recompute {
+            Recompute::Off => trainer::grpo::Recompute::Off,
+            Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
+        },
+    };
+    let rss_model = rss_kib("VmRSS");
+    let step = || -> Result<(f64, f64, usize)> {
+        let mut grads = Gradients::default();
+        let mut loss_value = f64::NAN;
+        let t0 = Instant::now();
+        backward_micro_batch(&model, &params, &tokens, pass, &mut grads, |logp, _| {
+            let loss = ((logp * &mask)?.sum_all()?.neg()? / predicted)?;
+            loss_value = loss.to_scalar::<f32>()? as f64;
+            Ok(loss)
+        })?;
+        Ok((t0.elapsed().as_secs_f64(), loss_value, grads.len()))
+    };
+    let (first_secs, _, got) = step()?;
+    ensure!(got == params.len(), "{got} of {} parameters received a gradient", params.len());
+    let peak_first = rss_kib("VmHWM");
+    let mut times = Vec::with_capacity(a.reps);
+    let mut loss = f64::NAN;
+    let faults_before = minor_faults();
+    for _ in 0..a.reps {
+        let (secs, l, _) = step()?;
+        times.push(secs);
+        loss = l;
+    }
+    ensure!(loss.is_finite(), "non-finite loss {loss}");
+    let faults_per_step = (minor_faults() - faults_before) / a.reps as u64;
+    let mut report = serde_json::json!({
+        "seconds": median(&times),
+        "all_seconds": times,
+        "first_step_seconds": first_secs,
+        "loss": loss,
+        "peak_rss_mib": rss_kib("VmHWM") / 1024,
+        "peak_rss_mib_first_step": peak_first / 1024,
+        "rss_model_mib": rss_model / 1024,
+        "minor_faults_per_step": faults_per_step,
+        "rows": a.rows,
+        "tokens": a.tokens,
+        "recompute": format!("{:?}", a.recompute).to_lowercase(),
+        "reps": a.reps,
+        "threads": rayon::current_num_threads(),
+    });
+    merge(&mut report, a.shape.json());
+    println!("{report}");
+    Ok(())
+}
+
+/// Adds `extra`'s fields to the object `report`.
+pub fn merge(report: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(r), serde_json::Value::Object(e)) = (report.as_object_mut(), extra) {
+        r.extend(e);
+    }
+}
