@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Generation throughput: `fusegrpo generate` vs transformers' `generate`,
-same tiny checkpoint, same batch, same machine, back to back (not a test).
+"""Greedy decoding throughput: `fusegrpo bench decode` vs transformers'
+`generate`, same checkpoint, same prompts, same machine, one after the other
+(not a test).
 
-    /tmp/ref/bin/python scripts/bench_generate.py target/release/fusegrpo [--rows 16 --new 256 --reps 2]
+    /work/venv/bin/python scripts/bench_generate.py target/release/fusegrpo --shape small [--rows 16 --new 256 --reps 3]
+    /work/venv/bin/python scripts/bench_generate.py target/release/fusegrpo --shape qwen-vocab --rows 64
 
-Makes a tiny Qwen3 with `fusegrpo init-tiny` (small BPE vocabulary), then
-times greedy generation of --new tokens for --rows prompts of 32 tokens
-with each implementation, --reps times alternating, and prints tokens/s and
-the ratio. Both sides include the prefill and exclude model loading.
+Shapes (random weights from `fusegrpo init-tiny`):
+  small       vocab 4,096 (small BPE), hidden 256, 4 layers, 8/4 heads of 32
+  qwen-vocab  Qwen3's tokenizer (vocab 151,936), hidden 64, 3 layers, 4/2 heads of 32
+Both sides: one warm-up run, then --reps timed runs, the median reported;
+prefill of --prompt-len tokens included, model loading excluded; every row
+generates --new tokens (no stop token). Prints one line per side and a JSON
+summary with the speed-up and how many rows have identical tokens.
 """
 import argparse
 import json
 import os
-import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -20,69 +25,73 @@ import time
 import torch
 from transformers import Qwen3ForCausalLM
 
-
-def ours(binary, model, prompts_path, out_path, new):
-    t0 = time.perf_counter()
-    res = subprocess.run([binary, "generate", "--model", model, "--input", prompts_path,
-                          "--output", out_path, "--max-new-tokens", str(new), "--log", "info"],
-                         check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    # The binary logs its own generation time (excluding loading).
-    for line in re.sub(r"\x1b\[[0-9;]*m", "", res.stderr).splitlines():
-        if "generated" in line and "secs=" in line:
-            secs = float(line.split("secs=")[1].split()[0])
-            return secs, wall
-    raise RuntimeError(res.stderr)
+SHAPES = {
+    "small": ["--small-vocab", "4096", "--hidden-size", "256", "--intermediate-size", "768",
+              "--layers", "4", "--heads", "8", "--kv-heads", "4", "--head-dim", "32"],
+    "qwen-vocab": ["--tokenizer", os.path.expanduser("~/.cache/fusegrpo/qwen3-tokenizer"),
+                   "--hidden-size", "64", "--intermediate-size", "128", "--layers", "3",
+                   "--heads", "4", "--kv-heads", "2", "--head-dim", "32"],
+}
 
 
-def theirs(model_dir, prompts, new):
+def prompts(rows, length, vocab):
+    """The prompts of `fusegrpo bench decode`."""
+    span = max(vocab - 10, 1)
+    return [[min((r * 131 + j * 17) % span + 10, vocab - 1) for j in range(length)] for r in range(rows)]
+
+
+def ours(binary, model, a, out_path):
+    res = subprocess.run([binary, "bench", "decode", "--model", model, "--rows", str(a.rows),
+                          "--new", str(a.new), "--prompt-len", str(a.prompt_len), "--reps", str(a.reps),
+                          "--output", out_path], check=True, capture_output=True, text=True)
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    ids = [json.loads(line)["ids"] for line in open(out_path)]
+    return report["seconds"], report["all_seconds"], ids
+
+
+def theirs(model_dir, a):
     model = Qwen3ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-    ids = torch.tensor(prompts)
-    with torch.no_grad():
-        t0 = time.perf_counter()
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                             min_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
-        secs = time.perf_counter() - t0
-    assert out.shape[1] == ids.shape[1] + new
-    return secs, out[:, ids.shape[1]:].tolist()
+    ids = torch.tensor(prompts(a.rows, a.prompt_len, model.config.vocab_size))
+
+    def once():
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=a.new,
+                                 min_new_tokens=a.new, do_sample=False, eos_token_id=None, pad_token_id=0)
+            secs = time.perf_counter() - t0
+        assert out.shape[1] == ids.shape[1] + a.new
+        return secs, out[:, ids.shape[1]:].tolist()
+
+    once()  # warm-up
+    runs = [once() for _ in range(a.reps)]
+    times = [r[0] for r in runs]
+    return statistics.median(times), times, runs[-1][1]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--new", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prompt-len", type=int, default=32)
     a = ap.parse_args()
     torch.set_num_threads(os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "tiny")
-        subprocess.run([a.binary, "init-tiny", "--out", model, "--small-vocab", "4096", "--seed", "1",
-                        "--hidden-size", "256", "--intermediate-size", "768", "--layers", "4",
-                        "--heads", "8", "--kv-heads", "4", "--head-dim", "32"], check=True, capture_output=True)
-        prompts = [[(r * 131 + j * 17) % 4000 + 10 for j in range(a.prompt_len)] for r in range(a.rows)]
-        pin = os.path.join(tmp, "p.jsonl")
-        with open(pin, "w") as f:
-            for p in prompts:
-                f.write(json.dumps({"ids": p}) + "\n")
-        pout = os.path.join(tmp, "o.jsonl")
+        subprocess.run([a.binary, "init-tiny", "--out", model, "--seed", "1"] + SHAPES[a.shape],
+                       check=True, capture_output=True)
         tokens = a.rows * a.new
-        rows = []
-        for rep in range(a.reps):
-            our_s, _ = ours(a.binary, model, pin, pout, a.new)
-            their_s, their_ids = theirs(model, prompts, a.new)
-            our_ids = [json.loads(l)["ids"] for l in open(pout)]
-            same = sum(x == y for x, y in zip(our_ids, their_ids))
-            rows.append((our_s, their_s))
-            print(f"rep {rep}: fusegrpo {tokens / our_s:8.1f} tok/s ({our_s:.2f}s)  transformers "
-                  f"{tokens / their_s:8.1f} tok/s ({their_s:.2f}s)  ratio {their_s / our_s:.2f}x  "
-                  f"identical greedy rows {same}/{a.rows}")
-        best_ours = min(r[0] for r in rows)
-        best_theirs = min(r[1] for r in rows)
-        print(json.dumps({"rows": a.rows, "new_tokens": a.new, "threads": os.cpu_count(),
-                          "fusegrpo_tok_s": tokens / best_ours, "transformers_tok_s": tokens / best_theirs,
-                          "speedup": best_theirs / best_ours, "torch": torch.__version__}))
+        our_s, our_all, our_ids = ours(a.binary, model, a, os.path.join(tmp, "o.jsonl"))
+        their_s, their_all, their_ids = theirs(model, a)
+        same = sum(x == y for x, y in zip(our_ids, their_ids))
+        print(f"fusegrpo     {tokens / our_s:9.1f} tok/s (median {our_s:.2f}s of {[round(x, 2) for x in our_all]})")
+        print(f"transformers {tokens / their_s:9.1f} tok/s (median {their_s:.2f}s of {[round(x, 2) for x in their_all]})")
+        print(json.dumps({"shape": a.shape, "rows": a.rows, "new_tokens": a.new, "threads": os.cpu_count(),
+                          "fusegrpo_tok_s": tokens / our_s, "transformers_tok_s": tokens / their_s,
+                          "speedup": their_s / our_s, "identical_rows": same, "of_rows": a.rows,
+                          "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 /// exponent bits). Inputs below -87.3 give 0 (so `-inf` gives 0), above
 /// 88.3 they give e^88.3 (softmax inputs, max-shifted, are <= 0). NaN propagates.
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -17,7 +17,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     let under = x < -87.3;
     let xc = x.clamp(-87.3, 88.3);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let rounded = xc * LOG2E + ROUND;
+    let n = rounded - ROUND;
+    // The integer n sits in the low mantissa bits of `rounded` (|n| < 2^22):
+    // an integer subtraction, where `n as i32` (saturating) does not vectorize.
+    let ni = rounded.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -26,7 +30,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let e_r = (p * r * r + r) + 1.0;
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    let scale = f32::from_bits(((ni + 127) as u32) << 23);
     let y = e_r * scale;
     if under {
         0.0
@@ -34,6 +38,145 @@ pub(crate) fn exp(x: f32) -> f32 {
         x
     } else {
         y
+    }
+}
+
+/// Writes `e^(x - shift)` over every `x` of `xs` and returns their sum (f32
+/// lanes, summed into f64 every 64 elements). AVX2+FMA where the CPU has
+/// it (checked at run time), else the scalar [`exp`].
+pub fn exp_sub_sum(xs: &mut [f32], shift: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above); the
+        // pointer covers `xs.len()` elements this call may write.
+        return unsafe { avx2::exp_sub_sum(xs.as_mut_ptr(), xs.len(), shift, true) };
+    }
+    scalar_sum(xs, shift)
+}
+
+/// `sum e^(x - shift)` over `xs`, leaving `xs` as it is (see [`exp_sub_sum`]).
+pub fn sum_exp_sub(xs: &[f32], shift: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: AVX2 and FMA are available; with `write = false` the
+        // elements are only read through the pointer.
+        return unsafe { avx2::exp_sub_sum(xs.as_ptr() as *mut f32, xs.len(), shift, false) };
+    }
+    let mut total = 0.0f64;
+    for chunk in xs.chunks(64) {
+        total += lanes_sum(chunk.iter().map(|&x| exp(x - shift)));
+    }
+    total
+}
+
+fn scalar_sum(xs: &mut [f32], shift: f32) -> f64 {
+    let mut total = 0.0f64;
+    for chunk in xs.chunks_mut(64) {
+        chunk.iter_mut().for_each(|x| *x = exp(*x - shift));
+        total += lanes_sum(chunk.iter().copied());
+    }
+    total
+}
+
+/// A chunk's sum the way the AVX2 path adds it: eight f32 lanes, then f64.
+fn lanes_sum(values: impl Iterator<Item = f32>) -> f64 {
+    let mut lanes = [0.0f32; 8];
+    for (i, e) in values.enumerate() {
+        lanes[i % 8] += e;
+    }
+    lanes.iter().map(|&l| l as f64).sum()
+}
+
+/// The index of the first largest element (0 for an empty slice; NaNs are
+/// never the largest).
+pub fn argmax(xs: &[f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    let max = if avx2::available() {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { avx2::max(xs) }
+    } else {
+        xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let max = xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+    xs.iter().position(|&x| x == max).unwrap_or(0)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    pub fn available() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    /// Eight lanes of [`super::exp`] (the same scheme, with FMA).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp8(x: __m256) -> __m256 {
+        let lo = _mm256_set1_ps(-87.3);
+        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+        let xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3));
+        let round = _mm256_set1_ps(12_582_912.0);
+        let rounded = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), round);
+        let n = _mm256_sub_ps(rounded, round);
+        let ni = _mm256_sub_epi32(_mm256_castps_si256(rounded), _mm256_castps_si256(round));
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [1.398_199_9e-3f32, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let e_r = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127))));
+        let y = _mm256_andnot_ps(under, _mm256_mul_ps(e_r, scale));
+        _mm256_blendv_ps(y, x, nan)
+    }
+
+    /// See [`super::exp_sub_sum`]: `len` elements at `xs`, overwritten
+    /// only when `write`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn exp_sub_sum(xs: *mut f32, len: usize, shift: f32, write: bool) -> f64 {
+        let sh = _mm256_set1_ps(shift);
+        let mut total = 0.0f64;
+        let full = len / 64 * 64;
+        for c in (0..full).step_by(64) {
+            let mut acc = _mm256_setzero_ps();
+            for i in (c..c + 64).step_by(8) {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(xs.add(i)), sh));
+                if write {
+                    _mm256_storeu_ps(xs.add(i), e);
+                }
+                acc = _mm256_add_ps(acc, e);
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            total += lanes.iter().map(|&l| l as f64).sum::<f64>();
+        }
+        let rest = std::slice::from_raw_parts(xs.add(full), len - full);
+        let rest_sum = super::lanes_sum(rest.iter().map(|&x| super::exp(x - shift)));
+        if write {
+            let rest = std::slice::from_raw_parts_mut(xs.add(full), len - full);
+            rest.iter_mut().for_each(|x| *x = super::exp(*x - shift));
+        }
+        total + rest_sum
+    }
+
+    /// The largest element (NaNs ignored; -inf for an empty slice).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn max(xs: &[f32]) -> f32 {
+        let mut acc = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut chunks = xs.chunks_exact(8);
+        for eight in &mut chunks {
+            // max_ps returns its second operand when either is NaN: the running max.
+            acc = _mm256_max_ps(_mm256_loadu_ps(eight.as_ptr()), acc);
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        lanes.iter().chain(chunks.remainder()).copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
     }
 }
 
@@ -54,5 +197,39 @@ mod tests {
         assert_eq!(super::exp(-100.0), 0.0);
         assert_eq!(super::exp(0.0), 1.0);
         assert!(super::exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn exp_sub_sum_matches_f64_on_every_path() {
+        // 1,000 values (a remainder after the 64-chunks), over the whole range.
+        let xs: Vec<f32> = (0..1000).map(|i| -90.0 + i as f32 * 0.179).collect();
+        let shift = 3.5f32;
+        let want: Vec<f64> = xs.iter().map(|&x| ((x - shift) as f64).exp()).collect();
+        let check = |got: &[f32], sum: f64, what: &str| {
+            for (g, w) in got.iter().zip(&want) {
+                let ok = if *w < 1e-37 { g.abs() < 1e-37 } else { ((*g as f64 - w) / w).abs() < 3e-7 };
+                assert!(ok, "{what}: {g} vs {w}");
+            }
+            let total: f64 = want.iter().filter(|w| **w >= 1e-37).sum();
+            assert!(((sum - total) / total).abs() < 1e-6, "{what}: sum {sum} vs {total}");
+        };
+        let mut a = xs.clone();
+        let sum = super::exp_sub_sum(&mut a, shift);
+        check(&a, sum, "dispatched");
+        assert_eq!(super::sum_exp_sub(&xs, shift), sum, "read-only sum equals the writing one");
+        let mut b = xs.clone();
+        let sum = super::scalar_sum(&mut b, shift);
+        check(&b, sum, "scalar");
+    }
+
+    #[test]
+    fn argmax_takes_the_first_largest() {
+        let mut xs: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 1000) as f32).collect();
+        assert_eq!(super::argmax(&xs), xs.iter().position(|&x| x == 999.0).unwrap());
+        xs[1001] = 5000.0;
+        xs[1002] = 5000.0;
+        xs[3] = f32::NAN;
+        assert_eq!(super::argmax(&xs), 1001);
+        assert_eq!(super::argmax(&[]), 0);
     }
 }

@@ -26,7 +26,7 @@
 //! tensor-level calls in [`cuda_ops`] for the GPU self-test.
 
 pub mod attention;
-mod fastmath;
+pub mod fastmath;
 pub mod logprobs;
 mod matmul;
 pub mod norm;

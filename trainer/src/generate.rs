@@ -85,14 +85,18 @@ pub(crate) fn decode<R: Rng>(
     // rows[b] = index into `out` of batch row b, None once that row is done.
     let mut rows: Vec<Option<usize>> = (0..out.len()).map(Some).collect();
     loop {
-        let logits = model.logits(&last)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let logits = model.logits(&last)?.to_dtype(DType::F32)?;
+        let vocab = logits.dim(1)?;
+        let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+        let live: Vec<usize> = (0..rows.len()).filter(|&b| rows[b].is_some()).collect();
+        let mut picks = step.sampler.sample_rows(&logits, vocab, &live, rng).into_iter();
         let mut fed = Vec::with_capacity(rows.len());
-        for (b, logits) in logits.iter().enumerate() {
+        for b in 0..rows.len() {
             let Some(i) = rows[b] else {
                 fed.push(0);
                 continue;
             };
-            let s = step.sampler.sample(logits, rng);
+            let s = picks.next().expect("one pick per live row");
             out[i].ids.push(s.token);
             out[i].logprobs.push(s.logprob);
             if out[i].ids.len() >= step.budgets[i] || step.stop_tokens.contains(&s.token) {

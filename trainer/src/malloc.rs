@@ -15,7 +15,7 @@
 //! benchmarks), nothing is changed here.
 
 /// Serve every allocation below this size from the heap, never `mmap`.
-const MMAP_THRESHOLD: i32 = 1 << 30;
+const MMAP_THRESHOLD: i32 = i32::MAX;
 /// Never give freed heap memory back to the system (it is reused next step).
 /// -1 is mallopt(3)'s "disable trimming completely" (glibc stores it as
 /// SIZE_MAX); `i32::MAX` was not enough: a GRPO update frees more than 2 GiB

@@ -17,7 +17,7 @@
 //! bits on every run with the same thread count.
 
 use super::{Dims, View4, Visibility};
-use crate::fastmath::exp;
+use crate::fastmath::{exp, exp_sub_sum};
 use crate::matmul::{gemm_f32, Accumulate, Mat, Rhs};
 use rayon::prelude::*;
 
@@ -250,11 +250,7 @@ fn forward_task(p: &Problem, geo: &Geometry, r: usize, g: usize, qb: usize) -> (
                 continue;
             }
             let alpha = exp(*m - new_max);
-            let mut block_sum = 0.0f32;
-            for x in row.iter_mut() {
-                *x = exp(*x - new_max);
-                block_sum += *x;
-            }
+            let block_sum = exp_sub_sum(row, new_max) as f32;
             *l = *l * alpha + block_sum;
             if alpha != 1.0 {
                 a.iter_mut().for_each(|x| *x *= alpha);
@@ -388,7 +384,7 @@ fn backward_task(p: &Problem, geo: &Geometry, ctx: &BackwardInputs, r: usize, g:
                 if l == f32::NEG_INFINITY {
                     row.fill(0.0);
                 } else {
-                    row.iter_mut().for_each(|x| *x = exp(*x - l));
+                    exp_sub_sum(row, l);
                 }
             }
             let pmat = Mat::dense(s, n, cols);

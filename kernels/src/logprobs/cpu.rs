@@ -15,12 +15,12 @@ pub(crate) const FWD_VOCAB: usize = 512;
 /// Tokens per backward pass: every vocabulary block is recomputed for this
 /// many tokens at once, and each task keeps a `[BWD_TOKENS, d]` partial
 /// hidden-state gradient.
-pub(crate) const BWD_TOKENS: usize = 512;
+pub(crate) const BWD_TOKENS: usize = 1024;
 /// Backward tasks per thread: more tasks than threads keep every core busy
 /// when the machine is shared (each task holds a partial hidden gradient).
 pub(crate) const BWD_TASKS_PER_THREAD: usize = 4;
 /// Vocabulary entries per backward block.
-pub(crate) const BWD_VOCAB: usize = 256;
+pub(crate) const BWD_VOCAB: usize = 1024;
 
 /// The problem's inputs as dense row-major f32 slices.
 pub(crate) struct Problem<'a> {

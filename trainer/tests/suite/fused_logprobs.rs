@@ -17,6 +17,12 @@ const COLS: usize = 11;
 const TEMPERATURE: f64 = 0.7;
 /// Relative tolerance of the loss.
 const LOSS_REL: f64 = 1e-5;
+/// The loss magnitude below which the tolerance stops shrinking: the loss
+/// (~0.016 here) is a small mean of per-token terms built from log-probs
+/// near -7, whose f32 rounding is ~5e-7 each, so two exact implementations
+/// differ by ~1e-7 (1e-5 of 0.016 sat right at that floor; a float-order
+/// change in the attention's exp moved the difference from 8e-8 to 1.7e-7).
+const LOSS_FLOOR: f64 = 0.1;
 /// Tolerance of each parameter's gradient, relative to its largest entry.
 const GRAD_REL: f64 = 1e-4;
 
@@ -67,7 +73,7 @@ fn grpo_loss_and_gradients_match_the_unfused_path() {
         let loss_u = grpo_loss(&unfused, &old, &reference, &mask);
         let (lf, lu) = (loss_f.to_scalar::<f32>().unwrap() as f64, loss_u.to_scalar::<f32>().unwrap() as f64);
         println!("{case}: loss fused {lf:.8} unfused {lu:.8} (|diff| {:.3e})", (lf - lu).abs());
-        assert!((lf - lu).abs() <= LOSS_REL * lu.abs().max(1e-3), "{case}: loss {lf} vs {lu}");
+        assert!((lf - lu).abs() <= LOSS_REL * lu.abs().max(LOSS_FLOOR), "{case}: loss {lf} vs {lu}");
 
         let gf = loss_f.backward().unwrap();
         let gu = loss_u.backward().unwrap();

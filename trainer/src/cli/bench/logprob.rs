@@ -1,9 +1,10 @@
 //! `fusegrpo bench logprob`: forward + backward of per-token log-probs over a
 //! random lm_head, through the fused kernel or the unfused composition, so
 //! time and peak memory (e.g. `/usr/bin/time -v`) can be compared from outside.
+//! One warm-up run, then `--reps` timed runs; `seconds` is their median.
 
 use anyhow::{ensure, Result};
-use super::{reset_peak_rss, rss_kib, set_threads};
+use super::{median, reset_peak_rss, rss_kib, set_threads};
 use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -40,10 +41,13 @@ pub struct Args {
     /// Softmax temperature.
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f64,
+    /// Timed runs after one warm-up run (`seconds` is their median).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0, "tokens, hidden and vocab must be positive");
+    ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0 && args.reps > 0, "tokens, hidden, vocab and reps must be positive");
     set_threads(args.threads)?;
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0)?;
@@ -53,26 +57,38 @@ pub fn run(args: Args) -> Result<()> {
     let rss_inputs = rss_kib("VmRSS");
     let peak_reset = reset_peak_rss();
 
-    let t0 = Instant::now();
     let (h, w, temp) = (hidden.as_tensor(), lm_head.as_tensor(), args.temperature);
-    let logp = match args.mode {
-        Mode::Fused => kernels::logprobs::token_logprobs(h, w, &targets, temp)?,
-        Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
+    let once = || -> Result<Run> {
+        let t0 = Instant::now();
+        let logp = match args.mode {
+            Mode::Fused => kernels::logprobs::token_logprobs(h, w, &targets, temp)?,
+            Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
+        };
+        let sum = logp.sum_all()?;
+        let peak_forward = rss_kib("VmHWM");
+        let logprob_sum = sum.to_scalar::<f32>()? as f64;
+        let forward_seconds = t0.elapsed().as_secs_f64();
+        let grads = sum.backward()?;
+        let grad_w = grads.get(w).expect("lm_head gradient").clone();
+        let grad_h = grads.get(h).expect("hidden gradient").clone();
+        Ok(Run { seconds: t0.elapsed().as_secs_f64(), forward_seconds, logprob_sum, peak_forward, grad_w, grad_h })
     };
-    let sum = logp.sum_all()?;
-    let peak_forward = rss_kib("VmHWM");
-    let logprob_sum = sum.to_scalar::<f32>()? as f64;
-    let forward_seconds = t0.elapsed().as_secs_f64();
-    let grads = sum.backward()?;
-    let grad_w = grads.get(w).expect("lm_head gradient");
-    let grad_h = grads.get(h).expect("hidden gradient");
-    let seconds = t0.elapsed().as_secs_f64();
+    let first = once()?;
+    let runs = (0..args.reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
+    let times: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
+    let last = runs.last().unwrap_or(&first);
+    let (logprob_sum, grad_w, grad_h) = (last.logprob_sum, &last.grad_w, &last.grad_h);
+    let seconds = median(&times);
+    let forward_seconds = median(&runs.iter().map(|r| r.forward_seconds).collect::<Vec<_>>());
+    let peak_forward = first.peak_forward;
     let peak = rss_kib("VmHWM");
     // Growth over the inputs' RSS while the op ran (the peak was reset after the inputs were made).
     let growth = |kib: u64| peak_reset.then(|| kib.saturating_sub(rss_inputs) / 1024);
 
     let report = serde_json::json!({
         "seconds": seconds,
+        "all_seconds": times,
+        "first_seconds": first.seconds,
         "logprob_sum": logprob_sum,
         "forward_seconds": forward_seconds,
         "mode": format!("{:?}", args.mode).to_lowercase(),
@@ -90,6 +106,17 @@ pub fn run(args: Args) -> Result<()> {
     println!("{report}");
     ensure!(logprob_sum.is_finite(), "non-finite log-probs");
     Ok(())
+}
+
+/// One timed forward + backward.
+struct Run {
+    seconds: f64,
+    forward_seconds: f64,
+    logprob_sum: f64,
+    /// VmHWM after the forward (KiB).
+    peak_forward: u64,
+    grad_w: Tensor,
+    grad_h: Tensor,
 }
 
 /// A `shape` f32 variable of uniform values in `[-scale, scale)` (built in place: no copy).
