@@ -69,15 +69,24 @@ pub fn run(args: Args) -> Result<()> {
         let logprob_sum = sum.to_scalar::<f32>()? as f64;
         let forward_seconds = t0.elapsed().as_secs_f64();
         let grads = sum.backward()?;
-        let grad_w = grads.get(w).expect("lm_head gradient").clone();
-        let grad_h = grads.get(h).expect("hidden gradient").clone();
-        Ok(Run { seconds: t0.elapsed().as_secs_f64(), forward_seconds, logprob_sum, peak_forward, grad_w, grad_h })
+        let seconds = t0.elapsed().as_secs_f64();
+        let (grad_w, grad_h) = (grads.get(w).expect("lm_head gradient"), grads.get(h).expect("hidden gradient"));
+        let abs_sum = |g: &Tensor| -> Result<f32> { Ok(g.abs()?.sum_all()?.to_scalar::<f32>()?) };
+        Ok(Run {
+            seconds,
+            forward_seconds,
+            logprob_sum,
+            peak_forward,
+            grad_w_abs_sum: abs_sum(grad_w)?,
+            grad_h_abs_sum: abs_sum(grad_h)?,
+            gradient_elems: grad_w.elem_count() + grad_h.elem_count(),
+        })
     };
     let first = once()?;
     let runs = (0..args.reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
     let times: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
     let last = runs.last().unwrap_or(&first);
-    let (logprob_sum, grad_w, grad_h) = (last.logprob_sum, &last.grad_w, &last.grad_h);
+    let logprob_sum = last.logprob_sum;
     let seconds = median(&times);
     let forward_seconds = median(&runs.iter().map(|r| r.forward_seconds).collect::<Vec<_>>());
     let peak_forward = first.peak_forward;
@@ -96,12 +105,12 @@ pub fn run(args: Args) -> Result<()> {
         "hidden": args.hidden,
         "vocab": args.vocab,
         "threads": rayon::current_num_threads(),
-        "grad_lm_head_abs_sum": grad_w.abs()?.sum_all()?.to_scalar::<f32>()?,
-        "grad_hidden_abs_sum": grad_h.abs()?.sum_all()?.to_scalar::<f32>()?,
+        "grad_lm_head_abs_sum": last.grad_w_abs_sum,
+        "grad_hidden_abs_sum": last.grad_h_abs_sum,
         "rss_inputs_mib": rss_inputs / 1024,
         "forward_peak_growth_mib": growth(peak_forward),
         "peak_growth_mib": growth(peak),
-        "gradient_outputs_mib": (grad_w.elem_count() + grad_h.elem_count()) * 4 / (1 << 20),
+        "gradient_outputs_mib": last.gradient_elems * 4 / (1 << 20),
     });
     println!("{report}");
     ensure!(logprob_sum.is_finite(), "non-finite log-probs");
@@ -115,8 +124,11 @@ struct Run {
     logprob_sum: f64,
     /// VmHWM after the forward (KiB).
     peak_forward: u64,
-    grad_w: Tensor,
-    grad_h: Tensor,
+    /// Checksums of the gradients (dropped before the next run, so that
+    /// the peak is one run's).
+    grad_w_abs_sum: f32,
+    grad_h_abs_sum: f32,
+    gradient_elems: usize,
 }
 
 /// A `shape` f32 variable of uniform values in `[-scale, scale)` (built in place: no copy).

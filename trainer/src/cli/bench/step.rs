@@ -102,7 +102,10 @@ pub fn run(a: Args) -> Result<()> {
         "minor_faults_per_step": faults_per_step,
         "rows": a.rows,
         "tokens": a.tokens,
-        "recompute": format!("{:?}", a.recompute).to_lowercase(),
+        "recompute": match a.recompute {
+            Recompute::Off => "off",
+            Recompute::PerLayer => "per-layer",
+        },
         "reps": a.reps,
         "threads": rayon::current_num_threads(),
     });
