@@ -181,18 +181,55 @@ pub(crate) fn forward(p: &Problem) -> (Vec<f32>, Vec<f32>) {
     let tasks: Vec<(usize, usize, usize)> = (0..batch)
         .flat_map(|r| (0..kv_heads).flat_map(move |g| (0..geo.query_blocks).map(move |qb| (r, g, qb))))
         .collect();
-    let results: Vec<(Vec<f32>, Vec<f32>)> = tasks.par_iter().map(|&(r, g, qb)| forward_task(p, &geo, r, g, qb)).collect();
     let mut out = vec![0.0f32; batch * t * heads * d];
     let mut lse = vec![0.0f32; batch * heads * t];
-    for (&(r, g, qb), (o, l)) in tasks.iter().zip(&results) {
+    let (out_w, lse_w) = (Scatter::new(&mut out), Scatter::new(&mut lse));
+    tasks.par_iter().for_each(|&(r, g, qb)| {
+        let (o, l) = forward_task(p, &geo, r, g, qb);
         for (n, f) in geo.block_rows(qb).enumerate() {
             let (h, i) = geo.unfold(g, f);
-            let at = (r * t + i) * heads * d + h * d;
-            out[at..at + d].copy_from_slice(&o[n * d..(n + 1) * d]);
-            lse[(r * heads + h) * t + i] = l[n];
+            // SAFETY: (row r, head h, query i) belongs to this task alone
+            // (tasks partition rows x kv heads x folded-row blocks), and
+            // both offsets lie inside the buffers sized above.
+            unsafe {
+                out_w.write((r * t + i) * heads * d + h * d, &o[n * d..(n + 1) * d]);
+                lse_w.write((r * heads + h) * t + i, &l[n..n + 1]);
+            }
         }
-    }
+    });
     (out, lse)
+}
+
+/// A buffer that parallel tasks write at disjoint offsets (the kernels'
+/// task partitions guarantee it; every write states why).
+struct Scatter {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: only `write` touches the buffer, at offsets its callers own.
+unsafe impl Sync for Scatter {}
+
+impl Scatter {
+    fn new(buf: &mut [f32]) -> Scatter {
+        Scatter { ptr: buf.as_mut_ptr(), len: buf.len() }
+    }
+
+    /// Copies `src` to `at..at + src.len()`.
+    ///
+    /// # Safety
+    /// No other task reads or writes that range while the buffer is shared.
+    unsafe fn write(&self, at: usize, src: &[f32]) {
+        assert!(at + src.len() <= self.len, "scatter out of bounds");
+        std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(at), src.len());
+    }
+
+    /// Adds `src` into `at..at + src.len()` (same contract as [`Self::write`]).
+    unsafe fn add(&self, at: usize, src: &[f32]) {
+        assert!(at + src.len() <= self.len, "scatter out of bounds");
+        let dst = std::slice::from_raw_parts_mut(self.ptr.add(at), src.len());
+        dst.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+    }
 }
 
 /// Gathers the rows of `x` (`[b, heads, t, d]` strided) of folded rows
@@ -306,24 +343,48 @@ pub(crate) fn backward(p: &Problem, out: &[f32], grad_out: &[f32], lse: &[f32]) 
         .flat_map(|r| (0..kv_heads).flat_map(move |g| (0..chunks).map(move |c| (r, g, c))))
         .collect();
     let ctx = BackwardInputs { grad_out, lse, delta: &delta };
-    let results: Vec<TaskGrads> = tasks.par_iter().map(|&(r, g, c)| backward_task(p, &geo, &ctx, r, g, c, chunks)).collect();
     let mut grads = Grads { q: vec![0.0; batch * heads * t * d], k: vec![0.0; batch * kv_heads * s * d], v: vec![0.0; batch * kv_heads * s * d] };
-    for (&(r, g, c), res) in tasks.iter().zip(&results) {
-        let mut at = 0;
-        for kb in (c..geo.key_blocks).step_by(chunks) {
-            let keys = geo.block_keys(kb);
-            let len = keys.len() * d;
-            let dst = ((r * kv_heads + g) * s + keys.start) * d;
-            grads.k[dst..dst + len].copy_from_slice(&res.dk[at..at + len]);
-            grads.v[dst..dst + len].copy_from_slice(&res.dv[at..at + len]);
-            at += len;
-        }
-        for f in 0..geo.folded {
-            let (h, i) = geo.unfold(g, f);
-            let dst = ((r * heads + h) * t + i) * d;
-            grads.q[dst..dst + d].iter_mut().zip(&res.dq[f * d..(f + 1) * d]).for_each(|(x, y)| *x += y);
+    let (qw, kw, vw) = (Scatter::new(&mut grads.q), Scatter::new(&mut grads.k), Scatter::new(&mut grads.v));
+    // dK and dV are written by their task; dQ directly when one task covers
+    // all keys of a (row, kv head), else as partials summed in chunk order.
+    let partial_dq: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(r, g, c)| {
+            let res = backward_task(p, &geo, &ctx, r, g, c, chunks);
+            let mut at = 0;
+            for kb in (c..geo.key_blocks).step_by(chunks) {
+                let len = geo.block_keys(kb).len() * d;
+                let dst = ((r * kv_heads + g) * s + geo.block_keys(kb).start) * d;
+                // SAFETY: key block kb of (row r, kv head g) is owned by the
+                // task with chunk kb % chunks alone.
+                unsafe {
+                    kw.write(dst, &res.dk[at..at + len]);
+                    vw.write(dst, &res.dv[at..at + len]);
+                }
+                at += len;
+            }
+            if chunks > 1 {
+                return res.dq;
+            }
+            for f in 0..geo.folded {
+                let (h, i) = geo.unfold(g, f);
+                // SAFETY: with one chunk, the query heads of kv head g of row
+                // r are this task's alone.
+                unsafe { qw.write(((r * heads + h) * t + i) * d, &res.dq[f * d..(f + 1) * d]) };
+            }
+            Vec::new()
+        })
+        .collect();
+    if chunks > 1 {
+        for (&(r, g, _), dq) in tasks.iter().zip(&partial_dq) {
+            for f in 0..geo.folded {
+                let (h, i) = geo.unfold(g, f);
+                // SAFETY: no task runs any more; this loop is the only user.
+                unsafe { qw.add(((r * heads + h) * t + i) * d, &dq[f * d..(f + 1) * d]) };
+            }
         }
     }
+    drop((qw, kw, vw));
     grads
 }
 
