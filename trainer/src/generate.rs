@@ -124,7 +124,7 @@ pub(crate) fn decode<R: Rng>(
         }
         let positions: Vec<i64> = rows.iter().zip(&next_pos).map(|(r, &p)| if r.is_some() { p } else { -1 }).collect();
         let tokens = Tensor::from_vec(fed, (rows.len(), 1), &device)?;
-        last = model.forward(&tokens, &Positions { batch: rows.len(), len: 1, data: positions }, Some(cache))?.squeeze(1)?;
+        last = model.forward(&tokens, &Positions::step(positions), Some(cache))?.squeeze(1)?;
         next_pos.iter_mut().for_each(|p| *p += 1);
     }
 }

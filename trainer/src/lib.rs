@@ -20,6 +20,7 @@
 //! - [`train::Trainer`]: one GRPO step top to bottom (`Trainer::step`).
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
 //!   and its aggregations, micro-batched gradient accumulation.
+//! - [`packing`]: micro-batches as a token budget (several sequences per row, no padding).
 //! - [`malloc`]: glibc allocator settings for training's large, short-lived tensors.
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
@@ -35,6 +36,7 @@ pub mod init;
 pub mod logprobs;
 pub mod model;
 pub mod optim;
+pub mod packing;
 pub mod params;
 pub mod pipeline;
 pub mod policy;

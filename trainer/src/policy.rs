@@ -87,7 +87,7 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         }
         let device = self.model.device().clone();
         let tokens = Tensor::from_vec(toks, (reqs.len(), width), &device)?;
-        let positions = Positions { batch: reqs.len(), len: width, data: pos };
+        let positions = Positions { batch: reqs.len(), len: width, data: pos, segments: None };
         let hidden = self.model.forward(&tokens, &positions, Some(&mut cache))?;
         let last = hidden.i((.., width - 1, ..))?;
         let mut out: Vec<Generation> = reqs.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();

@@ -162,8 +162,13 @@ impl RunConfig {
         if self.episode.max_turns == 0 || self.episode.max_turn_tokens == 0 {
             return bad("episode.max_turns / episode.max_turn_tokens", "must be at least 1".into());
         }
-        if self.train.tasks_per_step == 0 || self.train.micro_batch_rows == 0 {
-            return bad("train.tasks_per_step / train.micro_batch_rows", "must be at least 1".into());
+        if self.train.tasks_per_step == 0 {
+            return bad("train.tasks_per_step", "must be at least 1".into());
+        }
+        for micro in [self.train.micro_batching(), self.sft.micro_batching()] {
+            if let Err(Error::Invalid { what, message }) = micro {
+                return bad(&what, message);
+            }
         }
         if self.grpo.num_iterations == 0 {
             return bad("grpo.num_iterations", "must be at least 1".into());
@@ -174,8 +179,8 @@ impl RunConfig {
         if let Err(e) = self.optim.schedule.validate() {
             return bad("optim.schedule", e.to_string());
         }
-        if self.sft.batch_rows == 0 || self.sft.micro_batch_rows == 0 {
-            return bad("sft.batch_rows / sft.micro_batch_rows", "must be at least 1".into());
+        if self.sft.batch_rows == 0 {
+            return bad("sft.batch_rows", "must be at least 1".into());
         }
         for (i, o) in self.sft.openings.iter().enumerate() {
             if o.turns == 0 || o.epochs == 0 || o.batch_rows == 0 {

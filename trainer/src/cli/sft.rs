@@ -170,7 +170,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
         cursor = next;
         let last = trainer.step == total;
         if !held_rows.is_empty() && (last || (s.eval_every > 0 && trainer.step % s.eval_every == 0)) {
-            m.heldout_loss = Some(heldout_loss(&trainer.model, examples, &held_rows, s.micro_batch_rows)?);
+            m.heldout_loss = Some(heldout_loss(&trainer.model, examples, &held_rows, s.micro_batching()?)?);
         }
         metrics.write(&m)?;
         bar.set_position(trainer.step);

@@ -1,11 +1,12 @@
 //! Micro-batching with gradient accumulation. An optimizer batch of `B` rows
-//! is cut into row ranges; each micro-batch's loss is its share of the
+//! is cut into row ranges, or packed into rows of a token budget
+//! ([`crate::packing`]); each micro-batch's loss is its share of the
 //! aggregation over the whole batch ([`BatchTotals`] of the full mask), so the
 //! sum of the micro-batch gradients is the gradient of the one-big-batch loss,
 //! whatever the split.
 
 use super::loss::{
-    aggregate, per_token_loss, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
+    aggregate, per_token_loss, token_weight, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
 };
 use super::{hidden_logprobs, sequence_logprobs};
 use crate::error::{Error, Result};
@@ -13,6 +14,7 @@ use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
 use crate::model::Qwen3;
 use crate::optim::Gradients;
+use crate::packing::{plan, trained_lengths, MicroBatching, Pack, Padding};
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 use std::collections::BTreeMap;
@@ -134,35 +136,51 @@ pub fn micro_batches(rows: usize, micro_rows: usize) -> Result<Vec<Range<usize>>
 }
 
 /// Detached log-probs `[B, T]` of `tokens` under `model` (old log-probs for
-/// mu > 1, or the reference model's for the KL), computed `micro_rows` rows
-/// at a time. Never part of a gradient graph.
+/// mu > 1, or the reference model's for the KL), micro-batched as `micro`.
+/// Never part of a gradient graph. With [`MicroBatching::Rows`] every column
+/// is computed; with [`MicroBatching::Tokens`] each row up to its last
+/// `mask` column, and 0 past it (columns the loss never reads).
 pub fn detached_logprobs(
     model: &Qwen3,
     tokens: &Tensor,
+    mask: &Tensor,
     temperature: f64,
-    micro_rows: usize,
+    micro: MicroBatching,
 ) -> Result<Tensor> {
-    let (b, _) = tokens.dims2()?;
-    let parts = micro_batches(b, micro_rows)?
-        .into_iter()
-        .map(|r| {
-            let (lp, _) = sequence_logprobs(
-                model,
-                &tokens.narrow(0, r.start, r.len())?,
-                temperature,
-                EntropyMetric::Skip,
-            )?;
-            Ok(lp.detach())
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Tensor::cat(&parts, 0)?)
+    let (b, t) = tokens.dims2()?;
+    let one = |tokens: &Tensor, positions: &Positions| -> Result<Tensor> {
+        Ok(sequence_logprobs(model, tokens, positions, temperature, EntropyMetric::Skip)?.0.detach())
+    };
+    match micro {
+        MicroBatching::Rows(n) => {
+            let parts = micro_batches(b, n)?
+                .into_iter()
+                .map(|r| one(&tokens.narrow(0, r.start, r.len())?, &Positions::sequential(r.len(), t)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Tensor::cat(&parts, 0)?)
+        }
+        MicroBatching::Tokens(budget) => {
+            let mut rows: Vec<Option<Tensor>> = vec![None; b];
+            for pack in plan(&trained_lengths(mask)?, budget)? {
+                let lp = one(&pack.gather(tokens)?, &pack.positions())?;
+                for (&(r, n), o) in pack.items.iter().zip(pack.offsets()) {
+                    // Column 0 of each sequence is 0, as in the padded layout.
+                    rows[r] = Some(lp.narrow(1, o + 1, n - 1)?.pad_with_zeros(1, 1, t - n)?);
+                }
+            }
+            let zeros = Tensor::zeros((1, t), DType::F32, tokens.device())?;
+            Ok(Tensor::cat(&rows.into_iter().map(|r| r.unwrap_or_else(|| zeros.clone())).collect::<Vec<_>>(), 0)?)
+        }
+    }
 }
 
-/// Loss and gradients of one optimizer batch, `micro_rows` rows at a time:
-/// for each micro-batch, forward, [`per_token_loss`], its share of
-/// [`aggregate`] over the whole batch, backward, and the gradients of
-/// `params` (the model's `Var`s by name) added into the result in f32.
-/// Parameters that receive no gradient are absent from the result. With
+/// Loss and gradients of one optimizer batch, micro-batched as `micro`:
+/// for each micro-batch, forward, [`per_token_loss`], its share of the
+/// aggregation over the whole batch, backward, and the gradients of `params`
+/// (the model's `Var`s by name) added into the result in f32. Parameters
+/// that receive no gradient are absent from the result. Padded row ranges
+/// ([`MicroBatching::Rows`]) and packed rows ([`MicroBatching::Tokens`]) give
+/// the same loss and gradients up to float rounding. With
 /// [`Recompute::PerLayer`] (`cfg.recompute`) the decoder layers keep only
 /// their inputs in the forward pass and are recomputed one at a time in the
 /// backward pass ([`Qwen3::backward_layers`]): same gradients, less memory.
@@ -171,7 +189,7 @@ pub fn accumulate_gradients(
     params: &BTreeMap<String, Var>,
     batch: &GrpoBatch,
     cfg: &GrpoLossConfig,
-    micro_rows: usize,
+    micro: MicroBatching,
 ) -> Result<(Gradients, GrpoMetrics)> {
     cfg.validate()?;
     let (b, _) = batch.check()?;
@@ -182,25 +200,96 @@ pub fn accumulate_gradients(
         ));
     }
     let totals = BatchTotals::of_mask(&batch.mask)?;
-    let mut grads = Gradients::default();
-    let mut sums = LossSums::default();
-    for range in micro_batches(b, micro_rows)? {
-        let mb = batch.rows(range)?;
-        let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
-        backward_micro_batch(model, params, &mb.tokens, pass, &mut grads, |logp, entropy| {
-            let old = match &mb.old_logprobs {
-                OldLogprobs::Current => logp.detach(),
-                OldLogprobs::Stored(t) => t.clone(),
-            };
-            let mask = mb.mask.to_dtype(DType::F32)?;
-            let adv = mb.advantages.to_dtype(DType::F32)?;
-            let pt = per_token_loss(logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
-            let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
-            sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
-            Ok(loss)
-        })?;
+    let lengths = trained_lengths(&batch.mask)?;
+    let mut acc = Accumulated::default();
+    match micro {
+        MicroBatching::Rows(n) => {
+            for range in micro_batches(b, n)? {
+                acc.padding.add(range.len() * used_columns(&batch.mask.narrow(0, range.start, range.len())?)?, lengths[range.clone()].iter().sum());
+                padded_micro_batch(model, params, &batch.rows(range)?, cfg, totals, &mut acc)?;
+            }
+        }
+        MicroBatching::Tokens(budget) => {
+            let mask = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let advantages = batch.advantages.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            for pack in plan(&lengths, budget)? {
+                acc.padding.add(pack.width(), pack.width());
+                packed_micro_batch(model, params, batch, &pack, &mask, &advantages, cfg, totals, &mut acc)?;
+            }
+        }
     }
-    Ok((grads, sums.metrics()))
+    let mut metrics = acc.sums.metrics();
+    metrics.padding = acc.padding;
+    Ok((acc.grads, metrics))
+}
+
+/// What the micro-batches of one optimizer batch add up.
+#[derive(Default)]
+struct Accumulated {
+    grads: Gradients,
+    sums: LossSums,
+    padding: Padding,
+}
+
+/// One micro-batch of right-padded rows: the aggregation's own formula with
+/// the whole batch's totals.
+fn padded_micro_batch(model: &Qwen3, params: &BTreeMap<String, Var>, mb: &GrpoBatch, cfg: &GrpoLossConfig, totals: BatchTotals, acc: &mut Accumulated) -> Result<()> {
+    let (rows, cols) = mb.tokens.dims2()?;
+    let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
+    let sums = &mut acc.sums;
+    backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, |logp, entropy| {
+        let old = match &mb.old_logprobs {
+            OldLogprobs::Current => logp.detach(),
+            OldLogprobs::Stored(t) => t.clone(),
+        };
+        let mask = mb.mask.to_dtype(DType::F32)?;
+        let adv = mb.advantages.to_dtype(DType::F32)?;
+        let pt = per_token_loss(logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
+        let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
+        sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
+        Ok(loss)
+    })
+}
+
+/// One packed row of several episodes: per-token advantages, and each policy
+/// token weighted by its episode's share of the aggregation ([`token_weight`]).
+#[allow(clippy::too_many_arguments)]
+fn packed_micro_batch(
+    model: &Qwen3,
+    params: &BTreeMap<String, Var>,
+    batch: &GrpoBatch,
+    pack: &Pack,
+    mask_rows: &[Vec<f32>],
+    advantages: &[f32],
+    cfg: &GrpoLossConfig,
+    totals: BatchTotals,
+    acc: &mut Accumulated,
+) -> Result<()> {
+    let device = batch.tokens.device();
+    let tokens = pack.gather(&batch.tokens)?;
+    let mask = pack.gather(&batch.mask)?.to_dtype(DType::F32)?;
+    let adv = pack.gather_host(|r, n| vec![advantages[r]; n], device)?;
+    let weights = pack.gather_host(
+        |r, n| {
+            let w = token_weight(cfg.aggregation, totals, cfg.max_completion_length, mask_rows[r].iter().map(|&m| m as f64).sum());
+            mask_rows[r][..n].iter().map(|&m| (m as f64 * w) as f32).collect()
+        },
+        device,
+    )?;
+    let stored_old = match &batch.old_logprobs {
+        OldLogprobs::Current => None,
+        OldLogprobs::Stored(t) => Some(pack.gather(t)?),
+    };
+    let reference = batch.ref_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
+    let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
+    let sums = &mut acc.sums;
+    backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, |logp, entropy| {
+        let old = stored_old.clone().unwrap_or_else(|| logp.detach());
+        let pt = per_token_loss(logp, &old, reference.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
+        let loss = (&pt.loss * &weights)?.sum_all()?;
+        sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
+        Ok(loss)
+    })
 }
 
 /// How a micro-batch's log-probs are computed.
@@ -213,7 +302,7 @@ pub struct LogprobPass {
 }
 
 /// One micro-batch's forward and backward: log-probs `[b, t]` of `tokens`
-/// (see [`sequence_logprobs`]) go to `loss_of`, whose scalar loss is
+/// at `positions` (see [`sequence_logprobs`]) go to `loss_of`, whose scalar loss is
 /// backpropagated; the gradients of `params` are added into `grads`. With
 /// [`Recompute::PerLayer`] the decoder layers are recomputed one at a time
 /// in the backward pass ([`Qwen3::backward_layers`]). GRPO and SFT share it.
@@ -221,20 +310,21 @@ pub fn backward_micro_batch(
     model: &Qwen3,
     params: &BTreeMap<String, Var>,
     tokens: &Tensor,
+    positions: &Positions,
     pass: LogprobPass,
     grads: &mut Gradients,
     loss_of: impl FnOnce(&Tensor, Option<&Tensor>) -> Result<Tensor>,
 ) -> Result<()> {
-    let (rows, cols) = tokens.dims2()?;
+    let (_, cols) = tokens.dims2()?;
     let (logp, entropy, saved) = match pass.recompute {
         Recompute::PerLayer if cols >= 2 => {
-            let saved = model.forward_layer_inputs(tokens, &Positions::sequential(rows, cols))?;
+            let saved = model.forward_layer_inputs(tokens, positions)?;
             let hidden = model.final_norm(saved.top().as_tensor())?;
             let (logp, entropy) = hidden_logprobs(model, &hidden, tokens, pass.temperature, pass.entropy)?;
             (logp, entropy, Some(saved))
         }
         _ => {
-            let (logp, entropy) = sequence_logprobs(model, tokens, pass.temperature, pass.entropy)?;
+            let (logp, entropy) = sequence_logprobs(model, tokens, positions, pass.temperature, pass.entropy)?;
             (logp, entropy, None)
         }
     };

@@ -20,6 +20,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::recompute::Recompute;
+use crate::packing::Padding;
 use candle_core::{DType, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -151,7 +152,8 @@ pub struct PerTokenLoss {
 }
 
 /// Per-token GRPO loss. `logp` is differentiable; `old_logp` and `ref_logp`
-/// are treated as constants (detached here). `advantages` is `[b]`. Values of
+/// are treated as constants (detached here). `advantages` is `[b]` (one per
+/// row) or `[b, t]` (one per token: packed rows hold several episodes). Values of
 /// `old_logp` / `ref_logp` where `mask` is 0 are ignored (replaced by the
 /// current log-prob, so padding can never produce inf or NaN).
 pub fn per_token_loss(
@@ -172,16 +174,10 @@ pub fn per_token_loss(
             ));
         }
     }
-    if advantages.dims() != [b] {
-        return Err(Error::invalid(
-            "grpo loss",
-            format!("advantages are {:?}, expected [{b}]", advantages.dims()),
-        ));
-    }
+    let adv = per_token_advantages(advantages, b, t)?;
     let on = mask.gt(0.0)?;
     let current = logp.detach();
     let old = on.where_cond(&old_logp.detach(), &current)?;
-    let adv = advantages.unsqueeze(1)?;
     let ratio = (logp - &old)?.exp()?;
     let clipped = ratio.clamp(1.0 - clip.low, 1.0 + clip.high)?;
     let surrogate = ratio
@@ -216,6 +212,28 @@ pub fn per_token_loss(
         ratio: ratio.detach(),
         kl,
     })
+}
+
+/// Advantages `[b]` (per row) or `[b, t]` (per token) as a tensor that
+/// broadcasts against `[b, t]`.
+fn per_token_advantages(advantages: &Tensor, b: usize, t: usize) -> Result<Tensor> {
+    match advantages.dims() {
+        [n] if *n == b => Ok(advantages.unsqueeze(1)?),
+        [n, m] if *n == b && *m == t => Ok(advantages.clone()),
+        dims => Err(Error::invalid("grpo loss", format!("advantages are {dims:?}, expected [{b}] or [{b}, {t}]"))),
+    }
+}
+
+/// The weight of each policy token of one sequence in the loss of
+/// `aggregation` over the batch of `totals`, for a sequence with
+/// `sequence_tokens` policy tokens: `Σ_{i,t} w_i·m·l` equals [`aggregate`]'s
+/// formula. Packed rows use it, where a row is no sequence.
+pub fn token_weight(aggregation: LossAggregation, totals: BatchTotals, max_completion_length: usize, sequence_tokens: f64) -> f64 {
+    match aggregation {
+        LossAggregation::Grpo => 1.0 / (sequence_tokens.max(1.0) * totals.rows as f64),
+        LossAggregation::Bnpo | LossAggregation::Dapo => 1.0 / totals.tokens.max(1.0),
+        LossAggregation::DrGrpo => 1.0 / (totals.rows * max_completion_length) as f64,
+    }
 }
 
 /// The scalar loss of one (micro-)batch: its share of `aggregation` over the
@@ -276,9 +294,8 @@ impl LossSums {
                 .sum_all()?
                 .to_scalar::<f64>()?)
         };
-        let adv = advantages
-            .unsqueeze(1)?
-            .broadcast_as(per_token.ratio.shape())?;
+        let (b, t) = per_token.ratio.dims2()?;
+        let adv = per_token_advantages(advantages, b, t)?.broadcast_as((b, t))?;
         let low = per_token.ratio.lt(1.0 - clip.low)?.mul(&adv.lt(0.0)?)?;
         let high = per_token.ratio.gt(1.0 + clip.high)?.mul(&adv.gt(0.0)?)?;
         let region = low.maximum(&high)?;
@@ -320,6 +337,7 @@ impl LossSums {
             clip_ratio_high_mean: self.clip_high / n,
             clip_ratio_region_mean: self.clip_region / n,
             tokens: self.tokens as usize,
+            padding: Padding::default(),
         }
     }
 }
@@ -341,13 +359,15 @@ pub struct GrpoMetrics {
     pub clip_ratio_region_mean: f64,
     /// Policy tokens in the batch.
     pub tokens: usize,
+    /// Slots the micro-batches computed against the tokens they needed.
+    pub padding: Padding,
 }
 
 impl GrpoMetrics {
     /// The metrics of an empty batch (no rows to learn from): all zero, no
     /// KL or entropy measured.
     pub fn empty() -> Self {
-        GrpoMetrics { loss: 0.0, kl: None, entropy: None, clip_ratio_low_mean: 0.0, clip_ratio_high_mean: 0.0, clip_ratio_region_mean: 0.0, tokens: 0 }
+        GrpoMetrics { loss: 0.0, kl: None, entropy: None, clip_ratio_low_mean: 0.0, clip_ratio_high_mean: 0.0, clip_ratio_region_mean: 0.0, tokens: 0, padding: Padding::default() }
     }
 }
 

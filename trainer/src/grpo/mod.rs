@@ -31,12 +31,15 @@ use candle_core::{DType, Tensor};
 /// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under
 /// `model` with logits divided by `temperature`: column `j >= 1` is
 /// `log p(tokens[j] | tokens[..j])`, column 0 is 0 (nothing predicts the first
-/// token). Rows are right-padded sequences at positions `0..t`. With
+/// token). Rows are right-padded sequences at `positions` (`0..t` for each
+/// row, or packed sequences each from 0: then a sequence's first column holds
+/// the previous one's last prediction, which its mask must exclude). With
 /// `entropy`, also the detached per-position entropy `[b, t]` of the
 /// temperature-scaled distribution that predicts each token (0 in column 0).
 pub fn sequence_logprobs(
     model: &Qwen3,
     tokens: &Tensor,
+    positions: &Positions,
     temperature: f64,
     entropy: EntropyMetric,
 ) -> Result<(Tensor, Option<Tensor>)> {
@@ -44,7 +47,7 @@ pub fn sequence_logprobs(
     if t < 2 {
         return Ok((Tensor::zeros((b, t), DType::F32, tokens.device())?, None));
     }
-    let hidden = model.forward(tokens, &Positions::sequential(b, t), None)?;
+    let hidden = model.forward(tokens, positions, None)?;
     hidden_logprobs(model, &hidden, tokens, temperature, entropy)
 }
 

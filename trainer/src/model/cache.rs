@@ -11,11 +11,15 @@ use kernels::attention::Visibility;
 use std::sync::Arc;
 
 /// Row-major `[batch, len]` token positions; negative entries are padding.
+/// Packed rows also carry a segment id per slot: a token attends only to
+/// tokens of its own segment (several sequences in one row).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Positions {
     pub batch: usize,
     pub len: usize,
     pub data: Vec<i64>,
+    /// Row-major `[batch, len]` segment ids; `None`: each row is one sequence.
+    pub segments: Option<Vec<u32>>,
 }
 
 impl Positions {
@@ -25,13 +29,26 @@ impl Positions {
         if rows.iter().any(|r| r.len() != len) {
             candle_core::bail!("positions: rows have different lengths");
         }
-        Ok(Positions { batch: rows.len(), len, data: rows.concat() })
+        Ok(Positions { batch: rows.len(), len, data: rows.concat(), segments: None })
     }
 
     /// `0..len` for every row (training on unpadded, equal-length rows).
     pub fn sequential(batch: usize, len: usize) -> Self {
         let row: Vec<i64> = (0..len as i64).collect();
-        Positions { batch, len, data: row.repeat(batch) }
+        Positions { batch, len, data: row.repeat(batch), segments: None }
+    }
+
+    /// One row holding sequences of `lengths` end to end, each at positions
+    /// `0..len` in its own segment.
+    pub fn packed(lengths: &[usize]) -> Self {
+        let data: Vec<i64> = lengths.iter().flat_map(|&n| 0..n as i64).collect();
+        let segments: Vec<u32> = lengths.iter().enumerate().flat_map(|(s, &n)| std::iter::repeat_n(s as u32, n)).collect();
+        Positions { batch: 1, len: data.len(), data, segments: Some(segments) }
+    }
+
+    /// Step positions `[rows, 1]` (decoding), one per row.
+    pub fn step(data: Vec<i64>) -> Self {
+        Positions { batch: data.len(), len: 1, data, segments: None }
     }
 
     pub fn row(&self, i: usize) -> &[i64] {
@@ -220,10 +237,18 @@ impl KvCache {
 
 /// Which keys each query sees (`kernels::attention::Visibility`): a query
 /// at position p sees the keys of its row whose position is in 0..=p; a
-/// padding query sees every key so that its softmax stays finite.
+/// padding query sees every key so that its softmax stays finite. Packed
+/// queries (with segments) must be their own keys: no cache.
 pub fn visibility(queries: &Positions, keys: &[Vec<i64>]) -> Result<Arc<Visibility>> {
     if keys.len() != queries.batch {
         candle_core::bail!("attention: {} rows of key positions for {} rows of queries", keys.len(), queries.batch);
     }
-    Ok(Arc::new(Visibility::new(queries.batch, queries.data.clone(), keys.concat())?))
+    let vis = Visibility::new(queries.batch, queries.data.clone(), keys.concat())?;
+    Ok(Arc::new(match &queries.segments {
+        None => vis,
+        Some(_) if keys.iter().any(|k| k.len() != queries.len) => {
+            candle_core::bail!("attention: packed rows (segments) cannot attend to a KV cache")
+        }
+        Some(seg) => vis.with_segments(seg.clone(), seg.clone())?,
+    }))
 }

@@ -2,6 +2,7 @@
 //! schedule and the held-out split of supervised fine-tuning.
 
 use crate::model::recompute::Recompute;
+use crate::packing::MicroBatching;
 use crate::optim::schedule::LrSchedule;
 use rollout::episode::filter::FilterConfig;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,10 @@ pub struct SftSection {
     pub batch_rows: usize,
     /// Sequences per forward/backward (gradient accumulation).
     pub micro_batch_rows: usize,
+    /// Packed micro-batches instead: tokens per forward/backward, several
+    /// sequences end to end in one row, no padding. Replaces `micro_batch_rows`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_batch_tokens: Option<usize>,
     /// Peak learning rate (betas, eps, weight decay and clipping come from `[optim]`).
     pub lr: f64,
     pub schedule: LrSchedule,
@@ -64,6 +69,7 @@ impl Default for SftSection {
             epochs: 3,
             batch_rows: 8,
             micro_batch_rows: 4,
+            micro_batch_tokens: None,
             lr: 1e-5,
             schedule: LrSchedule::Constant,
             heldout_fraction: 0.1,
@@ -80,6 +86,11 @@ impl Default for SftSection {
 }
 
 impl SftSection {
+    /// How each optimizer batch is cut (`micro_batch_tokens` wins).
+    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
+        MicroBatching::from_settings("sft", self.micro_batch_rows, self.micro_batch_tokens)
+    }
+
     /// True when the section is all defaults (kept out of the config hash,
     /// so GRPO-only configs hash as they did before SFT existed).
     pub fn is_default(&self) -> bool {

@@ -9,7 +9,9 @@ pub mod config;
 
 use crate::error::{Error, Result};
 use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LogprobPass};
+use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
+use crate::packing::{plan, trained_lengths, MicroBatching};
 use crate::model::Qwen3;
 use crate::optim::{AdamW, AdamWConfig, Gradients};
 use crate::run_config::RunConfig;
@@ -54,6 +56,26 @@ impl SftBatch {
         Ok(SftBatch { tokens: self.tokens.narrow(0, start, n)?.narrow(1, 0, cols)?, mask: mask.narrow(1, 0, cols)? })
     }
 
+    /// `(tokens, positions, mask)` of each forward/backward: row ranges cut
+    /// after their last trained column, or packed rows ([`crate::packing`]).
+    pub fn micro_batches(&self, micro: MicroBatching) -> Result<Vec<(Tensor, Positions, Tensor)>> {
+        let (b, _) = self.tokens.dims2()?;
+        match micro {
+            MicroBatching::Rows(n) => micro_batches(b, n)?
+                .into_iter()
+                .map(|r| {
+                    let mb = self.rows(r.start, r.len())?;
+                    let (rows, cols) = mb.tokens.dims2()?;
+                    Ok((mb.tokens, Positions::sequential(rows, cols), mb.mask))
+                })
+                .collect(),
+            MicroBatching::Tokens(budget) => plan(&trained_lengths(&self.mask)?, budget)?
+                .into_iter()
+                .map(|p| Ok((p.gather(&self.tokens)?, p.positions(), p.gather(&self.mask)?)))
+                .collect(),
+        }
+    }
+
     /// Policy tokens in the batch.
     pub fn policy_tokens(&self) -> Result<f64> {
         Ok(self.mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
@@ -61,27 +83,25 @@ impl SftBatch {
 }
 
 /// Mean cross-entropy over the batch's policy tokens and its gradients,
-/// `micro_rows` rows at a time (each micro-batch's share is its token sum
-/// over the whole batch's token count, so the split does not change them).
+/// micro-batched as `micro` (each micro-batch's share is its token sum over
+/// the whole batch's token count, so the split does not change them).
 pub fn sft_gradients(
     model: &Qwen3,
     params: &BTreeMap<String, Var>,
     batch: &SftBatch,
-    micro_rows: usize,
+    micro: MicroBatching,
     recompute: Recompute,
 ) -> Result<(Gradients, f64)> {
     let total = batch.policy_tokens()?;
     if total == 0.0 {
         return Err(Error::invalid("sft batch", "no policy tokens to learn from"));
     }
-    let (b, _) = batch.tokens.dims2()?;
     let mut grads = Gradients::default();
     let mut loss_sum = 0.0;
     let pass = LogprobPass { temperature: 1.0, entropy: EntropyMetric::Skip, recompute };
-    for range in micro_batches(b, micro_rows)? {
-        let mb = batch.rows(range.start, range.len())?;
-        backward_micro_batch(model, params, &mb.tokens, pass, &mut grads, |logp, _| {
-            let loss = ((logp * &mb.mask)?.sum_all()?.neg()? / total)?;
+    for (tokens, positions, mask) in batch.micro_batches(micro)? {
+        backward_micro_batch(model, params, &tokens, &positions, pass, &mut grads, |logp, _| {
+            let loss = ((logp * &mask)?.sum_all()?.neg()? / total)?;
             loss_sum += loss.to_scalar::<f32>()? as f64;
             Ok(loss)
         })?;
@@ -89,13 +109,20 @@ pub fn sft_gradients(
     Ok((grads, loss_sum))
 }
 
-/// Mean cross-entropy over the policy tokens of `rows` (no gradients).
-pub fn heldout_loss(model: &Qwen3, examples: &[SftExample], rows: &[usize], micro_rows: usize) -> Result<f64> {
+/// Mean cross-entropy over the policy tokens of `rows` (no gradients),
+/// micro-batched as `micro`.
+pub fn heldout_loss(model: &Qwen3, examples: &[SftExample], rows: &[usize], micro: MicroBatching) -> Result<f64> {
     let (mut nll, mut count) = (0.0, 0.0);
-    for chunk in rows.chunks(micro_rows.max(1)) {
+    let chunk = match micro {
+        MicroBatching::Rows(n) => n.max(1),
+        MicroBatching::Tokens(_) => rows.len().max(1),
+    };
+    for chunk in rows.chunks(chunk) {
         let batch = SftBatch::of(examples, chunk, model.device())?;
-        let (lp, _) = crate::grpo::sequence_logprobs(model, &batch.tokens, 1.0, EntropyMetric::Skip)?;
-        nll -= (lp.detach() * &batch.mask)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        for (tokens, positions, mask) in batch.micro_batches(micro)? {
+            let (lp, _) = crate::grpo::sequence_logprobs(model, &tokens, &positions, 1.0, EntropyMetric::Skip)?;
+            nll -= (lp.detach() * &mask)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        }
         count += batch.policy_tokens()?;
     }
     Ok(if count == 0.0 { f64::NAN } else { nll / count })
@@ -128,7 +155,7 @@ pub struct SftTrainer {
     lr: f64,
     schedule: crate::optim::LrSchedule,
     max_grad_norm: f64,
-    micro_rows: usize,
+    micro: MicroBatching,
     recompute: Recompute,
 }
 
@@ -150,7 +177,7 @@ impl SftTrainer {
             lr: cfg.sft.lr,
             schedule: cfg.sft.schedule.for_run(run_steps),
             max_grad_norm: o.max_grad_norm,
-            micro_rows: cfg.sft.micro_batch_rows,
+            micro: cfg.sft.micro_batching()?,
             recompute: cfg.sft.recompute,
         })
     }
@@ -158,7 +185,7 @@ impl SftTrainer {
     /// One SFT step: cross-entropy gradients -> clip -> AdamW.
     pub fn step(&mut self, batch: &SftBatch, epoch: u64) -> Result<SftStepMetrics> {
         let t0 = Instant::now();
-        let (mut grads, loss) = sft_gradients(&self.model, &self.vars, batch, self.micro_rows, self.recompute)?;
+        let (mut grads, loss) = sft_gradients(&self.model, &self.vars, batch, self.micro, self.recompute)?;
         let grad_norm = if self.max_grad_norm > 0.0 { grads.clip_global_norm(self.max_grad_norm)? } else { grads.global_norm()? };
         let lr = self.lr * self.schedule.factor(self.step);
         let skipped = !grad_norm.is_finite() || !loss.is_finite();

@@ -3,6 +3,7 @@
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
 use crate::grpo::loss::LossAggregation;
 use crate::model::recompute::Recompute;
+use crate::packing::MicroBatching;
 use crate::optim::adamw::WeightDecayScope;
 use crate::optim::schedule::LrSchedule;
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,10 @@ pub struct TrainSection {
     pub tasks_per_step: usize,
     /// Rows per forward/backward (gradient accumulation over micro-batches).
     pub micro_batch_rows: usize,
+    /// Packed micro-batches instead: tokens per forward/backward, several
+    /// episodes end to end in one row, no padding. Replaces `micro_batch_rows`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_batch_tokens: Option<usize>,
     /// Save a checkpoint every N steps (and at the end).
     pub save_every: u64,
     /// Keep the newest K checkpoints (0 = all).
@@ -33,9 +38,16 @@ pub struct TrainSection {
     pub max_nonfinite_steps: u32,
 }
 
+impl TrainSection {
+    /// How each optimizer batch is cut (`micro_batch_tokens` wins).
+    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
+        MicroBatching::from_settings("train", self.micro_batch_rows, self.micro_batch_tokens)
+    }
+}
+
 impl Default for TrainSection {
     fn default() -> Self {
-        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, save_every: 50, keep_last: 3, mask_truncated: true, recompute: Recompute::Off, max_nonfinite_steps: 3 }
+        TrainSection { tasks: None, steps: 100, tasks_per_step: 2, micro_batch_rows: 4, micro_batch_tokens: None, save_every: 50, keep_last: 3, mask_truncated: true, recompute: Recompute::Off, max_nonfinite_steps: 3 }
     }
 }
 

@@ -46,6 +46,9 @@ pub struct StepMetrics {
     pub lr: f64,
     pub tokens: usize,
     pub policy_tokens: usize,
+    /// Share of the token slots the update's micro-batches computed that
+    /// were padding (0 with packed micro-batches, `micro_batch_tokens`).
+    pub padding_share: f64,
     pub calls_per_turn: f64,
     pub seconds_rollout: f64,
     pub seconds_update: f64,
@@ -152,6 +155,7 @@ impl Trainer {
             lr,
             tokens,
             policy_tokens,
+            padding_share: m.padding.share(),
             calls_per_turn: summary.calls_per_turn,
             seconds_rollout: rollout_secs,
             seconds_update: update_secs,
@@ -169,12 +173,12 @@ impl Trainer {
         let device = self.model.device().clone();
         let mut batch = batch::build_batch(episodes, rows, advantages, self.cfg.train.mask_truncated, &device)?;
         let loss_cfg = self.loss_config();
-        let micro = self.cfg.train.micro_batch_rows;
+        let micro = self.cfg.train.micro_batching()?;
         if let Some(r) = &self.reference {
-            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, loss_cfg.temperature, micro)?);
+            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, &batch.mask, loss_cfg.temperature, micro)?);
         }
         if g.num_iterations > 1 {
-            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, loss_cfg.temperature, micro)?);
+            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, &batch.mask, loss_cfg.temperature, micro)?);
         }
         let mut last = None;
         for _ in 0..g.num_iterations.max(1) {

@@ -2,6 +2,7 @@
 //! generated tokens that fall in a target set) on a tiny random model. The
 //! mean reward must rise clearly within a few dozen steps.
 
+use trainer::packing::MicroBatching;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use trainer::generate::{generate, GenerateConfig};
@@ -60,7 +61,7 @@ fn mean_reward_rises_with_grpo() {
             old_logprobs: OldLogprobs::Current,
             ref_logprobs: None,
         };
-        let (mut grads, _) = accumulate_gradients(&model, &vars, &batch, &loss_cfg, 16).unwrap();
+        let (mut grads, _) = accumulate_gradients(&model, &vars, &batch, &loss_cfg, MicroBatching::Rows(16)).unwrap();
         grads.clip_global_norm(1.0).unwrap();
         opt.step(&vars, &grads, 1e-2).unwrap();
     }

@@ -2,6 +2,7 @@
 //! the one-big-batch gradients for every aggregation, one update lowers the
 //! loss on its batch, and the reference model never receives a gradient.
 
+use trainer::packing::MicroBatching;
 use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -65,12 +66,12 @@ fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize, seed: u64, temperature:
     let advantages = Tensor::new(&[1.1f32, -0.7, 0.4, -1.3, 0.9], &dev).unwrap();
     // stored old log-probs = current ones shifted by up to +-0.45, so the ratio
     // is clipped on both sides
-    let current = detached_logprobs(model, &tokens, temperature, 2).unwrap();
+    let current = detached_logprobs(model, &tokens, &mask, temperature, MicroBatching::Rows(2)).unwrap();
     let noise: Vec<f32> = (0..ROWS * COLS)
         .map(|_| rng.random_range(-0.45f32..0.45))
         .collect();
     let old = (current + Tensor::from_vec(noise, (ROWS, COLS), &dev).unwrap()).unwrap();
-    let ref_logprobs = Some(detached_logprobs(reference, &tokens, temperature, 3).unwrap());
+    let ref_logprobs = Some(detached_logprobs(reference, &tokens, &mask, temperature, MicroBatching::Rows(3)).unwrap());
     GrpoBatch {
         tokens,
         mask,
@@ -123,25 +124,72 @@ fn micro_batches_give_the_big_batch_gradients_for_every_aggregation() {
             LossAggregation::Dapo,
         ] {
             let cfg = cfg(agg, 0.05);
-            let (big, mb) = accumulate_gradients(&model, &params, &b, &cfg, ROWS).unwrap();
+            let (big, mb) = accumulate_gradients(&model, &params, &b, &cfg, MicroBatching::Rows(ROWS)).unwrap();
             assert_eq!(big.len(), params.len(), "every parameter gets a gradient");
             assert!(
                 mb.clip_ratio_low_mean > 0.0 && mb.clip_ratio_high_mean > 0.0,
                 "{mb:?}"
             );
             assert!(mb.kl.unwrap() > 0.0 && mb.entropy.unwrap() > 0.0);
-            for micro in [2, 1] {
+            assert!(mb.padding.share() > 0.1, "right-padded rows of different lengths: {:?}", mb.padding);
+            // Any split agrees with the one-big-batch gradients within 1e-5
+            // (f32 accumulation over micro-batches whose gradients partly
+            // cancel); a packed split agrees with the padded split that
+            // groups the same episodes within 1e-6 (budget 14: one episode
+            // per pack, as one row per micro-batch; 1000: all in one pack).
+            let (one_row, one_row_m) = accumulate_gradients(&model, &params, &b, &cfg, MicroBatching::Rows(1)).unwrap();
+            let splits = [
+                (MicroBatching::Rows(2), None),
+                (MicroBatching::Rows(1), None),
+                (MicroBatching::Tokens(20), None),
+                (MicroBatching::Tokens(14), Some((&one_row, &one_row_m))),
+                (MicroBatching::Tokens(1000), Some((&big, &mb))),
+            ];
+            for (micro, same_grouping) in splits {
                 let (small, ms) = accumulate_gradients(&model, &params, &b, &cfg, micro).unwrap();
                 let d = max_rel_diff(&big, &small);
                 println!(
-                    "{case} {agg:?} micro={micro}: grads max rel diff = {d:.3e}, loss {} vs {}",
+                    "{case} {agg:?} micro={micro:?}: grads max rel diff = {d:.3e}, loss {} vs {}",
                     mb.loss, ms.loss
                 );
-                assert!(d < 1e-5, "{case} {agg:?} micro={micro}: {d:.3e}");
+                assert!(d < 1e-5, "{case} {agg:?} micro={micro:?}: {d:.3e}");
                 assert!((mb.loss - ms.loss).abs() <= 1e-5 * mb.loss.abs().max(1e-3));
+                if let Some((padded, pm)) = same_grouping {
+                    let d = max_rel_diff(padded, &small);
+                    println!("{case} {agg:?} micro={micro:?} vs the padded split of the same grouping: {d:.3e}, loss {} vs {}", pm.loss, ms.loss);
+                    assert!(d < 1e-6, "{case} {agg:?} micro={micro:?} vs padded: {d:.3e}");
+                    assert!((pm.loss - ms.loss).abs() <= 1e-6 * pm.loss.abs().max(1e-3));
+                }
+                if let MicroBatching::Tokens(_) = micro {
+                    assert_eq!(ms.padding.share(), 0.0, "packed rows compute no padding");
+                    assert_eq!(ms.padding.tokens, mb.padding.tokens, "the same tokens computed");
+                }
                 assert!((mb.kl.unwrap() - ms.kl.unwrap()).abs() < 1e-6);
+                assert!((mb.entropy.unwrap() - ms.entropy.unwrap()).abs() < 1e-5);
                 assert!((mb.clip_ratio_region_mean - ms.clip_ratio_region_mean).abs() < 1e-12);
             }
+        }
+    }
+}
+
+#[test]
+fn packed_detached_logprobs_equal_the_padded_ones_on_trained_columns() {
+    for case in common::CASES {
+        let (c, w) = common::load(case);
+        let (model, _) = Qwen3::trainable(&c, &w).unwrap();
+        let (ref_model, _) = reference(&c, &w);
+        let b = batch(&model, &ref_model, c.vocab_size, 5, 0.7);
+        let padded = detached_logprobs(&model, &b.tokens, &b.mask, 0.7, MicroBatching::Rows(ROWS)).unwrap();
+        for budget in [14, 20, 1000] {
+            let packed = detached_logprobs(&model, &b.tokens, &b.mask, 0.7, MicroBatching::Tokens(budget)).unwrap();
+            assert_eq!(packed.dims(), padded.dims());
+            let on = (&packed - &padded).unwrap().mul(&b.mask).unwrap();
+            let d = on.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            println!("{case} budget {budget}: packed vs padded log-probs on policy tokens max |diff| {d:.3e}");
+            assert!(d < 1e-5, "{case} budget {budget}: {d:e}");
+            // Column 0 of every row is 0, as in the padded layout.
+            let col0 = packed.narrow(1, 0, 1).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            assert_eq!(col0, 0.0);
         }
     }
 }
@@ -155,7 +203,7 @@ fn aggregations_differ_so_the_equivalence_test_can_fail() {
     let (ref_model, _) = reference(&c, &w);
     let b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
     let g = |agg| {
-        accumulate_gradients(&model, &params, &b, &cfg(agg, 0.05), ROWS)
+        accumulate_gradients(&model, &params, &b, &cfg(agg, 0.05), MicroBatching::Rows(ROWS))
             .unwrap()
             .0
     };
@@ -175,9 +223,9 @@ fn one_update_lowers_the_loss_and_the_reference_gets_no_gradient() {
     let b = batch(&model, &ref_model, c.vocab_size, 11, 1.0);
     let cfg = cfg(LossAggregation::Grpo, 0.1);
 
-    let (mut grads, before) = accumulate_gradients(&model, &params, &b, &cfg, 2).unwrap();
+    let (mut grads, before) = accumulate_gradients(&model, &params, &b, &cfg, MicroBatching::Rows(2)).unwrap();
     // The reference model's Vars are absent from the gradients of the loss.
-    let (ref_grads, _) = accumulate_gradients(&model, &ref_params, &b, &cfg, 2).unwrap();
+    let (ref_grads, _) = accumulate_gradients(&model, &ref_params, &b, &cfg, MicroBatching::Rows(2)).unwrap();
     assert!(
         ref_grads.is_empty(),
         "reference received gradients: {:?}",
@@ -194,7 +242,7 @@ fn one_update_lowers_the_loss_and_the_reference_gets_no_gradient() {
     let mut opt = AdamW::new(&params, adamw).unwrap();
     opt.step(&params, &grads, 2e-3).unwrap();
 
-    let (_, after) = accumulate_gradients(&model, &params, &b, &cfg, 2).unwrap();
+    let (_, after) = accumulate_gradients(&model, &params, &b, &cfg, MicroBatching::Rows(2)).unwrap();
     println!(
         "grpo update: loss {:.6} -> {:.6} (kl {:?} -> {:?}), grad norm {norm:.4}",
         before.loss, after.loss, before.kl, after.kl
@@ -234,7 +282,7 @@ fn bad_batches_are_errors() {
         &params,
         &no_ref,
         &cfg(LossAggregation::Dapo, 0.1),
-        2,
+        MicroBatching::Rows(2),
     )
     .unwrap_err();
     assert!(err.to_string().contains("reference"), "{err}");
@@ -243,7 +291,7 @@ fn bad_batches_are_errors() {
         &params,
         &no_ref,
         &cfg(LossAggregation::Dapo, 0.0),
-        2
+        MicroBatching::Rows(2)
     )
     .is_ok());
     let mut first_col = good.clone();
@@ -259,7 +307,7 @@ fn bad_batches_are_errors() {
         &params,
         &first_col,
         &cfg(LossAggregation::Dapo, 0.1),
-        2
+        MicroBatching::Rows(2)
     )
     .is_err());
     let mut short_adv = good;
@@ -269,7 +317,7 @@ fn bad_batches_are_errors() {
         &params,
         &short_adv,
         &cfg(LossAggregation::Dapo, 0.1),
-        2
+        MicroBatching::Rows(2)
     )
     .is_err());
     assert!(accumulate_gradients(
@@ -277,7 +325,7 @@ fn bad_batches_are_errors() {
         &params,
         &no_ref,
         &cfg(LossAggregation::Dapo, 0.0),
-        0
+        MicroBatching::Rows(0)
     )
     .is_err());
 }
@@ -341,7 +389,7 @@ fn one_update_matches_pytorch_and_trl() {
 
     // the reference path reproduces transformers' log-probs
     let ref_logp = f32_tensor2(&f["ref_logp"]);
-    let ours = detached_logprobs(&ref_model, &tokens, temperature, 3).unwrap();
+    let ours = detached_logprobs(&ref_model, &tokens, &Tensor::ones(tokens.dims(), DType::F32, &Device::Cpu).unwrap(), temperature, MicroBatching::Rows(3)).unwrap();
     let ref_diff = max_abs(&(&ours - &ref_logp).unwrap());
     assert!(
         ref_diff < 1e-4,
@@ -367,7 +415,7 @@ fn one_update_matches_pytorch_and_trl() {
         entropy: EntropyMetric::Skip,
         recompute: Recompute::Off,
     };
-    let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, 3).unwrap();
+    let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, MicroBatching::Rows(3)).unwrap();
     let mut grad_rel = 0f64;
     for (name, g) in grads.iter() {
         let torch = &want[&format!("grad.{name}")];

@@ -37,7 +37,7 @@ fn incremental_decoding_matches_full_forward() {
         let toks: Vec<u32> = rows.iter().map(|r| r.get(step).copied().unwrap_or(0)).collect();
         let pos: Vec<i64> = rows.iter().map(|r| if step < r.len() { step as i64 } else { -1 }).collect();
         let t = Tensor::from_vec(toks, (rows.len(), 1), &Device::Cpu).unwrap();
-        let h = m.forward(&t, &Positions { batch: rows.len(), len: 1, data: pos }, Some(&mut cache)).unwrap();
+        let h = m.forward(&t, &Positions { batch: rows.len(), len: 1, data: pos, segments: None }, Some(&mut cache)).unwrap();
         for (r, want) in full.iter().enumerate() {
             if step < rows[r].len() {
                 let got = m.logits(&h.i((r, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();
@@ -61,7 +61,7 @@ fn retain_rows_keeps_the_chosen_rows_in_order() {
     // Continue row "2" (tokens 5, 6) and row "0" (1, 2) with the same token:
     // each must match a fresh single-row forward of its own sequence.
     let t = Tensor::from_vec(vec![7u32, 7], (2, 1), &Device::Cpu).unwrap();
-    let h = m.forward(&t, &Positions { batch: 2, len: 1, data: vec![2, 2] }, Some(&mut cache)).unwrap();
+    let h = m.forward(&t, &Positions { batch: 2, len: 1, data: vec![2, 2], segments: None }, Some(&mut cache)).unwrap();
     for (row, seq) in [(0usize, [5u32, 6, 7]), (1, [1, 2, 7])] {
         let got = m.logits(&h.i((row, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();
         let full = m.forward(&Tensor::new(&[seq], &Device::Cpu).unwrap(), &Positions::sequential(1, 3), None).unwrap();
@@ -93,7 +93,7 @@ fn growing_parking_and_stacking_keep_decoding_exact() {
     m.forward(&Tensor::from_vec(toks, (3, 2), &Device::Cpu).unwrap(), &Positions::sequential(3, 2), Some(&mut cache)).unwrap();
     for step in 2..100 {
         let toks: Vec<u32> = rows.iter().map(|r| r[step]).collect();
-        let pos = Positions { batch: 3, len: 1, data: vec![step as i64; 3] };
+        let pos = Positions { batch: 3, len: 1, data: vec![step as i64; 3], segments: None };
         let h = m.forward(&Tensor::from_vec(toks, (3, 1), &Device::Cpu).unwrap(), &pos, Some(&mut cache)).unwrap();
         for (r, want) in full.iter().enumerate() {
             let got = m.logits(&h.i((r, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();
@@ -106,14 +106,14 @@ fn growing_parking_and_stacking_keep_decoding_exact() {
     let mut row2 = cache.extract_row(2).unwrap();
     let row0 = cache.extract_row(0).unwrap();
     let toks: Vec<u32> = rows[2][100..110].to_vec();
-    let pos = Positions { batch: 1, len: 10, data: (100..110).collect() };
+    let pos = Positions { batch: 1, len: 10, data: (100..110).collect(), segments: None };
     m.forward(&Tensor::from_vec(toks, (1, 10), &Device::Cpu).unwrap(), &pos, Some(&mut row2)).unwrap();
     let mut both = KvCache::stack(&[row0, row2]).unwrap();
     assert_eq!(both.slots(), 110);
     for j in 0..40 {
         let (s0, s2) = (100 + j, 110 + j);
         let toks = vec![rows[0][s0], rows[2][s2]];
-        let pos = Positions { batch: 2, len: 1, data: vec![s0 as i64, s2 as i64] };
+        let pos = Positions { batch: 2, len: 1, data: vec![s0 as i64, s2 as i64], segments: None };
         let h = m.forward(&Tensor::from_vec(toks, (2, 1), &Device::Cpu).unwrap(), &pos, Some(&mut both)).unwrap();
         for (i, (r, s)) in [(0usize, s0), (2, s2)].into_iter().enumerate() {
             let got = m.logits(&h.i((i, 0)).unwrap()).unwrap().to_vec1::<f32>().unwrap();

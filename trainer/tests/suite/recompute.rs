@@ -4,6 +4,7 @@
 //! loss with clipping active, stored old log-probs and beta > 0, with one and
 //! with several micro-batches.
 
+use trainer::packing::MicroBatching;
 use crate::common;
 
 use candle_core::{Device, Tensor, Var};
@@ -59,10 +60,10 @@ fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize) -> GrpoBatch {
     let tokens = Tensor::from_vec(tokens, (ROWS, COLS), &dev).unwrap();
     let mask = Tensor::from_vec(mask, (ROWS, COLS), &dev).unwrap();
     let advantages = Tensor::new(&[0.9f32, -1.2, 0.5, -0.3], &dev).unwrap();
-    let current = detached_logprobs(model, &tokens, 0.8, ROWS).unwrap();
+    let current = detached_logprobs(model, &tokens, &mask, 0.8, MicroBatching::Rows(ROWS)).unwrap();
     let noise: Vec<f32> = (0..ROWS * COLS).map(|_| rng.random_range(-0.4f32..0.4)).collect();
     let old = (current + Tensor::from_vec(noise, (ROWS, COLS), &dev).unwrap()).unwrap();
-    let ref_logprobs = Some(detached_logprobs(reference, &tokens, 0.8, ROWS).unwrap());
+    let ref_logprobs = Some(detached_logprobs(reference, &tokens, &mask, 0.8, MicroBatching::Rows(ROWS)).unwrap());
     GrpoBatch { tokens, mask, advantages, old_logprobs: OldLogprobs::Stored(old), ref_logprobs }
 }
 
@@ -97,7 +98,7 @@ fn per_layer_recomputation_gives_the_same_gradients_for_every_parameter() {
         let (ref_model, _) = reference(&c, &w);
         let b = batch(&model, &ref_model, c.vocab_size);
         for agg in [LossAggregation::Grpo, LossAggregation::Dapo] {
-            for micro in [ROWS, 3, 1] {
+            for micro in [MicroBatching::Rows(ROWS), MicroBatching::Rows(3), MicroBatching::Rows(1), MicroBatching::Tokens(20), MicroBatching::Tokens(1000)] {
                 let (off, m_off) =
                     accumulate_gradients(&model, &params, &b, &cfg(agg, Recompute::Off), micro).unwrap();
                 let (on, m_on) =
@@ -108,12 +109,12 @@ fn per_layer_recomputation_gives_the_same_gradients_for_every_parameter() {
                 assert!(m_off.clip_ratio_low_mean > 0.0 && m_off.clip_ratio_high_mean > 0.0, "{m_off:?}");
                 let (d, name) = worst_rel_diff(&on, &off);
                 println!(
-                    "{case} {agg:?} micro={micro}: {} parameters, max rel diff on vs off = {d:.3e} ({name}); loss {} vs {}",
+                    "{case} {agg:?} micro={micro:?}: {} parameters, max rel diff on vs off = {d:.3e} ({name}); loss {} vs {}",
                     params.len(),
                     m_on.loss,
                     m_off.loss
                 );
-                assert!(d <= TOLERANCE, "{case} {agg:?} micro={micro}: {d:.3e} on {name}");
+                assert!(d <= TOLERANCE, "{case} {agg:?} micro={micro:?}: {d:.3e} on {name}");
                 assert!((m_on.loss - m_off.loss).abs() <= 1e-6 * m_off.loss.abs().max(1.0));
             }
         }

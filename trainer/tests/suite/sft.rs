@@ -4,6 +4,7 @@
 //! scripts/make_model_fixtures.py); masked tokens and padding change nothing;
 //! micro-batching gives the one-big-batch gradients.
 
+use trainer::packing::MicroBatching;
 use crate::common::{self, expected, ids, load, CASES};
 use candle_core::Device;
 use rollout::episode::filter::SftExample;
@@ -32,7 +33,7 @@ fn sft_loss_and_gradients_match_transformers_mean_nll() {
         let seq = ids(&exp["grad"]["ids"]);
         let examples = vec![example(&seq, vec![1; seq.len()])];
         let batch = SftBatch::of(&examples, &[0], &Device::Cpu).unwrap();
-        let (grads, loss) = sft_gradients(&m, &vars, &batch, 1, Recompute::Off).unwrap();
+        let (grads, loss) = sft_gradients(&m, &vars, &batch, MicroBatching::Rows(1), Recompute::Off).unwrap();
         let want = exp["grad"]["loss"].as_f64().unwrap();
         assert!((loss - want).abs() < 1e-5, "{case}: loss {loss} vs transformers {want}");
         let reference = candle_core::safetensors::load(common::fixture_dir(case).join("grads.safetensors"), &Device::Cpu).unwrap();
@@ -60,13 +61,20 @@ fn masked_tokens_padding_and_micro_batches_change_nothing() {
     let rev: Vec<u32> = seq.iter().rev().copied().collect();
     let examples = vec![example(&seq, half), example(short, mid), example(&rev, vec![1; n])];
     let batch = SftBatch::of(&examples, &[0, 1, 2], &Device::Cpu).unwrap();
-    let (whole, loss_whole) = sft_gradients(&m, &vars, &batch, 3, Recompute::Off).unwrap();
-    for (micro, recompute) in [(1, Recompute::Off), (2, Recompute::Off), (1, Recompute::PerLayer)] {
+    let (whole, loss_whole) = sft_gradients(&m, &vars, &batch, MicroBatching::Rows(3), Recompute::Off).unwrap();
+    for (micro, recompute) in [
+        (MicroBatching::Rows(1), Recompute::Off),
+        (MicroBatching::Rows(2), Recompute::Off),
+        (MicroBatching::Rows(1), Recompute::PerLayer),
+        (MicroBatching::Tokens(2 * n), Recompute::Off),
+        (MicroBatching::Tokens(3 * n), Recompute::PerLayer),
+        (MicroBatching::Tokens(1), Recompute::Off),
+    ] {
         let (split, loss_split) = sft_gradients(&m, &vars, &batch, micro, recompute).unwrap();
         assert!((loss_whole - loss_split).abs() < 1e-5 * loss_whole.abs(), "loss {loss_whole} vs {loss_split}");
         let worst = vars.keys().map(|k| max_rel(split.get(k).unwrap(), whole.get(k).unwrap())).fold(0f32, f32::max);
-        assert!(worst < 1e-4, "micro {micro} {recompute:?}: relative diff {worst:e}");
-        println!("micro-batch {micro} rows, recompute {recompute:?}: loss {loss_split:.6} vs {loss_whole:.6}, worst gradient diff {worst:.2e}");
+        assert!(worst < 1e-4, "micro {micro:?} {recompute:?}: relative diff {worst:e}");
+        println!("micro-batch {micro:?}, recompute {recompute:?}: loss {loss_split:.6} vs {loss_whole:.6}, worst gradient diff {worst:.2e}");
     }
     // The loss is the mean NLL over exactly the masked tokens of the batch.
     let lp: Vec<Vec<f32>> = examples

@@ -110,7 +110,7 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
     };
     let base_kib = status_kib("VmHWM")?;
     let t0 = Instant::now();
-    let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &loss, b)?;
+    let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &loss, trainer::packing::MicroBatching::Rows(b))?;
     let secs = t0.elapsed().as_secs_f64();
     if grads.len() != params.len() || !metrics.loss.is_finite() {
         bail!("{mode:?}: {} of {} gradients, loss {}", grads.len(), params.len(), metrics.loss);

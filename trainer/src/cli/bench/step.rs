@@ -66,12 +66,13 @@ pub fn run(a: Args) -> Result<()> {
             Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
         },
     };
+    let positions = trainer::model::cache::Positions::sequential(a.rows, a.tokens);
     let rss_model = rss_kib("VmRSS");
     let step = || -> Result<(f64, f64, usize)> {
         let mut grads = Gradients::default();
         let mut loss_value = f64::NAN;
         let t0 = Instant::now();
-        backward_micro_batch(&model, &params, &tokens, pass, &mut grads, |logp, _| {
+        backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, |logp, _| {
             let loss = ((logp * &mask)?.sum_all()?.neg()? / predicted)?;
             loss_value = loss.to_scalar::<f32>()? as f64;
             Ok(loss)
