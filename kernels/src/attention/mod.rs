@@ -171,6 +171,23 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scal
     q.apply_op3(k, v, op)
 }
 
+/// The fused op's forward and backward called directly, without an autograd
+/// graph: `(out, dq, dk, dv)` for the upstream gradient `grad_out`
+/// `[b, t, heads * d]`. For benchmarks that measure the op's own working
+/// memory; f32 on the CPU only.
+pub fn forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
+    if !crate::has_native_path(q.device()) || [q, k, v].iter().any(|x| x.dtype() != DType::F32) {
+        candle_core::bail!("attention forward_backward: f32 on the CPU only");
+    }
+    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
+    let (q, k, v) = (q.detach(), k.detach(), v.detach());
+    let out = q.apply_op3_no_bwd(&k, &v, &op)?;
+    let (dq, dk, dv) = op.bwd(&q, &k, &v, &out, grad_out)?;
+    let missing = || candle_core::Error::Msg("attention backward returned no gradient".into());
+    Ok((out, dq.ok_or_else(missing)?, dk.ok_or_else(missing)?, dv.ok_or_else(missing)?))
+}
+
 /// [`attention`] from stock ops (any dtype, any device): scores in f32 with
 /// the additive mask, a max-shifted softmax, then the values; query heads of
 /// one kv head are folded into one matmul.

@@ -3,6 +3,8 @@
 //! `sum(out * g)`), through the fused op or the reference composition.
 //! Prints `{"seconds": median, "checksum": ..}` plus the peak RSS growth
 //! over the inputs; the counterpart is `scripts/bench_attention_torch.py`.
+//! `--direct` calls the op's forward and backward without autograd, so the
+//! peak over the inputs and outputs is the op's own working memory.
 
 use super::{median, reset_peak_rss, rss_kib, set_threads};
 use anyhow::{ensure, Result};
@@ -38,9 +40,17 @@ pub struct Args {
     /// Also the backward pass.
     #[arg(long)]
     pub backward: bool,
-    /// Timed runs after one warm-up run.
+    /// Fused only, with --backward: call the op's forward and backward
+    /// directly (no autograd graph, the upstream gradient given), so the peak
+    /// growth over the inputs and outputs is the op's own working memory.
+    #[arg(long)]
+    pub direct: bool,
+    /// Timed runs after the warm-up runs.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Untimed warm-up runs.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Threads (default: all cores).
@@ -51,6 +61,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.tokens > 0 && a.head_dim > 0 && a.reps > 0, "--tokens, --head-dim and --reps must be positive");
     ensure!(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "--heads must be a positive multiple of --kv-heads");
+    ensure!(!a.direct || (a.backward && matches!(a.mode, Mode::Fused)), "--direct needs --mode fused --backward");
     set_threads(a.threads)?;
     let (t, d) = (a.tokens, a.head_dim);
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
@@ -68,9 +79,19 @@ pub fn run(a: Args) -> Result<()> {
     let scale = 1.0 / (d as f64).sqrt();
     let rss_inputs = rss_kib("VmRSS");
     let peak_reset = reset_peak_rss();
+    // q, k, v, the upstream gradient, and (direct) the output and 3 gradients.
+    let input_bytes = 4 * (2 * a.heads + 2 * a.kv_heads) * t * d;
     let once = || -> Result<(f64, f64)> {
         let t0 = Instant::now();
         let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+        if a.direct {
+            let (out, dq, dk, dv) = kernels::attention::forward_backward(qt, kt, vt, &vis, scale, &g)?;
+            let mut checksum = 0.0;
+            for x in [&out, &dq, &dk, &dv] {
+                checksum += x.sum_all()?.to_scalar::<f32>()? as f64;
+            }
+            return Ok((t0.elapsed().as_secs_f64(), checksum));
+        }
         let out = match a.mode {
             Mode::Fused => attention(qt, kt, vt, &vis, scale)?,
             Mode::Unfused => attention_reference(qt, kt, vt, &vis, scale)?,
@@ -85,10 +106,16 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok((t0.elapsed().as_secs_f64(), checksum))
     };
-    let (first, checksum) = once()?;
+    let mut first = None;
+    for _ in 0..a.warmup {
+        first.get_or_insert(once()?.0);
+    }
+    let mut checksum = f64::NAN;
     let mut times = Vec::with_capacity(a.reps);
     for _ in 0..a.reps {
-        times.push(once()?.0);
+        let (secs, c) = once()?;
+        times.push(secs);
+        checksum = c;
     }
     let peak = rss_kib("VmHWM");
     let report = serde_json::json!({
@@ -101,6 +128,9 @@ pub fn run(a: Args) -> Result<()> {
         "tokens": t, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": d,
         "rss_inputs_mib": rss_inputs / 1024,
         "peak_growth_mib": peak_reset.then(|| peak.saturating_sub(rss_inputs) / 1024),
+        "direct": a.direct,
+        // Direct: the op's working memory, the peak less the output and the three gradients.
+        "peak_over_inputs_outputs_mib": (peak_reset && a.direct).then(|| (peak.saturating_sub(rss_inputs) as usize).saturating_sub(input_bytes / 1024) / 1024),
         "threads": rayon::current_num_threads(),
     });
     println!("{report}");
