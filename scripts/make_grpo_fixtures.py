@@ -15,6 +15,12 @@ Writes under <out>/:
                     and TRL's metrics, all from TRL's own
                     GRPOTrainer._compute_loss called on a stand-in trainer whose
                     log-prob function returns the given logp.
+  tis.json          truncated importance sampling against the rollout's log-probs
+                    (vllm_importance_sampling_mode = "token_truncate", cap 2.0):
+                    the ratio as TRL computes it from old and sampling log-probs,
+                    then TRL's _compute_loss with the correction on (loss,
+                    d(loss)/d(logp)) and TRL's sampling/* metrics.
+                    `--only tis` writes just this file.
   optim.safetensors / optim.json
                     torch.optim.AdamW (weight decay) over 3 steps with
                     clip_grad_norm_ before each: parameters, gradients, norms,
@@ -176,6 +182,57 @@ def loss_cases():
     return out
 
 
+def tis_cases():
+    torch.manual_seed(1)
+    b, t = 3, 8
+    mask = torch.zeros(b, t)
+    for i, n in enumerate([7, 4, 6]):
+        mask[i, 1 : 1 + n] = 1.0
+    mask[2, 3] = 0.0
+    logp = -torch.rand(b, t) * 3.0
+    logp[:, 0] = 0.0
+    old = logp - torch.empty(b, t).uniform_(-0.6, 0.4)
+    sampling = (old + torch.empty(b, t).uniform_(-1.0, 1.0)) * mask
+    ref = logp + 0.3 * torch.randn(b, t)
+    advantages = torch.tensor([0.9, -1.1, 0.4])
+    entropies = torch.rand(b, t)
+    cap, max_completion_length, eps_low, eps_high = 2.0, 10, 0.2, 0.28
+    # TRL's _generate_and_score_completions, token_truncate, no clip_min.
+    ratio = torch.clamp(torch.exp((old - sampling) * mask), max=cap)
+    delta = torch.abs(old - sampling)[mask.bool()]
+    flat = ratio[mask.bool()]
+    out = {
+        "trl_version": trl.__version__, "cap": cap,
+        "logp": tolist(logp), "old_logp": tolist(old), "sampling_logp": tolist(sampling),
+        "ref_logp": tolist(ref), "advantages": tolist(advantages), "mask": tolist(mask),
+        "max_completion_length": max_completion_length, "eps_low": eps_low, "eps_high": eps_high,
+        "sampling/sampling_logp_difference/mean": delta.mean().item(),
+        "sampling/sampling_logp_difference/max": delta.max().item(),
+        "sampling/importance_sampling_ratio/min": flat.min().item(),
+        "sampling/importance_sampling_ratio/mean": flat.mean().item(),
+        "sampling/importance_sampling_ratio/max": flat.max().item(),
+        "cases": [],
+    }
+    for loss_type in ["grpo", "dapo"]:
+        for beta in [0.0, 0.04]:
+            leaf = logp.clone().requires_grad_(True)
+            s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
+            s.use_vllm = True
+            s.vllm_importance_sampling_correction = True
+            inputs = {
+                "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
+                "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
+                "advantages": advantages, "num_items_in_batch": mask.sum(),
+                "old_per_token_logps": old, "importance_sampling_ratio": ratio,
+            }
+            if beta != 0.0:
+                inputs["ref_per_token_logps"] = ref
+            loss = GRPOTrainer._compute_loss(s, None, inputs)
+            loss.backward()
+            out["cases"].append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "grad_logp": tolist(leaf.grad)})
+    return out
+
+
 # ---------------------------------------------------------------- optimizer
 def optim_case():
     torch.manual_seed(1)
@@ -284,8 +341,15 @@ def update_case(model_dir):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures/grpo"
+    args = [a for a in sys.argv[1:] if a not in ("--only", "tis")]
+    only_tis = "--only" in sys.argv[1:]
+    out = args[0] if args else "trainer/tests/fixtures/grpo"
     os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "tis.json"), "w") as f:
+        json.dump(tis_cases(), f, indent=1)
+    if only_tis:
+        print("wrote", os.path.join(out, "tis.json"))
+        return
     with open(os.path.join(out, "advantages.json"), "w") as f:
         json.dump(advantages_cases(), f, indent=1)
     with open(os.path.join(out, "loss.json"), "w") as f:

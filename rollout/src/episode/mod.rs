@@ -82,6 +82,15 @@ pub struct EpisodeConfig {
     pub thinking: Thinking,
 }
 
+impl EpisodeConfig {
+    /// The most policy (assistant) tokens one episode can hold:
+    /// `max_turns x max_turn_tokens`, at most the context window. The
+    /// constant normalizer of Dr. GRPO (TRL's `max_completion_length`).
+    pub fn policy_token_budget(&self) -> usize {
+        (self.max_turns * self.max_turn_tokens).min(self.max_total_tokens).max(1)
+    }
+}
+
 impl Default for EpisodeConfig {
     fn default() -> Self {
         EpisodeConfig {

@@ -39,6 +39,16 @@ fn resumed_run_matches_the_uninterrupted_one() {
         assert!(ma[0].get(key).is_some(), "metric {key}");
     }
     assert!(ma.iter().all(|m| m["grad_norm"].as_f64().unwrap() > 0.0));
+    for key in ["padding_share", "skipped_zero_advantage_rows", "stop_context_full", "stop_max_tokens", "sampling/importance_sampling_ratio/mean"] {
+        assert!(ma[0].get(key).is_some(), "metric {key}");
+    }
+    // The rollout sampled in f32 from the weights the update starts from:
+    // its log-probs equal the trainer's up to float noise.
+    for m in &ma {
+        let drift = m["sampling/sampling_logp_difference/max"].as_f64().unwrap();
+        assert!(drift < 1e-3, "rollout vs trainer log-probs differ by {drift}");
+        assert_eq!(m["skipped_zero_advantage_rows"], 0, "beta > 0: no row is skipped");
+    }
     assert_eq!(without_timings(ma), without_timings(mb), "metrics of the resumed run");
     let weights = |run: &std::path::Path| std::fs::read(run.join("step_00000004/model.safetensors")).unwrap();
     assert_eq!(weights(&a), weights(&b), "final weights are bit-identical");

@@ -5,8 +5,9 @@
 //! sum of the micro-batch gradients is the gradient of the one-big-batch loss,
 //! whatever the split.
 
+use super::drift::{Drift, RolloutCorrection};
 use super::loss::{
-    aggregate, per_token_loss, token_weight, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
+    aggregate, per_token_loss_weighted, token_weight, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
 };
 use super::{hidden_logprobs, sequence_logprobs};
 use crate::error::{Error, Result};
@@ -45,26 +46,32 @@ pub struct GrpoBatch {
     /// `[B, T]` f32 log-probs under the frozen reference model (required
     /// when beta > 0; see [`detached_logprobs`]).
     pub ref_logprobs: Option<Tensor>,
+    /// `[B, T]` f32 log-probs the rollout sampled with (0 off the policy
+    /// tokens): the drift metrics and `rollout_correction` compare them with
+    /// the trainer's ([`super::drift`]).
+    pub rollout_logprobs: Option<Tensor>,
 }
 
 impl GrpoBatch {
-    /// Rows `range`, trimmed to the columns up to the last policy token of
-    /// those rows (later columns cannot change earlier log-probs).
-    pub fn rows(&self, range: Range<usize>) -> Result<GrpoBatch> {
-        let n = range.len();
-        let mask = self.mask.narrow(0, range.start, n)?;
+    /// Rows `rows` (in that order), trimmed to the columns up to the last
+    /// policy token of those rows (later columns cannot change earlier
+    /// log-probs).
+    pub fn select(&self, rows: &[usize]) -> Result<GrpoBatch> {
+        let device = self.tokens.device();
+        let ids = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), device)?;
+        let mask = self.mask.index_select(&ids, 0)?;
         let cols = used_columns(&mask)?;
-        let cut =
-            |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, range.start, n)?.narrow(1, 0, cols)?) };
+        let cut = |t: &Tensor| -> Result<Tensor> { Ok(t.index_select(&ids, 0)?.narrow(1, 0, cols)?) };
         Ok(GrpoBatch {
             tokens: cut(&self.tokens)?,
             mask: mask.narrow(1, 0, cols)?,
-            advantages: self.advantages.narrow(0, range.start, n)?,
+            advantages: self.advantages.index_select(&ids, 0)?,
             old_logprobs: match &self.old_logprobs {
                 OldLogprobs::Current => OldLogprobs::Current,
                 OldLogprobs::Stored(t) => OldLogprobs::Stored(cut(t)?),
             },
             ref_logprobs: self.ref_logprobs.as_ref().map(cut).transpose()?,
+            rollout_logprobs: self.rollout_logprobs.as_ref().map(cut).transpose()?,
         })
     }
 
@@ -87,9 +94,11 @@ impl GrpoBatch {
                 return bad("old log-probs", o.dims(), format!("[{b}, {t}]"));
             }
         }
-        if let Some(r) = &self.ref_logprobs {
-            if r.dims() != [b, t] {
-                return bad("reference log-probs", r.dims(), format!("[{b}, {t}]"));
+        for (name, x) in [("reference log-probs", &self.ref_logprobs), ("rollout log-probs", &self.rollout_logprobs)] {
+            if let Some(x) = x {
+                if x.dims() != [b, t] {
+                    return bad(name, x.dims(), format!("[{b}, {t}]"));
+                }
             }
         }
         if t > 0
@@ -199,19 +208,34 @@ pub fn accumulate_gradients(
             format!("beta is {} but no reference log-probs were given", cfg.beta),
         ));
     }
+    if cfg.rollout_correction == RolloutCorrection::Tis && batch.rollout_logprobs.is_none() {
+        return Err(Error::invalid("grpo batch", "rollout_correction = \"tis\" needs the rollout's log-probs"));
+    }
     let totals = BatchTotals::of_mask(&batch.mask)?;
-    let lengths = trained_lengths(&batch.mask)?;
+    let mut lengths = trained_lengths(&batch.mask)?;
+    let advantages = batch.advantages.to_dtype(DType::F32)?.to_vec1::<f32>()?;
     let mut acc = Accumulated::default();
+    // Zero advantage and no KL: the row's loss and gradient are exactly 0.
+    if cfg.beta == 0.0 && cfg.skip_zero_advantage {
+        let mask_tokens = batch.mask.to_dtype(DType::F64)?.sum(1)?.to_vec1::<f64>()?;
+        let zero: Vec<usize> = (0..b).filter(|&r| advantages[r] == 0.0 && lengths[r] > 0).collect();
+        for r in zero {
+            lengths[r] = 0;
+            acc.sums.skipped_rows += 1;
+            acc.sums.tokens += mask_tokens[r];
+        }
+    }
     match micro {
         MicroBatching::Rows(n) => {
-            for range in micro_batches(b, n)? {
-                acc.padding.add(range.len() * used_columns(&batch.mask.narrow(0, range.start, range.len())?)?, lengths[range.clone()].iter().sum());
-                padded_micro_batch(model, params, &batch.rows(range)?, cfg, totals, &mut acc)?;
+            let rows: Vec<usize> = (0..b).filter(|&r| lengths[r] > 0).collect();
+            for range in micro_batches(rows.len(), n)? {
+                let mb = batch.select(&rows[range.clone()])?;
+                acc.padding.add(mb.tokens.elem_count(), rows[range].iter().map(|&r| lengths[r]).sum());
+                padded_micro_batch(model, params, &mb, cfg, totals, &mut acc)?;
             }
         }
         MicroBatching::Tokens(budget) => {
             let mask = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-            let advantages = batch.advantages.to_dtype(DType::F32)?.to_vec1::<f32>()?;
             for pack in plan(&lengths, budget)? {
                 acc.padding.add(pack.width(), pack.width());
                 packed_micro_batch(model, params, batch, &pack, &mask, &advantages, cfg, totals, &mut acc)?;
@@ -231,23 +255,55 @@ struct Accumulated {
     padding: Padding,
 }
 
+/// One micro-batch's loss terms, whatever its layout: all `[b, t]` (or `[b]`
+/// advantages), `old` already resolved.
+struct MicroLoss<'a> {
+    old: Tensor,
+    reference: Option<&'a Tensor>,
+    rollout: Option<&'a Tensor>,
+    advantages: &'a Tensor,
+    mask: &'a Tensor,
+}
+
+/// The per-token loss of a micro-batch with its drift measured (and, with
+/// `rollout_correction = "tis"`, corrected); the sums go to `sums` once
+/// `aggregate` has turned the per-token loss into the micro-batch's share.
+fn micro_loss(
+    logp: &Tensor,
+    entropy: Option<&Tensor>,
+    m: MicroLoss<'_>,
+    cfg: &GrpoLossConfig,
+    sums: &mut LossSums,
+    aggregate: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let tis = cfg.rollout_correction == RolloutCorrection::Tis;
+    let drift = m.rollout.map(|r| Drift::of(&m.old, r, m.mask, tis.then_some(cfg.tis_cap))).transpose()?;
+    let is_weight = if tis { drift.as_ref().map(|d| d.ratio.clone()) } else { None };
+    let pt = per_token_loss_weighted(logp, &m.old, m.reference, m.advantages, m.mask, cfg.clip, cfg.beta, is_weight.as_ref())?;
+    let loss = aggregate(&pt.loss)?;
+    let mut s = LossSums::of(&loss, &pt, entropy, m.advantages, m.mask, cfg.clip)?;
+    if let Some(d) = drift {
+        s.drift = d.sums;
+    }
+    sums.add(&s);
+    Ok(loss)
+}
+
 /// One micro-batch of right-padded rows: the aggregation's own formula with
 /// the whole batch's totals.
 fn padded_micro_batch(model: &Qwen3, params: &BTreeMap<String, Var>, mb: &GrpoBatch, cfg: &GrpoLossConfig, totals: BatchTotals, acc: &mut Accumulated) -> Result<()> {
     let (rows, cols) = mb.tokens.dims2()?;
     let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
+    let mask = mb.mask.to_dtype(DType::F32)?;
+    let adv = mb.advantages.to_dtype(DType::F32)?;
     let sums = &mut acc.sums;
     backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, |logp, entropy| {
         let old = match &mb.old_logprobs {
             OldLogprobs::Current => logp.detach(),
             OldLogprobs::Stored(t) => t.clone(),
         };
-        let mask = mb.mask.to_dtype(DType::F32)?;
-        let adv = mb.advantages.to_dtype(DType::F32)?;
-        let pt = per_token_loss(logp, &old, mb.ref_logprobs.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
-        let loss = aggregate(&pt.loss, &mask, cfg.aggregation, totals, cfg.max_completion_length)?;
-        sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
-        Ok(loss)
+        let m = MicroLoss { old, reference: mb.ref_logprobs.as_ref(), rollout: mb.rollout_logprobs.as_ref(), advantages: &adv, mask: &mask };
+        micro_loss(logp, entropy, m, cfg, sums, |pt| aggregate(pt, &mask, cfg.aggregation, totals, cfg.max_completion_length))
     })
 }
 
@@ -281,14 +337,13 @@ fn packed_micro_batch(
         OldLogprobs::Stored(t) => Some(pack.gather(t)?),
     };
     let reference = batch.ref_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
+    let rollout = batch.rollout_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
     let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
     let sums = &mut acc.sums;
     backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, |logp, entropy| {
         let old = stored_old.clone().unwrap_or_else(|| logp.detach());
-        let pt = per_token_loss(logp, &old, reference.as_ref(), &adv, &mask, cfg.clip, cfg.beta)?;
-        let loss = (&pt.loss * &weights)?.sum_all()?;
-        sums.add(&LossSums::of(&loss, &pt, entropy, &adv, &mask, cfg.clip)?);
-        Ok(loss)
+        let m = MicroLoss { old, reference: reference.as_ref(), rollout: rollout.as_ref(), advantages: &adv, mask: &mask };
+        micro_loss(logp, entropy, m, cfg, sums, |pt| Ok((pt * &weights)?.sum_all()?))
     })
 }
 

@@ -21,6 +21,7 @@
 use crate::error::{Error, Result};
 use crate::model::recompute::Recompute;
 use crate::packing::Padding;
+use super::drift::{DriftMetrics, DriftSums, RolloutCorrection};
 use candle_core::{DType, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +89,25 @@ pub struct GrpoLossConfig {
     /// gradients, less memory, one extra forward through the layers).
     #[serde(default)]
     pub recompute: Recompute,
+    /// Truncated importance sampling against the rollout's log-probs.
+    #[serde(default)]
+    pub rollout_correction: RolloutCorrection,
+    /// The cap of [`RolloutCorrection::Tis`].
+    #[serde(default = "default_tis_cap")]
+    pub tis_cap: f64,
+    /// Rows whose advantage is exactly 0 skip the forward/backward when
+    /// beta = 0 (their loss and gradient are exactly 0; their tokens still
+    /// count in the normalizers). Off only to check that claim.
+    #[serde(default = "yes")]
+    pub skip_zero_advantage: bool,
+}
+
+fn default_tis_cap() -> f64 {
+    crate::train::config::DEFAULT_TIS_CAP
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl GrpoLossConfig {
@@ -115,6 +135,9 @@ impl GrpoLossConfig {
         }
         if self.max_completion_length == 0 {
             return bad("max_completion_length", "must be > 0".into());
+        }
+        if !(self.tis_cap >= 1.0 && self.tis_cap.is_finite()) {
+            return bad("tis_cap", format!("{} must be finite and >= 1", self.tis_cap));
         }
         Ok(())
     }
@@ -165,6 +188,23 @@ pub fn per_token_loss(
     clip: ClipRange,
     beta: f64,
 ) -> Result<PerTokenLoss> {
+    per_token_loss_weighted(logp, old_logp, ref_logp, advantages, mask, clip, beta, None)
+}
+
+/// [`per_token_loss`] with the surrogate of each token weighted by
+/// `is_weight` `[b, t]` (detached; truncated importance sampling against the
+/// rollout, [`super::drift`]), before the KL is added, as TRL does.
+#[allow(clippy::too_many_arguments)]
+pub fn per_token_loss_weighted(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    ref_logp: Option<&Tensor>,
+    advantages: &Tensor,
+    mask: &Tensor,
+    clip: ClipRange,
+    beta: f64,
+    is_weight: Option<&Tensor>,
+) -> Result<PerTokenLoss> {
     let (b, t) = logp.dims2()?;
     for (name, x) in [("old log-probs", old_logp), ("mask", mask)] {
         if x.dims() != [b, t] {
@@ -184,6 +224,10 @@ pub fn per_token_loss(
         .broadcast_mul(&adv)?
         .minimum(&clipped.broadcast_mul(&adv)?)?
         .neg()?;
+    let surrogate = match is_weight {
+        Some(w) => (surrogate * w.detach())?,
+        None => surrogate,
+    };
     let (loss, kl) = match ref_logp {
         Some(r) if beta != 0.0 => {
             if r.dims() != [b, t] {
@@ -275,6 +319,10 @@ pub struct LossSums {
     pub clip_low: f64,
     pub clip_high: f64,
     pub clip_region: f64,
+    /// Rollout-vs-trainer drift on the computed policy tokens.
+    pub drift: DriftSums,
+    /// Rows left out of the forward/backward (zero advantage, beta = 0).
+    pub skipped_rows: usize,
 }
 
 impl LossSums {
@@ -307,6 +355,8 @@ impl LossSums {
             clip_low: msum(&low)?,
             clip_high: msum(&high)?,
             clip_region: msum(&region)?,
+            drift: DriftSums::default(),
+            skipped_rows: 0,
         })
     }
 
@@ -324,6 +374,8 @@ impl LossSums {
         self.clip_low += o.clip_low;
         self.clip_high += o.clip_high;
         self.clip_region += o.clip_region;
+        self.drift.add(&o.drift);
+        self.skipped_rows += o.skipped_rows;
     }
 
     /// Global masked means over the policy tokens.
@@ -338,6 +390,8 @@ impl LossSums {
             clip_ratio_region_mean: self.clip_region / n,
             tokens: self.tokens as usize,
             padding: Padding::default(),
+            drift: self.drift.metrics(),
+            skipped_rows: self.skipped_rows,
         }
     }
 }
@@ -361,13 +415,17 @@ pub struct GrpoMetrics {
     pub tokens: usize,
     /// Slots the micro-batches computed against the tokens they needed.
     pub padding: Padding,
+    /// Rollout-vs-trainer log-prob drift (when the batch carries the rollout's log-probs).
+    pub drift: Option<DriftMetrics>,
+    /// Rows whose advantage was exactly 0 (beta = 0): no forward/backward.
+    pub skipped_rows: usize,
 }
 
 impl GrpoMetrics {
     /// The metrics of an empty batch (no rows to learn from): all zero, no
     /// KL or entropy measured.
     pub fn empty() -> Self {
-        GrpoMetrics { loss: 0.0, kl: None, entropy: None, clip_ratio_low_mean: 0.0, clip_ratio_high_mean: 0.0, clip_ratio_region_mean: 0.0, tokens: 0, padding: Padding::default() }
+        GrpoMetrics { loss: 0.0, kl: None, entropy: None, clip_ratio_low_mean: 0.0, clip_ratio_high_mean: 0.0, clip_ratio_region_mean: 0.0, tokens: 0, padding: Padding::default(), drift: None, skipped_rows: 0 }
     }
 }
 
@@ -380,6 +438,15 @@ impl GrpoMetrics {
         }
         if let Some(e) = self.entropy {
             v.push(("entropy", e));
+        }
+        if let Some(d) = self.drift {
+            v.extend([
+                ("sampling/sampling_logp_difference/mean", d.logp_difference_mean),
+                ("sampling/sampling_logp_difference/max", d.logp_difference_max),
+                ("sampling/importance_sampling_ratio/min", d.ratio_min),
+                ("sampling/importance_sampling_ratio/mean", d.ratio_mean),
+                ("sampling/importance_sampling_ratio/max", d.ratio_max),
+            ]);
         }
         v.extend([
             ("clip_ratio/low_mean", self.clip_ratio_low_mean),

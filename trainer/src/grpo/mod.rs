@@ -3,12 +3,14 @@
 //!
 //! - [`advantages`]: group-relative advantages from rewards (pure, on slices).
 //! - [`loss`]: per-token loss, the [`LossAggregation`] variants, metrics.
+//! - [`drift`]: rollout-vs-trainer log-prob drift and its truncated importance sampling.
 //! - [`accumulate`]: split an optimizer batch ([`GrpoBatch`]) into
 //!   micro-batches and accumulate gradients that equal the one-big-batch ones.
 //! - [`sequence_logprobs`]: the per-token log-probs `[b, t]` every stage uses.
 
 pub mod accumulate;
 pub mod advantages;
+pub mod drift;
 pub mod loss;
 
 pub use crate::model::recompute::Recompute;
@@ -18,8 +20,9 @@ pub use accumulate::{
     LogprobPass, OldLogprobs,
 };
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
+pub use drift::{DriftMetrics, RolloutCorrection};
 pub use loss::{
-    aggregate, per_token_loss, BatchTotals, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics,
+    aggregate, per_token_loss, per_token_loss_weighted, BatchTotals, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics,
     LossAggregation, LossSums, PerTokenLoss,
 };
 

@@ -10,17 +10,20 @@ pub fn is_truncated(e: &Episode) -> bool {
     matches!(e.stop_reason(), Some(StopReason::MaxTokens | StopReason::ContextFull))
 }
 
-/// Rows `kept` of `episodes` with their advantages; policy tokens of
-/// truncated episodes are masked out when `mask_truncated`.
+/// Rows `kept` of `episodes` with their advantages and the log-probs they
+/// were sampled with; policy tokens of truncated episodes are masked out
+/// when `mask_truncated`.
 pub fn build_batch(episodes: &[Episode], kept: &[usize], advantages: &[f32], mask_truncated: bool, device: &Device) -> Result<GrpoBatch> {
     let width = kept.iter().map(|&i| episodes[i].tokens.len()).max().unwrap_or(1);
     let mut tokens = Vec::with_capacity(kept.len() * width);
     let mut mask = Vec::with_capacity(kept.len() * width);
+    let mut rollout = Vec::with_capacity(kept.len() * width);
     for &i in kept {
         let e = &episodes[i];
         let on = !(mask_truncated && is_truncated(e));
         tokens.extend(e.tokens.iter().copied().chain(std::iter::repeat(0)).take(width));
         mask.extend(e.loss_mask.iter().map(|&m| if on && m == 1 { 1f32 } else { 0.0 }).chain(std::iter::repeat(0.0)).take(width));
+        rollout.extend(e.logprobs.iter().copied().chain(std::iter::repeat(0.0)).take(width));
     }
     Ok(GrpoBatch {
         tokens: Tensor::from_vec(tokens, (kept.len(), width), device)?,
@@ -28,5 +31,6 @@ pub fn build_batch(episodes: &[Episode], kept: &[usize], advantages: &[f32], mas
         advantages: Tensor::from_vec(advantages.to_vec(), kept.len(), device)?,
         old_logprobs: OldLogprobs::Current,
         ref_logprobs: None,
+        rollout_logprobs: Some(Tensor::from_vec(rollout, (kept.len(), width), device)?),
     })
 }

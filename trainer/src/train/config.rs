@@ -1,6 +1,7 @@
 //! The training sections of a run config: `[train]`, `[grpo]`, `[optim]`.
 
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
+use crate::grpo::drift::RolloutCorrection;
 use crate::grpo::loss::LossAggregation;
 use crate::model::recompute::Recompute;
 use crate::packing::MicroBatching;
@@ -65,7 +66,23 @@ pub struct GrpoSection {
     pub zero_std_groups: ZeroStdGroups,
     /// Updates per batch of rollouts (mu).
     pub num_iterations: usize,
+    /// Truncated importance sampling of the drift between the rollout's
+    /// log-probs and the trainer's (`none` | `tis`); the drift is measured
+    /// either way (`sampling/...` in metrics.jsonl). Left out of the config
+    /// hash when none.
+    #[serde(skip_serializing_if = "RolloutCorrection::is_none")]
+    pub rollout_correction: RolloutCorrection,
+    /// The cap C of `tis`: each policy token's surrogate weighted by min(ratio, C).
+    #[serde(skip_serializing_if = "is_default_tis_cap")]
+    pub tis_cap: f64,
 }
+
+fn is_default_tis_cap(c: &f64) -> bool {
+    *c == DEFAULT_TIS_CAP
+}
+
+/// TRL's default `vllm_importance_sampling_cap`.
+pub const DEFAULT_TIS_CAP: f64 = 3.0;
 
 impl Default for GrpoSection {
     fn default() -> Self {
@@ -77,6 +94,8 @@ impl Default for GrpoSection {
             scaling: AdvantageScaling::Group,
             zero_std_groups: ZeroStdGroups::Keep,
             num_iterations: 1,
+            rollout_correction: RolloutCorrection::None,
+            tis_cap: DEFAULT_TIS_CAP,
         }
     }
 }

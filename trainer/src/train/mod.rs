@@ -18,6 +18,7 @@ use candle_core::Var;
 use rand_chacha::ChaCha8Rng;
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::summary::Summary;
+use rollout::episode::StopReason;
 use rollout::tasks::Task;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -49,12 +50,28 @@ pub struct StepMetrics {
     /// Share of the token slots the update's micro-batches computed that
     /// were padding (0 with packed micro-batches, `micro_batch_tokens`).
     pub padding_share: f64,
+    /// Rollout-vs-trainer log-prob drift on the computed policy tokens
+    /// (`sampling/sampling_logp_difference/{mean,max}`,
+    /// `sampling/importance_sampling_ratio/{min,mean,max}`).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::grpo::DriftMetrics>,
+    /// Rows with advantage exactly 0 (and beta = 0) that skipped the forward/backward.
+    pub skipped_zero_advantage_rows: usize,
+    /// Shares of the step's episodes that stopped on a full context and on
+    /// a turn's token limit.
+    pub stop_context_full: f64,
+    pub stop_max_tokens: f64,
     pub calls_per_turn: f64,
     pub seconds_rollout: f64,
     pub seconds_update: f64,
     pub tokens_per_second: f64,
     /// The loss or gradient was NaN/inf: no update was applied.
     pub skipped: bool,
+}
+
+/// Share of `episodes` that stopped for `reason`.
+fn stop_share(episodes: &[rollout::episode::Episode], reason: StopReason) -> f64 {
+    episodes.iter().filter(|e| e.stop_reason() == Some(reason)).count() as f64 / episodes.len().max(1) as f64
 }
 
 /// Everything a run updates: the trainable weights, their optimizer, the
@@ -108,9 +125,12 @@ impl Trainer {
             beta: g.beta,
             temperature: if self.cfg.sampling.temperature > 0.0 { self.cfg.sampling.temperature } else { 1.0 },
             aggregation: g.aggregation,
-            max_completion_length: self.cfg.episode.max_total_tokens,
+            max_completion_length: self.cfg.episode.policy_token_budget(),
             entropy: EntropyMetric::Compute,
             recompute: self.cfg.train.recompute,
+            rollout_correction: g.rollout_correction,
+            tis_cap: g.tis_cap,
+            skip_zero_advantage: true,
         }
     }
 
@@ -156,6 +176,10 @@ impl Trainer {
             tokens,
             policy_tokens,
             padding_share: m.padding.share(),
+            drift: m.drift,
+            skipped_zero_advantage_rows: m.skipped_rows,
+            stop_context_full: stop_share(&episodes, StopReason::ContextFull),
+            stop_max_tokens: stop_share(&episodes, StopReason::MaxTokens),
             calls_per_turn: summary.calls_per_turn,
             seconds_rollout: rollout_secs,
             seconds_update: update_secs,

@@ -60,6 +60,7 @@ fn mean_reward_rises_with_grpo() {
             advantages: Tensor::from_vec(adv.values.clone(), prompts.len(), &Device::Cpu).unwrap(),
             old_logprobs: OldLogprobs::Current,
             ref_logprobs: None,
+            rollout_logprobs: None,
         };
         let (mut grads, _) = accumulate_gradients(&model, &vars, &batch, &loss_cfg, MicroBatching::Rows(16)).unwrap();
         grads.clip_global_norm(1.0).unwrap();

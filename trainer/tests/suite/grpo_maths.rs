@@ -5,8 +5,9 @@
 use candle_core::{Device, Tensor, Var};
 use serde_json::Value;
 use std::path::PathBuf;
+use trainer::grpo::drift::Drift;
 use trainer::grpo::{
-    aggregate, group_advantages, per_token_loss, AdvantageScaling, BatchTotals, ClipRange,
+    aggregate, group_advantages, per_token_loss, per_token_loss_weighted, AdvantageScaling, BatchTotals, ClipRange,
     LossAggregation, LossSums, ZeroStdGroups,
 };
 
@@ -249,4 +250,60 @@ fn padding_values_cannot_poison_the_loss() {
     assert_eq!((g[0][0], g[0][3]), (0.0, 0.0));
     // beta > 0 without reference log-probs is an error
     assert!(per_token_loss(logp.as_tensor(), &old, None, &adv, &mask, clip, 0.1).is_err());
+}
+
+#[test]
+fn truncated_importance_sampling_matches_trl() {
+    let f = fixture("tis.json");
+    let logp0 = tensor2(&f["logp"]);
+    let old = tensor2(&f["old_logp"]);
+    let sampling = tensor2(&f["sampling_logp"]);
+    let reference = tensor2(&f["ref_logp"]);
+    let mask = tensor2(&f["mask"]);
+    let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let clip = ClipRange { low: f["eps_low"].as_f64().unwrap(), high: f["eps_high"].as_f64().unwrap() };
+    let cap = f["cap"].as_f64().unwrap();
+    let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
+    let totals = BatchTotals::of_mask(&mask).unwrap();
+    let drift = Drift::of(&old, &sampling, &mask, Some(cap)).unwrap();
+    let m = drift.sums.metrics().unwrap();
+    for (got, key) in [
+        (m.logp_difference_mean, "sampling/sampling_logp_difference/mean"),
+        (m.logp_difference_max, "sampling/sampling_logp_difference/max"),
+        (m.ratio_min, "sampling/importance_sampling_ratio/min"),
+        (m.ratio_mean, "sampling/importance_sampling_ratio/mean"),
+        (m.ratio_max, "sampling/importance_sampling_ratio/max"),
+    ] {
+        let want = f[key].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6, "{key}: {got} vs TRL {want}");
+    }
+    assert_eq!(m.ratio_max, cap, "the cap is reached, so truncation is exercised");
+    let cases = f["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    let mut worst = 0f64;
+    for case in cases {
+        let agg = aggregation(case["loss_type"].as_str().unwrap());
+        let beta = case["beta"].as_f64().unwrap();
+        let logp = Var::from_tensor(&logp0).unwrap();
+        let refp = (beta != 0.0).then_some(&reference);
+        let pt = per_token_loss_weighted(logp.as_tensor(), &old, refp, &adv, &mask, clip, beta, Some(&drift.ratio)).unwrap();
+        let loss = aggregate(&pt.loss, &mask, agg, totals, max_len).unwrap();
+        let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
+        let want_loss = case["loss"].as_f64().unwrap();
+        assert!(rel_diff(got_loss, want_loss) < 1e-5, "{case:?}: loss {got_loss} vs TRL {want_loss}");
+        let grad = loss.backward().unwrap().get(logp.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+        for (gr, wr) in grad.iter().zip(matrix(&case["grad_logp"])) {
+            for (g, w) in gr.iter().zip(wr) {
+                let d = (*g as f64 - w).abs();
+                worst = worst.max(d);
+                assert!(d < 1e-6 + 1e-5 * w.abs(), "{}: grad {g} vs TRL {w}", case["loss_type"]);
+            }
+        }
+        // Without the correction the loss differs: the test can fail.
+        let plain = per_token_loss(logp.as_tensor(), &old, refp, &adv, &mask, clip, beta).unwrap();
+        let plain_loss = aggregate(&plain.loss, &mask, agg, totals, max_len).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!(rel_diff(plain_loss, want_loss) > 1e-3, "TIS changes the loss ({plain_loss} vs {want_loss})");
+    }
+    println!("TIS vs TRL {}: worst gradient |diff| {worst:.3e}", f["trl_version"]);
 }

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::grpo::{
     accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
-    LossAggregation, OldLogprobs, Recompute,
+    LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
 };
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
@@ -32,6 +32,9 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
         max_completion_length: 16,
         entropy: EntropyMetric::Compute,
         recompute: Recompute::Off,
+        rollout_correction: RolloutCorrection::None,
+        tis_cap: 3.0,
+        skip_zero_advantage: true,
     }
 }
 
@@ -78,6 +81,7 @@ fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize, seed: u64, temperature:
         advantages,
         old_logprobs: OldLogprobs::Stored(old),
         ref_logprobs,
+        rollout_logprobs: None,
     }
 }
 
@@ -402,6 +406,7 @@ fn one_update_matches_pytorch_and_trl() {
         advantages: Tensor::new(adv.as_slice(), &Device::Cpu).unwrap(),
         old_logprobs: OldLogprobs::Stored(f32_tensor2(&f["old_logp"])),
         ref_logprobs: Some(ref_logp),
+        rollout_logprobs: None,
     };
     let cfg = GrpoLossConfig {
         clip: ClipRange {
@@ -414,6 +419,9 @@ fn one_update_matches_pytorch_and_trl() {
         max_completion_length: f["max_completion_length"].as_u64().unwrap() as usize,
         entropy: EntropyMetric::Skip,
         recompute: Recompute::Off,
+        rollout_correction: RolloutCorrection::None,
+        tis_cap: 3.0,
+        skip_zero_advantage: true,
     };
     let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, MicroBatching::Rows(3)).unwrap();
     let mut grad_rel = 0f64;
@@ -452,4 +460,74 @@ fn one_update_matches_pytorch_and_trl() {
     assert!(grad_rel < 1e-4, "{grad_rel:.3e}");
     assert!(update_rel < 1e-2, "{update_rel:.3e}");
     assert!(param_rel < 1e-4, "{param_rel:.3e}");
+}
+
+#[test]
+fn zero_advantage_rows_skip_the_pass_and_leave_the_update_unchanged() {
+    let (c, w) = common::load("untied");
+    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (ref_model, _) = reference(&c, &w);
+    let mut b = batch(&model, &ref_model, c.vocab_size, 9, 0.7);
+    b.advantages = Tensor::new(&[1.1f32, 0.0, 0.4, 0.0, -0.9], &Device::Cpu).unwrap();
+    for agg in [LossAggregation::Grpo, LossAggregation::Dapo, LossAggregation::DrGrpo] {
+        let on = cfg(agg, 0.0);
+        let off = GrpoLossConfig { skip_zero_advantage: false, ..on };
+        // Same grouping of the computed rows: equal to 1e-7; other groupings: float noise.
+        for (micro, tol) in [(MicroBatching::Rows(1), 1e-7), (MicroBatching::Tokens(14), 1e-7), (MicroBatching::Rows(ROWS), 1e-5), (MicroBatching::Tokens(1000), 1e-5)] {
+            let (g_on, m_on) = accumulate_gradients(&model, &params, &b, &on, micro).unwrap();
+            let (g_off, m_off) = accumulate_gradients(&model, &params, &b, &off, micro).unwrap();
+            let d = max_rel_diff(&g_off, &g_on);
+            println!("{agg:?} {micro:?}: skipped {} rows, grads max rel diff {d:.3e}, loss {} vs {}", m_on.skipped_rows, m_on.loss, m_off.loss);
+            assert_eq!((m_on.skipped_rows, m_off.skipped_rows), (2, 0));
+            assert!(d <= tol, "{agg:?} {micro:?}: {d:.3e}");
+            assert!((m_on.loss - m_off.loss).abs() <= tol * m_off.loss.abs().max(1e-3));
+            assert_eq!(m_on.tokens, m_off.tokens, "skipped rows' tokens still count");
+            assert!((m_on.clip_ratio_region_mean - m_off.clip_ratio_region_mean).abs() < 1e-12);
+            assert!(m_on.padding.tokens < m_off.padding.tokens, "fewer tokens computed");
+        }
+    }
+    // With a KL term a zero-advantage row still has a gradient: nothing is skipped.
+    let (_, m) = accumulate_gradients(&model, &params, &b, &cfg(LossAggregation::Dapo, 0.05), MicroBatching::Rows(2)).unwrap();
+    assert_eq!(m.skipped_rows, 0);
+}
+
+#[test]
+fn drift_against_the_rollout_is_measured_and_tis_only_reweights() {
+    let (c, w) = common::load("tied_sharded");
+    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (ref_model, _) = reference(&c, &w);
+    let mut b = batch(&model, &ref_model, c.vocab_size, 4, 0.7);
+    b.old_logprobs = OldLogprobs::Current;
+    let current = detached_logprobs(&model, &b.tokens, &b.mask, 0.7, MicroBatching::Rows(ROWS)).unwrap();
+    let base = cfg(LossAggregation::Dapo, 0.0);
+    let tis = GrpoLossConfig { rollout_correction: RolloutCorrection::Tis, tis_cap: 2.0, ..base };
+    let err = accumulate_gradients(&model, &params, &b, &tis, MicroBatching::Rows(2)).unwrap_err();
+    assert!(err.to_string().contains("rollout"), "{err}");
+    // The rollout sampled with exactly the trainer's log-probs: no drift, TIS changes nothing.
+    b.rollout_logprobs = Some(current.clone());
+    for micro in [MicroBatching::Rows(2), MicroBatching::Tokens(30)] {
+        let (g0, m0) = accumulate_gradients(&model, &params, &b, &base, micro).unwrap();
+        let (g1, m1) = accumulate_gradients(&model, &params, &b, &tis, micro).unwrap();
+        let d = m0.drift.unwrap();
+        println!("{micro:?}: no drift: {d:?}");
+        assert!(d.logp_difference_max < 1e-5 && (d.ratio_min - 1.0).abs() < 1e-5 && (d.ratio_max - 1.0).abs() < 1e-5, "{d:?}");
+        assert!(max_rel_diff(&g0, &g1) < 1e-5 && (m0.loss - m1.loss).abs() < 1e-6);
+    }
+    // A drifted rollout: measured on policy tokens only; TIS reweights the update.
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let noise: Vec<f32> = (0..ROWS * COLS).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+    let drifted = (&current + Tensor::from_vec(noise, (ROWS, COLS), &Device::Cpu).unwrap()).unwrap();
+    b.rollout_logprobs = Some(drifted.clone());
+    let (g0, m0) = accumulate_gradients(&model, &params, &b, &base, MicroBatching::Rows(2)).unwrap();
+    let (g1, m1) = accumulate_gradients(&model, &params, &b, &tis, MicroBatching::Rows(2)).unwrap();
+    let (g2, m2) = accumulate_gradients(&model, &params, &b, &tis, MicroBatching::Tokens(30)).unwrap();
+    let diffs = ((&current - &drifted).unwrap().abs().unwrap() * &b.mask).unwrap();
+    let want_max = diffs.max_all().unwrap().to_scalar::<f32>().unwrap() as f64;
+    let want_mean = diffs.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64 / m0.tokens as f64;
+    let d = m0.drift.unwrap();
+    println!("drifted: {d:?}; tis: {:?}", m1.drift.unwrap());
+    assert!((d.logp_difference_max - want_max).abs() < 1e-5 && (d.logp_difference_mean - want_mean).abs() < 1e-5, "{d:?} vs max {want_max} mean {want_mean}");
+    assert!(m1.drift.unwrap().ratio_max <= 2.0 + 1e-6, "the truncated ratio is reported");
+    assert!(max_rel_diff(&g0, &g1) > 1e-3, "TIS changes the gradient");
+    assert!(max_rel_diff(&g1, &g2) < 1e-5 && (m1.loss - m2.loss).abs() < 1e-6, "packed TIS equals padded TIS");
 }

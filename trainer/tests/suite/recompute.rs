@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::grpo::{
     accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
-    LossAggregation, OldLogprobs, Recompute,
+    LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
 };
 use trainer::model::cache::Positions;
 use trainer::optim::Gradients;
@@ -34,6 +34,9 @@ fn cfg(aggregation: LossAggregation, recompute: Recompute) -> GrpoLossConfig {
         max_completion_length: 16,
         entropy: EntropyMetric::Compute,
         recompute,
+        rollout_correction: RolloutCorrection::None,
+        tis_cap: 3.0,
+        skip_zero_advantage: true,
     }
 }
 
@@ -64,7 +67,7 @@ fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize) -> GrpoBatch {
     let noise: Vec<f32> = (0..ROWS * COLS).map(|_| rng.random_range(-0.4f32..0.4)).collect();
     let old = (current + Tensor::from_vec(noise, (ROWS, COLS), &dev).unwrap()).unwrap();
     let ref_logprobs = Some(detached_logprobs(reference, &tokens, &mask, 0.8, MicroBatching::Rows(ROWS)).unwrap());
-    GrpoBatch { tokens, mask, advantages, old_logprobs: OldLogprobs::Stored(old), ref_logprobs }
+    GrpoBatch { tokens, mask, advantages, old_logprobs: OldLogprobs::Stored(old), ref_logprobs, rollout_logprobs: None }
 }
 
 fn max_abs(t: &Tensor) -> f64 {

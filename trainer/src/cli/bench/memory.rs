@@ -98,6 +98,7 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         advantages: Tensor::from_vec((0..b).map(|r| if r % 2 == 0 { 1.0f32 } else { -1.0 }).collect(), b, &dev)?,
         old_logprobs: OldLogprobs::Current,
         ref_logprobs: None,
+        rollout_logprobs: None,
     };
     let loss = GrpoLossConfig {
         clip: ClipRange { low: 0.2, high: 0.2 },
@@ -107,6 +108,9 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         max_completion_length: t,
         entropy: EntropyMetric::Skip,
         recompute: mode.into(),
+        rollout_correction: trainer::grpo::RolloutCorrection::None,
+        tis_cap: 3.0,
+        skip_zero_advantage: true,
     };
     let base_kib = status_kib("VmHWM")?;
     let t0 = Instant::now();
