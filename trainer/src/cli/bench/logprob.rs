@@ -44,16 +44,21 @@ pub struct Args {
     /// Timed runs after one warm-up run (`seconds` is their median).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Device and dtype of the hidden states and lm_head (on CUDA the RSS
+    /// figures are the host's, not the GPU's).
+    #[command(flatten)]
+    pub on: crate::cli::common::RunOn,
 }
 
 pub fn run(args: Args) -> Result<()> {
     ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0 && args.reps > 0, "tokens, hidden, vocab and reps must be positive");
     set_threads(args.threads)?;
+    let (device, dtype) = (args.on.device.open()?, candle_core::DType::from(args.on.dtype));
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0)?;
-    let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05)?;
+    let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0, &device, dtype)?;
+    let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05, &device, dtype)?;
     let targets: Vec<u32> = (0..args.tokens).map(|_| rng.random_range(0..args.vocab as u32)).collect();
-    let targets = Tensor::from_vec(targets, args.tokens, &Device::Cpu)?;
+    let targets = Tensor::from_vec(targets, args.tokens, &device)?;
     let rss_inputs = rss_kib("VmRSS");
     let peak_reset = reset_peak_rss();
 
@@ -64,14 +69,14 @@ pub fn run(args: Args) -> Result<()> {
             Mode::Fused => kernels::logprobs::token_logprobs(h, w, &targets, temp)?,
             Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
         };
-        let sum = logp.sum_all()?;
+        let sum = logp.to_dtype(candle_core::DType::F32)?.sum_all()?;
         let peak_forward = rss_kib("VmHWM");
         let logprob_sum = sum.to_scalar::<f32>()? as f64;
         let forward_seconds = t0.elapsed().as_secs_f64();
         let grads = sum.backward()?;
         let seconds = t0.elapsed().as_secs_f64();
         let (grad_w, grad_h) = (grads.get(w).expect("lm_head gradient"), grads.get(h).expect("hidden gradient"));
-        let abs_sum = |g: &Tensor| -> Result<f32> { Ok(g.abs()?.sum_all()?.to_scalar::<f32>()?) };
+        let abs_sum = |g: &Tensor| -> Result<f32> { Ok(g.to_dtype(candle_core::DType::F32)?.abs()?.sum_all()?.to_scalar::<f32>()?) };
         Ok(Run {
             seconds,
             forward_seconds,
@@ -104,6 +109,8 @@ pub fn run(args: Args) -> Result<()> {
         "tokens": args.tokens,
         "hidden": args.hidden,
         "vocab": args.vocab,
+        "device": format!("{:?}", args.on.device).to_lowercase(),
+        "dtype": format!("{dtype:?}").to_lowercase(),
         "threads": rayon::current_num_threads(),
         "grad_lm_head_abs_sum": last.grad_w_abs_sum,
         "grad_hidden_abs_sum": last.grad_h_abs_sum,
@@ -131,8 +138,12 @@ struct Run {
     gradient_elems: usize,
 }
 
-/// A `shape` f32 variable of uniform values in `[-scale, scale)` (built in place: no copy).
-fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32) -> Result<Var> {
+/// A `shape` variable of uniform values in `[-scale, scale)` on `device`
+/// (f32 on the CPU is built in place: no copy).
+fn random(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f32, device: &Device, dtype: candle_core::DType) -> Result<Var> {
     let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.random_range(-scale..scale)).collect();
-    Ok(Var::from_vec(data, shape, &Device::Cpu)?)
+    if device.is_cpu() && dtype == candle_core::DType::F32 {
+        return Ok(Var::from_vec(data, shape, device)?);
+    }
+    Ok(Var::from_tensor(&Tensor::from_vec(data, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)?)
 }

@@ -8,7 +8,7 @@
 use super::shape::Shape;
 use super::{median, minor_faults, rss_kib, set_threads};
 use anyhow::{ensure, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use std::time::Instant;
 use trainer::grpo::{backward_micro_batch, EntropyMetric, LogprobPass};
 use trainer::optim::Gradients;
@@ -42,14 +42,19 @@ pub struct Args {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Device and dtype of the random model (on CUDA the RSS figures are the
+    /// host's; scripts/gpu-check samples the GPU's memory from outside).
+    #[command(flatten)]
+    pub on: crate::cli::common::RunOn,
 }
 
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.rows > 0 && a.tokens >= 2 && a.reps > 0, "--rows and --reps must be positive, --tokens at least 2");
     set_threads(a.threads)?;
     let cfg = a.shape.config(a.tokens)?;
-    let dev = Device::Cpu;
-    let w = trainer::init::random_weights(&cfg, a.seed, DType::F32, &dev)?;
+    let dev = a.on.device.open()?;
+    let dtype = DType::from(a.on.dtype);
+    let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
     let (model, params) = Qwen3::trainable(&cfg, &w)?;
     drop(w);
     // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.
@@ -73,7 +78,7 @@ pub fn run(a: Args) -> Result<()> {
         let mut loss_value = f64::NAN;
         let t0 = Instant::now();
         backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, |logp, _| {
-            let loss = ((logp * &mask)?.sum_all()?.neg()? / predicted)?;
+            let loss = ((logp.to_dtype(DType::F32)? * &mask)?.sum_all()?.neg()? / predicted)?;
             loss_value = loss.to_scalar::<f32>()? as f64;
             Ok(loss)
         })?;
@@ -108,6 +113,9 @@ pub fn run(a: Args) -> Result<()> {
             Recompute::PerLayer => "per-layer",
         },
         "reps": a.reps,
+        "device": format!("{:?}", a.on.device).to_lowercase(),
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "tokens_per_second": (a.rows * a.tokens) as f64 / median(&times),
         "threads": rayon::current_num_threads(),
     });
     merge(&mut report, a.shape.json());
