@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 3] = ["logprobs", "norm", "rope"];
+const SOURCES: [&str; 4] = ["attention", "logprobs", "norm", "rope"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

@@ -3,14 +3,16 @@
 //! compares with the plain-tensor references. The CustomOps call the
 //! storage-level functions in `logprobs/cuda.rs`, `norm/cuda.rs` and
 //! `rope/cuda.rs` directly. Inputs must live on a CUDA device; they are made
-//! contiguous here.
+//! contiguous here, except attention's (its kernels take strided q, k, v).
 
+use crate::attention::Visibility;
 use crate::logprobs_cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
 use crate::norm_cuda::{rms_norm_bwd_cuda, rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
 use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda, rope_op_cuda};
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, Layout, Result, Shape, Storage, Tensor};
+use std::sync::Arc;
 
 /// Runs `f` on the CUDA storages and layouts of `tensors` (made contiguous).
 fn with_cuda<R>(tensors: &[&Tensor], f: impl FnOnce(&[(&CudaStorage, &Layout)]) -> Result<R>) -> Result<R> {
@@ -82,4 +84,13 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
 /// Gradient of x through [`rope`] given the output gradient `dy`.
 pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     with_cuda(&[dy, cos, sin], |a| rope_bwd_cuda(a[0].0, a[0].1, a[1].0, a[1].1, a[2].0, a[2].1).map(tensor))
+}
+
+/// `(out, dq, dk, dv)` of the attention op on CUDA: its `cuda_fwd`, then its
+/// CUDA backward for the output gradient `grad_out` `[b, t, heads * d]`,
+/// outside autograd (q `[b, heads, t, d]`, k, v `[b, kv_heads, s, d]`, any
+/// strides with a contiguous last dimension; all f32 or all bf16; head dim
+/// 64 or 128). Runs the kernels whatever `has_native_path` says.
+pub fn attention_forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    crate::attention::forward_backward_cuda(q, k, v, vis, scale, grad_out)
 }

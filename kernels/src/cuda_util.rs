@@ -15,6 +15,12 @@ pub(crate) struct Module {
     pub ptx: &'static str,
 }
 
+/// Causal grouped-query attention forward/backward (`cuda/attention.cu`).
+pub(crate) const ATTENTION: Module = Module {
+    name: "fusegrpo_attention",
+    ptx: include_str!(concat!(env!("OUT_DIR"), "/attention.ptx")),
+};
+
 /// Fused token log-probs (`cuda/logprobs.cu`).
 pub(crate) const LOGPROBS: Module = Module {
     name: "fusegrpo_logprobs",

@@ -22,8 +22,9 @@
 //!
 //! With feature `cuda`: the CUDA kernels (`kernels/cuda/*.cu`, compiled to PTX
 //! by build.rs) and their launchers, as storage-level functions for the ops'
-//! `cuda_fwd` (`logprobs/cuda.rs`, `norm/cuda.rs`, `rope/cuda.rs`) and as
-//! tensor-level calls in [`cuda_ops`] for the GPU self-test.
+//! `cuda_fwd` (`attention/cuda.rs`, `logprobs/cuda.rs`, `norm/cuda.rs`,
+//! `rope/cuda.rs`) and as tensor-level calls in [`cuda_ops`] for the GPU
+//! self-test.
 
 pub mod attention;
 pub mod fastmath;

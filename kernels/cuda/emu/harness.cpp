@@ -1,7 +1,7 @@
 // Checks the CUDA kernels (kernels/cuda/*.cu) on the CPU through the
 // emulation in cuda_bf16.h against double-precision references, with the
 // launch logic of kernels/src/*/cuda.rs mirrored by hand (grid sizes, splits,
-// backward chunks). Run by scripts/cuda-kernels-emulated.sh; not a CI test
+// backward chunks, attention tiles). Run by scripts/cuda-kernels-emulated.sh; not a CI test
 // (it starts one OS thread per CUDA thread and takes minutes).
 #include "cuda_bf16.h"
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "logprobs.cu"
 #include "norm.cu"
 #include "rope.cu"
+#include "attention.cu"
 
 // k_<kernel><E>(args...): the f32 or bf16 instantiation of a kernel.
 #define KERN(name)                                                                   \
@@ -193,21 +194,203 @@ template <typename E> static void test_rope(int B, int H, int Tn, int D, bool ha
   report("  bwd", maxdiff(to_f(dx), dx_ref), tol);
 }
 
-template <typename E> static void all() {
-  test_logprobs<E>(67, 80, 1037, 0.7f, 256u << 20);
-  test_logprobs<E>(67, 80, 1037, 0.7f, 67 * 4 * 200);  // several backward chunks (192 rows)
-  test_logprobs<E>(1, 33, 3001, 1.0f, 256u << 20);     // N = 1, many splits
-  test_logprobs<E>(130, 17, 200, 1.3f, 130 * 4 * 64);  // chunks of one tile
-  test_rms<E>(5, 200);
-  test_rms<E>(3, 2560);
-  test_rms<E>(300, 48);
-  test_rope<E>(2, 3, 7, 64, false, true);
-  test_rope<E>(1, 2, 5, 10, true, false);
+// One attention call: shapes, per-slot positions (-1 padding) and segments
+// ([b, t] and [b, s]), and the layouts: q as [b, heads, t, D] or a
+// transposed [b, t, heads, D] buffer; k, v as [b, kv, s, D] or a view of a
+// [b, cap, kv, D] cache starting at slot 3 (cap = s + 5).
+struct AttnCase {
+  std::string name;
+  int b, heads, kv, t, s;
+  std::vector<int64_t> qpos, kpos, qseg, kseg;
+  bool q_strided, kv_cache;
+};
+
+// Strides (first three dims) and start offset of a layout, and its buffer size.
+struct Lay { int64_t s0, s1, s2, off, size; };
+static Lay q_layout(const AttnCase &c, int D) {
+  if (c.q_strided) return {(int64_t)c.t * c.heads * D, D, (int64_t)c.heads * D, 0, (int64_t)c.b * c.t * c.heads * D};
+  return {(int64_t)c.heads * c.t * D, (int64_t)c.t * D, D, 0, (int64_t)c.b * c.heads * c.t * D};
+}
+static Lay kv_layout(const AttnCase &c, int D) {
+  if (!c.kv_cache) return {(int64_t)c.kv * c.s * D, (int64_t)c.s * D, D, 0, (int64_t)c.b * c.kv * c.s * D};
+  const int64_t cap = c.s + 5;
+  return {cap * c.kv * D, D, (int64_t)c.kv * D, 3 * (int64_t)c.kv * D, (int64_t)c.b * cap * c.kv * D};
 }
 
-int main() {
-  all<float>();
-  all<__nv_bfloat16>();
+static bool attn_sees_ref(const AttnCase &c, int b, int i, int j) {
+  const int64_t qp = c.qpos[b * c.t + i], kp = c.kpos[b * c.s + j];
+  if (qp < 0) return true;
+  return kp >= 0 && kp <= qp && c.qseg[b * c.t + i] == c.kseg[b * c.s + j];
+}
+
+#define ATTN_CALL(kern, E, D, ...)                                                          \
+  do {                                                                                      \
+    if constexpr (std::is_same_v<E, float> && D == 64) kern##_d64_f32(__VA_ARGS__);         \
+    else if constexpr (std::is_same_v<E, float>) kern##_d128_f32(__VA_ARGS__);             \
+    else if constexpr (D == 64) kern##_d64_bf16(__VA_ARGS__);                               \
+    else kern##_d128_bf16(__VA_ARGS__);                                                     \
+  } while (0)
+
+template <typename E, int D> static void test_attention(const AttnCase &c) {
+  const bool f32 = std::is_same_v<E, float>;
+  const int groups = c.heads / c.kv, B = 2048 / D;
+  const float scale = 1.0f / std::sqrt((float)D);
+  const Lay ql = q_layout(c, D), kl = kv_layout(c, D);
+  auto qe = to_t<E>(rnd(ql.size, 1)), ke = to_t<E>(rnd(kl.size, 1)), ve = to_t<E>(rnd(kl.size, 1));
+  auto doe = to_t<E>(rnd((size_t)c.b * c.t * c.heads * D, 1));
+  auto qf = to_f(qe), kf = to_f(ke), vf = to_f(ve), dof = to_f(doe);
+  auto Q = [&](int b, int h, int i, int d) { return (double)qf[ql.off + b * ql.s0 + h * ql.s1 + i * ql.s2 + d]; };
+  auto K = [&](int b, int g, int j, int d) { return (double)kf[kl.off + b * kl.s0 + g * kl.s1 + j * kl.s2 + d]; };
+  auto V = [&](int b, int g, int j, int d) { return (double)vf[kl.off + b * kl.s0 + g * kl.s1 + j * kl.s2 + d]; };
+  auto merged = [&](int b, int i, int h) { return (((size_t)b * c.t + i) * c.heads + h) * D; };
+  // Reference (double): out, lse, and the gradients for the upstream dO.
+  const size_t nq = (size_t)c.b * c.heads * c.t * D, nk = (size_t)c.b * c.kv * c.s * D;
+  std::vector<double> o_ref(nq, 0), lse_ref((size_t)c.b * c.heads * c.t), dq_ref(nq, 0), dk_ref(nk, 0), dv_ref(nk, 0);
+  for (int b = 0; b < c.b; ++b)
+    for (int h = 0; h < c.heads; ++h)
+      for (int i = 0; i < c.t; ++i) {
+        const int g = h / groups;
+        std::vector<double> sc(c.s, -INFINITY), p(c.s, 0), dp(c.s, 0);
+        double m = -INFINITY, sum = 0, dl = 0;
+        for (int j = 0; j < c.s; ++j) {
+          if (!attn_sees_ref(c, b, i, j)) continue;
+          double a = 0;
+          for (int d = 0; d < D; ++d) a += Q(b, h, i, d) * K(b, g, j, d);
+          sc[j] = a * scale;
+          m = std::max(m, sc[j]);
+        }
+        for (int j = 0; j < c.s; ++j) sum += sc[j] == -INFINITY ? 0 : std::exp(sc[j] - m);
+        lse_ref[((size_t)b * c.heads + h) * c.t + i] = m + std::log(sum);
+        const size_t at = merged(b, i, h);
+        for (int j = 0; j < c.s; ++j) {
+          if (sc[j] == -INFINITY) continue;
+          p[j] = std::exp(sc[j] - m) / sum;
+          for (int d = 0; d < D; ++d) {
+            o_ref[at + d] += p[j] * V(b, g, j, d);
+            dp[j] += dof[at + d] * V(b, g, j, d);
+          }
+          dl += p[j] * dp[j];
+        }
+        for (int j = 0; j < c.s; ++j) {
+          if (p[j] == 0) continue;
+          const double ds = p[j] * (dp[j] - dl);
+          const size_t kat = (((size_t)b * c.kv + g) * c.s + j) * D, qat = (((size_t)b * c.heads + h) * c.t + i) * D;
+          for (int d = 0; d < D; ++d) {
+            dq_ref[qat + d] += scale * ds * K(b, g, j, d);
+            dk_ref[kat + d] += scale * ds * Q(b, h, i, d);
+            dv_ref[kat + d] += p[j] * dof[at + d];
+          }
+        }
+      }
+  // Launch logic of kernels/src/attention/cuda.rs.
+  const E *qp = qe.data() + ql.off, *kp = ke.data() + kl.off, *vp = ve.data() + kl.off;
+  const int64_t *qpos = c.qpos.data(), *kpos = c.kpos.data(), *qseg = c.qseg.data(), *kseg = c.kseg.data();
+  const unsigned q_tiles = (groups * c.t + B - 1) / B, k_tiles = (c.s + B - 1) / B, rows = c.b * c.kv;
+  std::vector<E> out(nq, from_f32<E>(NAN)), dq(nq, from_f32<E>(NAN)), dk(nk, from_f32<E>(NAN)), dv(nk, from_f32<E>(NAN));
+  std::vector<float> lse((size_t)c.b * c.heads * c.t, NAN), delta(lse.size(), NAN);
+#define ATTN_ARGS qpos, kpos, qseg, kseg, c.heads, c.kv, c.t, c.s, ql.s0, ql.s1, ql.s2, kl.s0, kl.s1, kl.s2, kl.s0, kl.s1, kl.s2, scale
+  launch({q_tiles, rows}, {128}, [&] { ATTN_CALL(attn_fwd, E, D, qp, kp, vp, ATTN_ARGS, out.data(), lse.data()); });
+  const int n = (int)lse.size();
+  launch({(unsigned)((n + 255) / 256)}, {256}, [&] {
+    if constexpr (f32) attn_bwd_delta_f32(out.data(), doe.data(), n, c.heads, c.t, D, delta.data());
+    else attn_bwd_delta_bf16(out.data(), doe.data(), n, c.heads, c.t, D, delta.data());
+  });
+  launch({k_tiles, rows}, {128}, [&] {
+    ATTN_CALL(attn_bwd_dkdv, E, D, qp, kp, vp, doe.data(), lse.data(), delta.data(), ATTN_ARGS, dk.data(), dv.data());
+  });
+  launch({q_tiles, rows}, {128}, [&] {
+    ATTN_CALL(attn_bwd_dq, E, D, qp, kp, vp, doe.data(), lse.data(), delta.data(), ATTN_ARGS, dq.data());
+  });
+#undef ATTN_ARGS
+  const double tol = f32 ? 1e-5 : 2e-2;
+  report(std::string("attention ") + dn<E>() + " D=" + std::to_string(D) + " " + c.name + " out", maxdiff(to_f(out), o_ref), tol);
+  report("  lse", maxdiff(lse, lse_ref), 1e-5);
+  report("  grad_q", maxdiff(to_f(dq), dq_ref), tol);
+  report("  grad_k", maxdiff(to_f(dk), dk_ref), tol);
+  report("  grad_v", maxdiff(to_f(dv), dv_ref), tol);
+}
+
+// Positions 0.. for `n` slots after `pad_front` padding ones, then `pad_back` more.
+static void push_row(std::vector<int64_t> &pos, int pad_front, int n, int pad_back, int64_t first = 0) {
+  for (int i = 0; i < pad_front; ++i) pos.push_back(-1);
+  for (int i = 0; i < n; ++i) pos.push_back(first + i);
+  for (int i = 0; i < pad_back; ++i) pos.push_back(-1);
+}
+
+template <typename E> static void attention_cases() {
+  {  // groups 1, t = s = 45 (no multiple of the 32-row tile), a padded row
+    AttnCase c{"b=2 h=2/2 t=s=45 padded", 2, 2, 2, 45, 45, {}, {}, {}, {}, false, false};
+    push_row(c.qpos, 0, 45, 0);
+    push_row(c.qpos, 4, 39, 2);
+    c.kpos = c.qpos;
+    c.qseg.assign(c.qpos.size(), 0);
+    c.kseg = c.qseg;
+    test_attention<E, 64>(c);
+  }
+  {  // decode: t = 1 against 40 keys of a cache view, groups 4, row 1 left-padded
+    AttnCase c{"b=2 h=4/1 t=1 s=40 cache view", 2, 4, 1, 1, 40, {39, 36}, {}, {}, {}, false, true};
+    push_row(c.kpos, 0, 40, 0);
+    push_row(c.kpos, 3, 37, 0);
+    c.qseg.assign(2, 0);
+    c.kseg.assign(80, 0);
+    test_attention<E, 128>(c);
+  }
+  {  // packed row: segments of 15, 17 and 6 slots, 2 padding, groups 4
+    AttnCase c{"b=1 h=4/1 t=s=40 packed", 1, 4, 1, 40, 40, {}, {}, {}, {}, false, false};
+    const int lens[3] = {15, 17, 6};
+    for (int sg = 0; sg < 3; ++sg) {
+      push_row(c.qpos, 0, lens[sg], 0);
+      c.qseg.insert(c.qseg.end(), lens[sg], sg);
+    }
+    push_row(c.qpos, 0, 0, 2);
+    c.qseg.insert(c.qseg.end(), 2, 3);
+    c.kpos = c.qpos;
+    c.kseg = c.qseg;
+    test_attention<E, 64>(c);
+  }
+  {  // 20 queries after 13 cached keys, groups 2, strided q and a cache view;
+     // row 1 packs two segments (10 keys, then 23 holding the queries)
+    AttnCase c{"b=2 h=2/1 t=20 s=33 strided q+kv, segments", 2, 2, 1, 20, 33, {}, {}, {}, {}, true, true};
+    push_row(c.kpos, 0, 33, 0);
+    push_row(c.kpos, 0, 10, 0);
+    push_row(c.kpos, 0, 23, 0);
+    c.kseg.assign(33, 0);
+    c.kseg.insert(c.kseg.end(), 10, 0);
+    c.kseg.insert(c.kseg.end(), 23, 1);
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 20; ++i) {
+        c.qpos.push_back(c.kpos[b * 33 + 13 + i]);
+        c.qseg.push_back(c.kseg[b * 33 + 13 + i]);
+      }
+    test_attention<E, 128>(c);
+  }
+}
+
+// Every check, or only those of the kernel family `only` (logprobs, rms, rope, attention).
+template <typename E> static void all(const std::string &only) {
+  auto want = [&](const char *family) { return only.empty() || only == family; };
+  if (want("logprobs")) {
+    test_logprobs<E>(67, 80, 1037, 0.7f, 256u << 20);
+    test_logprobs<E>(67, 80, 1037, 0.7f, 67 * 4 * 200);  // several backward chunks (192 rows)
+    test_logprobs<E>(1, 33, 3001, 1.0f, 256u << 20);     // N = 1, many splits
+    test_logprobs<E>(130, 17, 200, 1.3f, 130 * 4 * 64);  // chunks of one tile
+  }
+  if (want("rms")) {
+    test_rms<E>(5, 200);
+    test_rms<E>(3, 2560);
+    test_rms<E>(300, 48);
+  }
+  if (want("rope")) {
+    test_rope<E>(2, 3, 7, 64, false, true);
+    test_rope<E>(1, 2, 5, 10, true, false);
+  }
+  if (want("attention")) attention_cases<E>();
+}
+
+int main(int argc, char **argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  all<float>(only);
+  all<__nv_bfloat16>(only);
   printf("%d failures\n", fails);
   return fails != 0;
 }

@@ -15,10 +15,16 @@
 //! - [`AttentionOp`]: the Candle custom op. Its forward keeps only the output
 //!   and each query's log-sum-exp; its backward recomputes the probabilities
 //!   block by block (`D = rowsum(dO * O)`, `P = exp(S - L)`, dV, dP, dS, dK,
-//!   dQ). CPU only (f32): elsewhere, and for other dtypes, [`attention`] runs
-//!   the reference.
+//!   dQ). On the CPU for f32; on CUDA (`cuda.rs`, feature `cuda`) for f32
+//!   and bf16 once [`crate::has_native_path`] admits CUDA, which it does only
+//!   after `scripts/gpu-check` has passed on a GPU. Until then, and for other
+//!   dtypes and devices, [`attention`] runs the reference, and only
+//!   `fusegrpo selftest --device cuda` runs the CUDA kernels (through
+//!   `kernels::cuda_ops::attention_forward_backward`).
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 
 use crate::storage::f32_slice;
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
@@ -42,6 +48,9 @@ pub struct Visibility {
     segments: Option<(Vec<u32>, Vec<u32>)>,
     /// The additive mask the reference uses, made once per device on demand.
     dense: OnceLock<Tensor>,
+    /// The slots as the CUDA kernels read them, made once per device on demand.
+    #[cfg(feature = "cuda")]
+    slots: OnceLock<Tensor>,
 }
 
 impl Visibility {
@@ -59,7 +68,17 @@ impl Visibility {
                 key_positions.len()
             );
         }
-        Ok(Visibility { batch, queries, keys, query_positions, key_positions, segments: None, dense: OnceLock::new() })
+        Ok(Visibility {
+            batch,
+            queries,
+            keys,
+            query_positions,
+            key_positions,
+            segments: None,
+            dense: OnceLock::new(),
+            #[cfg(feature = "cuda")]
+            slots: OnceLock::new(),
+        })
     }
 
     /// The same, restricted to segments: a query sees only keys of its own
@@ -159,16 +178,28 @@ impl Dims {
 /// Attention of `q` `[b, heads, t, d]` over `k`, `v` `[b, kv_heads, s, d]`
 /// (any strides with a contiguous last dimension, e.g. views of a KV
 /// cache), scores scaled by `scale`; returns `[b, t, heads * d]`.
-/// Differentiable in `q`, `k` and `v`. The fused op runs for f32 where the
-/// kernels run natively, the reference elsewhere.
+/// Differentiable in `q`, `k` and `v`. The fused op runs where the kernels
+/// run natively ([`crate::has_native_path`]) for a dtype they take
+/// ([`fused_dtype`]), the reference elsewhere.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64) -> Result<Tensor> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
-    let native = crate::has_native_path(q.device()) && [q, k, v].iter().all(|x| x.dtype() == DType::F32);
+    let native = crate::has_native_path(q.device()) && fused_dtype(q.device(), q.dtype()) && [k, v].iter().all(|x| x.dtype() == q.dtype());
     if !native {
         return attention_reference(q, k, v, vis, scale);
     }
     let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
     q.apply_op3(k, v, op)
+}
+
+/// Whether the fused op has kernels for `dtype` on `device`: f32 on the CPU,
+/// f32 and bf16 on CUDA (with feature `cuda`).
+pub fn fused_dtype(device: &Device, dtype: DType) -> bool {
+    match device {
+        Device::Cpu => dtype == DType::F32,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => matches!(dtype, DType::F32 | DType::BF16),
+        _ => false,
+    }
 }
 
 /// The fused op's forward and backward called directly, without an autograd
@@ -177,9 +208,26 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scal
 /// memory; f32 on the CPU only.
 pub fn forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
-    if !crate::has_native_path(q.device()) || [q, k, v].iter().any(|x| x.dtype() != DType::F32) {
+    if !q.device().is_cpu() || [q, k, v].iter().any(|x| x.dtype() != DType::F32) {
         candle_core::bail!("attention forward_backward: f32 on the CPU only");
     }
+    run_op(q, k, v, vis, scale, grad_out, dims)
+}
+
+/// [`forward_backward`] on CUDA, f32 or bf16 (`grad_out` in the inputs'
+/// dtype): the op's `cuda_fwd` and CUDA backward whatever
+/// [`crate::has_native_path`] says, for the GPU self-test.
+#[cfg(feature = "cuda")]
+pub(crate) fn forward_backward_cuda(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
+    if !q.device().is_cuda() || !fused_dtype(q.device(), q.dtype()) || [k, v].iter().any(|x| x.dtype() != q.dtype()) {
+        candle_core::bail!("attention forward_backward_cuda: q, k, v on a CUDA device, all f32 or all bf16");
+    }
+    run_op(q, k, v, vis, scale, grad_out, dims)
+}
+
+/// The op's forward then its backward, outside autograd.
+fn run_op(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
     let out = q.apply_op3_no_bwd(&k, &v, &op)?;
@@ -213,7 +261,16 @@ pub struct AttentionOp {
     vis: Arc<Visibility>,
     scale: f32,
     dims: Dims,
-    lse: Mutex<Option<Vec<f32>>>,
+    lse: Mutex<Option<Lse>>,
+}
+
+/// The forward's log-sum-exp, where the forward ran.
+#[derive(Debug, Clone)]
+enum Lse {
+    Cpu(Vec<f32>),
+    /// `[b, heads, t]` f32 on the CUDA device.
+    #[cfg(feature = "cuda")]
+    Cuda(Tensor),
 }
 
 /// A strided f32 view of a rank-4 tensor whose last dimension is contiguous.
@@ -256,15 +313,35 @@ impl CustomOp3 for AttentionOp {
             scale: self.scale,
         };
         let (out, lse) = cpu::forward(&p);
-        *self.lse.lock().expect("attention lse lock") = Some(lse);
+        *self.lse.lock().expect("attention lse lock") = Some(Lse::Cpu(lse));
         let Dims { batch, queries, heads, head_dim, .. } = self.dims;
         Ok((CpuStorage::F32(out), Shape::from((batch, queries, heads * head_dim))))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (out, lse) = cuda::forward(self.dims, self.scale, &self.vis, (s1, l1), (s2, l2), (s3, l3))?;
+        let Dims { batch, queries, heads, head_dim, .. } = self.dims;
+        let lse = candle_core::Tensor::from_storage(candle_core::Storage::Cuda(lse), (batch, heads, queries), candle_core::op::BackpropOp::none(), false);
+        *self.lse.lock().expect("attention lse lock") = Some(Lse::Cuda(lse));
+        Ok((out, Shape::from((batch, queries, heads * head_dim))))
+    }
+
     fn bwd(&self, q: &Tensor, k: &Tensor, v: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let lse = self.lse.lock().expect("attention lse lock").clone();
-        let Some(lse) = lse else {
-            candle_core::bail!("attention backward: the forward kept no log-sum-exp");
+        let lse = match lse {
+            Some(Lse::Cpu(lse)) => lse,
+            #[cfg(feature = "cuda")]
+            Some(Lse::Cuda(lse)) => return self.bwd_cuda(q, k, v, res, grad_res, &lse),
+            None => candle_core::bail!("attention backward: the forward kept no log-sum-exp"),
         };
         let (out, grad_out) = (res.contiguous()?, grad_res.to_dtype(DType::F32)?.contiguous()?);
         let (sq, lq) = q.storage_and_layout();
@@ -293,6 +370,33 @@ impl CustomOp3 for AttentionOp {
             Some(Tensor::from_vec(grads.q, (batch, heads, queries, head_dim), device)?),
             Some(Tensor::from_vec(grads.k, (batch, kv_heads, keys, head_dim), device)?),
             Some(Tensor::from_vec(grads.v, (batch, kv_heads, keys, head_dim), device)?),
+        ))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl AttentionOp {
+    /// The backward on CUDA: the output and its gradient made contiguous in
+    /// the inputs' dtype, then `cuda::backward`.
+    fn bwd_cuda(&self, q: &Tensor, k: &Tensor, v: &Tensor, res: &Tensor, grad_res: &Tensor, lse: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        use candle_core::Storage::Cuda;
+        let (out, grad_out) = (res.contiguous()?, grad_res.to_dtype(q.dtype())?.contiguous()?);
+        let (sq, lq) = q.storage_and_layout();
+        let (sk, lk) = k.storage_and_layout();
+        let (sv, lv) = v.storage_and_layout();
+        let (so, lo) = out.storage_and_layout();
+        let (sg, lg) = grad_out.storage_and_layout();
+        let (sl, ll) = lse.storage_and_layout();
+        let (Cuda(cq), Cuda(ck), Cuda(cv), Cuda(co), Cuda(cg), Cuda(cl)) = (&*sq, &*sk, &*sv, &*so, &*sg, &*sl) else {
+            candle_core::bail!("attention backward: every input must be on the CUDA device of the forward");
+        };
+        let [dq, dk, dv] = cuda::backward(self.dims, self.scale, &self.vis, (cq, lq), (ck, lk), (cv, lv), (co, lo), (cg, lg), (cl, ll))?;
+        let Dims { batch, heads, kv_heads, queries, keys, head_dim } = self.dims;
+        let tensor = |s, shape: (usize, usize, usize, usize)| Tensor::from_storage(Cuda(s), shape, candle_core::op::BackpropOp::none(), false);
+        Ok((
+            Some(tensor(dq, (batch, heads, queries, head_dim))),
+            Some(tensor(dk, (batch, kv_heads, keys, head_dim))),
+            Some(tensor(dv, (batch, kv_heads, keys, head_dim))),
         ))
     }
 }

@@ -4,8 +4,8 @@
 //! equal to the same sequences run as rows of their own.
 
 use crate::common::{assert_close, tensor};
-use candle_core::{Device, Tensor, Var};
-use kernels::attention::{attention, attention_reference, Visibility};
+use candle_core::{DType, Device, Tensor, Var};
+use kernels::attention::{attention, attention_reference, forward_backward, fused_dtype, Visibility};
 use std::sync::Arc;
 
 /// Relative tolerance (of `max(1, max |ref|)`) of outputs and gradients.
@@ -138,6 +138,24 @@ fn attention_reads_strided_cache_views() {
     let fused = attention(&q, &k, &v, &vis, scale).unwrap();
     let reference = attention_reference(&q, &k.contiguous().unwrap(), &v.contiguous().unwrap(), &vis, scale).unwrap();
     assert_close("strided cache view", &fused, &reference, REL);
+}
+
+#[test]
+fn only_f32_takes_the_fused_op_on_the_cpu() {
+    // bf16 on the CPU runs the reference (the same bits); the op's direct
+    // entry refuses it rather than converting.
+    assert!(fused_dtype(&Device::Cpu, DType::F32) && !fused_dtype(&Device::Cpu, DType::BF16));
+    let c = case("bf16", (1, 4, 2), (20, 20, 64), Layout::Sequential);
+    let vis = Arc::new(visibility(&c));
+    let (q, k, v) = inputs(&c, 3);
+    let [q, k, v] = [q, k, v].map(|x| x.as_tensor().to_dtype(DType::BF16).unwrap());
+    let fused = attention(&q, &k, &v, &vis, 0.125).unwrap();
+    let reference = attention_reference(&q, &k, &v, &vis, 0.125).unwrap();
+    assert_eq!(fused.dtype(), DType::BF16);
+    let bits = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(bits(&fused), bits(&reference));
+    let g = Tensor::zeros((1, 20, 4 * 64), DType::BF16, &Device::Cpu).unwrap();
+    assert!(forward_backward(&q, &k, &v, &vis, 0.125, &g).is_err());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `fusegrpo selftest --device cuda`: every CUDA kernel against its
-//! plain-tensor reference on the CPU (forward and gradients, f32 and bf16),
+//! plain-tensor reference on the CPU (forward and gradients, f32 and bf16;
+//! attention against the CPU attention op),
 //! on random data with shapes that do not divide the tile sizes, printing the
 //! max differences and pass/fail against explicit tolerances; `--bench` adds
 //! a fused-vs-unfused timing of the log-prob path at Qwen3-4B's head size.
@@ -62,11 +63,16 @@ mod cuda {
         /// Compares `got` (any device) with `want` (CPU reference): the max
         /// absolute difference relative to the reference's max magnitude.
         fn check(&mut self, name: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
+            self.check_scaled(name, got, want, tol, 1e-6)
+        }
+
+        /// [`Self::check`] relative to `max(min_scale, max|want|)`.
+        fn check_scaled(&mut self, name: &str, got: &Tensor, want: &Tensor, tol: f64, min_scale: f64) -> Result<()> {
             let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
             let want = want.to_dtype(DType::F32)?;
             anyhow::ensure!(got.dims() == want.dims(), "{name}: shape {:?} vs reference {:?}", got.dims(), want.dims());
             let diff = (&got - &want)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64;
-            let scale = (want.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64).max(1e-6);
+            let scale = (want.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64).max(min_scale);
             let rel = diff / scale;
             let ok = rel <= tol && rel.is_finite();
             println!("{:<44} max|diff| {diff:.3e}  rel {rel:.3e}  tol {tol:.0e}  {}", name, if ok { "PASS" } else { "FAIL" });
@@ -102,7 +108,125 @@ mod cuda {
                 rope_case(dev, &mut rng, dtype, (b, h, t, hd), &format!("rope {dn} [{b},{h},{t},{hd}]"), (tf, tg), report)?;
             }
         }
+        for (dtype, dn, tf, tg) in ATTENTION_DTYPES {
+            for case in ATTENTION_CASES {
+                attention_case(dev, &mut rng, dtype, &case, &format!("attention {dn} {}", case.name), (tf, tg), report)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Attention tolerances, relative to max(1, max|reference|): (dtype,
+    /// name, output, gradients). bf16 rounds the output and gradients (2^-8
+    /// relative) and computes D = rowsum(dO * O) from the rounded output.
+    const ATTENTION_DTYPES: [(DType, &str, f64, f64); 2] = [(DType::F32, "f32", 1e-5, 1e-5), (DType::BF16, "bf16", 2e-2, 3e-2)];
+
+    /// Which keys the queries of an attention case see.
+    #[derive(Clone, Copy)]
+    enum Slots {
+        /// Row r starts with 3 r padding slots; the last row ends with 2 (s = t).
+        Padded,
+        /// Each row packs three sequences (positions restart, one segment
+        /// each) and 2 padding slots (s = t).
+        Packed,
+        /// The t queries follow s - t cached keys; row 1's first 3 keys are padding.
+        Cache,
+    }
+
+    /// An attention parity case; k and v are views of a `[b, kv_heads, s +
+    /// extra, d]` cache (strided where `extra > 0`).
+    struct AttentionCase {
+        name: &'static str,
+        b: usize,
+        heads: usize,
+        kv_heads: usize,
+        t: usize,
+        s: usize,
+        d: usize,
+        slots: Slots,
+        extra: usize,
+    }
+
+    const ATTENTION_CASES: [AttentionCase; 4] = [
+        AttentionCase { name: "padded b=2 h=4/4 t=s=45 d=64", b: 2, heads: 4, kv_heads: 4, t: 45, s: 45, d: 64, slots: Slots::Padded, extra: 0 },
+        AttentionCase { name: "packed b=2 h=8/2 t=s=70 d=128", b: 2, heads: 8, kv_heads: 2, t: 70, s: 70, d: 128, slots: Slots::Packed, extra: 0 },
+        AttentionCase { name: "cache view b=2 h=4/2 t=3 s=70 d=128", b: 2, heads: 4, kv_heads: 2, t: 3, s: 70, d: 128, slots: Slots::Cache, extra: 10 },
+        AttentionCase { name: "decode b=1 h=8/2 t=1 s=37 d=64", b: 1, heads: 8, kv_heads: 2, t: 1, s: 37, d: 64, slots: Slots::Cache, extra: 5 },
+    ];
+
+    /// The case's visibility: positions (-1 padding) and, for packed rows, segments.
+    fn attention_visibility(c: &AttentionCase) -> Result<kernels::attention::Visibility> {
+        let (mut qpos, mut kpos, mut qseg) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..c.b {
+            match c.slots {
+                Slots::Padded => {
+                    let (front, back) = (3 * r, if r + 1 == c.b { 2 } else { 0 });
+                    let n = c.t - front - back;
+                    qpos.extend((0..front).map(|_| -1).chain(0..n as i64).chain((0..back).map(|_| -1)));
+                }
+                Slots::Packed => {
+                    let lens = [c.t / 3, c.t / 2, c.t - c.t / 3 - c.t / 2 - 2];
+                    for (sg, &len) in lens.iter().enumerate() {
+                        qpos.extend(0..len as i64);
+                        qseg.extend(std::iter::repeat_n(sg as u32, len));
+                    }
+                    qpos.extend([-1, -1]);
+                    qseg.extend([3, 3]);
+                }
+                Slots::Cache => {
+                    let pad = if r == 1 { 3 } else { 0 };
+                    let row: Vec<i64> = (0..pad).map(|_| -1).chain(0..(c.s - pad) as i64).collect();
+                    qpos.extend_from_slice(&row[c.s - c.t..]);
+                    kpos.extend(row);
+                }
+            }
+        }
+        if !matches!(c.slots, Slots::Cache) {
+            kpos = qpos.clone();
+        }
+        let vis = kernels::attention::Visibility::new(c.b, qpos, kpos)?;
+        Ok(match c.slots {
+            Slots::Packed => vis.with_segments(qseg.clone(), qseg)?,
+            _ => vis,
+        })
+    }
+
+    /// Reference: the CPU attention op (f32) on the same dtype-rounded
+    /// inputs; the CUDA side runs the op's `cuda_fwd` and CUDA backward
+    /// (`cuda_ops::attention_forward_backward`) in `dtype`, k and v as views
+    /// of a longer cache where `extra > 0`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_case(
+        dev: &Device,
+        rng: &mut rand_chacha::ChaCha8Rng,
+        dtype: DType,
+        c: &AttentionCase,
+        name: &str,
+        (tf, tg): (f64, f64),
+        report: &mut Report,
+    ) -> Result<()> {
+        let vis = std::sync::Arc::new(attention_visibility(c)?);
+        let scale = 1.0 / (c.d as f64).sqrt();
+        let q = random(rng, &[c.b, c.heads, c.t, c.d], 1.0)?.to_dtype(dtype)?;
+        let cache_k = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+        let cache_v = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+        let g = random(rng, &[c.b, c.t, c.heads * c.d], 1.0)?.to_dtype(dtype)?;
+        let f32s = |x: &Tensor| x.to_dtype(DType::F32);
+        let want = kernels::attention::forward_backward(
+            &f32s(&q)?,
+            &f32s(&cache_k)?.narrow(2, 0, c.s)?,
+            &f32s(&cache_v)?.narrow(2, 0, c.s)?,
+            &vis,
+            scale,
+            &f32s(&g)?,
+        )?;
+        let (qc, kc, vc, gc) = (q.to_device(dev)?, cache_k.to_device(dev)?, cache_v.to_device(dev)?, g.to_device(dev)?);
+        let got = kernels::cuda_ops::attention_forward_backward(&qc, &kc.narrow(2, 0, c.s)?, &vc.narrow(2, 0, c.s)?, &vis, scale, &gc)?;
+        anyhow::ensure!(got.0.dtype() == dtype && got.1.dtype() == dtype, "{name}: CUDA outputs are {:?}, expected {dtype:?}", got.0.dtype());
+        report.check_scaled(&format!("{name} out"), &got.0, &want.0, tf, 1.0)?;
+        report.check_scaled(&format!("{name} grad_q"), &got.1, &want.1, tg, 1.0)?;
+        report.check_scaled(&format!("{name} grad_k"), &got.2, &want.2, tg, 1.0)?;
+        report.check_scaled(&format!("{name} grad_v"), &got.3, &want.3, tg, 1.0)
     }
 
     /// Reference: log_softmax(h W^T / T) gathered at the targets, its
