@@ -39,8 +39,18 @@ pub mod swiglu;
 /// its kernels land). Elsewhere the public functions fall back to their
 /// plain-tensor references, so callers never fail on a device the ops do
 /// not know yet.
+///
+/// `FUSEGRPO_CUDA_KERNELS=1` in the environment admits CUDA too (with
+/// feature `cuda`): how `scripts/gpu-check` runs the model on the kernels
+/// it is checking, before they are on by default.
 pub fn has_native_path(device: &Device) -> bool {
-    device.is_cpu()
+    device.is_cpu() || (device.is_cuda() && cuda_kernels_opted_in())
+}
+
+/// Whether `FUSEGRPO_CUDA_KERNELS=1` (read once).
+fn cuda_kernels_opted_in() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| cfg!(feature = "cuda") && std::env::var("FUSEGRPO_CUDA_KERNELS").is_ok_and(|v| v == "1"))
 }
 
 /// The Candle device type the ops run on, re-exported so callers need not

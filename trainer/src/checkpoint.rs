@@ -3,7 +3,8 @@
 //! optimizer.safetensors, state.json (format version, step, RNG states, data
 //! cursor, the run config and its hash) and DONE, written last.
 //!
-//! Saving is atomic: everything is written into a temporary folder, synced,
+//! Saving streams tensor by tensor (host memory grows by one tensor, whatever
+//! device the state lives on) and is atomic: everything is written into a temporary folder, synced,
 //! then the folder is renamed into place; a crash mid-save leaves only a
 //! temporary folder, which resume ignores and the next save removes.
 
@@ -134,12 +135,10 @@ pub fn save(
     let tmp = run_dir.join(format!("{TMP_PREFIX}{}-{}", step_dir_name(state.step), std::process::id()));
     save_model(&tmp, model_cfg, model, ShardPolicy::Single)?;
     let opt_path = tmp.join(OPTIMIZER_FILE);
-    let opt: Vec<(String, candle_core::Tensor)> = optimizer
-        .iter()
-        .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?.contiguous()?)))
-        .collect::<Result<_>>()?;
-    safetensors::serialize_to_file(opt, None, &opt_path)
-        .map_err(|e| Error::Safetensors { path: opt_path.clone(), message: e.to_string() })?;
+    // Sorted by name: the same state gives the same bytes.
+    let mut opt: Vec<(String, &candle_core::Tensor)> = optimizer.iter().map(|(k, t)| (k.clone(), t)).collect();
+    opt.sort_by(|a, b| a.0.cmp(&b.0));
+    crate::safetensors_stream::write(&opt_path, &opt, None)?;
     let state_path = tmp.join(STATE_FILE);
     let text = serde_json::to_string_pretty(state).expect("state serializes");
     std::fs::write(&state_path, text).map_err(|e| Error::io(&state_path, e))?;
@@ -237,6 +236,33 @@ pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config_hash:
         });
     }
     Ok(())
+}
+
+/// optimizer.safetensors of a checkpoint, read tensor by tensor onto
+/// `device` ([`crate::optim::AdamW::import_from`]).
+pub struct OptimizerFile {
+    reader: crate::safetensors_stream::Reader,
+    device: Device,
+}
+
+impl OptimizerFile {
+    pub fn open(dir: &Path, device: &Device) -> Result<Self> {
+        Ok(OptimizerFile { reader: crate::safetensors_stream::Reader::open(&dir.join(OPTIMIZER_FILE))?, device: device.clone() })
+    }
+}
+
+impl crate::optim::adamw::SavedState for OptimizerFile {
+    fn keys(&self) -> Vec<String> {
+        self.reader.names()
+    }
+
+    fn shape(&self, key: &str) -> Option<Vec<usize>> {
+        self.reader.shape(key).map(<[usize]>::to_vec)
+    }
+
+    fn load(&self, key: &str) -> Result<candle_core::Tensor> {
+        self.reader.load(key, &self.device)
+    }
 }
 
 /// Load optimizer.safetensors of a checkpoint.

@@ -41,6 +41,7 @@ pub mod params;
 pub mod pipeline;
 pub mod policy;
 pub mod run_config;
+pub mod safetensors_stream;
 pub mod sampling;
 pub mod serve;
 pub mod sft;

@@ -192,15 +192,12 @@ fn plan_shards(names: &[(String, usize)], policy: ShardPolicy) -> Vec<Vec<String
     groups
 }
 
+/// One safetensors file of `names`, streamed tensor by tensor
+/// ([`crate::safetensors_stream`]): host memory grows by one tensor at most.
 fn write_file(path: &Path, names: &[String], tensors: &TensorMap) -> Result<()> {
-    let data: Vec<(String, Tensor)> = names
-        .iter()
-        .map(|n| (n.clone(), tensors[n].contiguous().and_then(|t| t.to_device(&Device::Cpu))))
-        .map(|(n, t)| t.map(|t| (n, t)).map_err(Error::from))
-        .collect::<Result<_>>()?;
+    let data: Vec<(String, &Tensor)> = names.iter().map(|n| (n.clone(), &tensors[n])).collect();
     let metadata: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    safetensors::serialize_to_file(data, Some(metadata), path)
-        .map_err(|e| Error::Safetensors { path: path.into(), message: e.to_string() })
+    crate::safetensors_stream::write(path, &data, Some(&metadata))
 }
 
 /// The transformers spelling of a dtype.

@@ -74,7 +74,7 @@ impl Run {
         let Some(dir) = &self.resume_dir else { return Ok(None) };
         let state = checkpoint::load_state(dir)?;
         checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_hash, opts.allow_config_change)?;
-        optimizer.import_state(&checkpoint::load_optimizer(dir, &self.device)?.into_iter().collect())?;
+        optimizer.import_from(&checkpoint::OptimizerFile::open(dir, &self.device)?)?;
         optimizer.sync_params_from_masters(vars)?;
         eprintln!("resumed from {} at step {}", dir.display(), state.step);
         Ok(Some(state))

@@ -96,6 +96,29 @@ pub struct AdamW {
     state: BTreeMap<String, ParamState>,
 }
 
+/// Saved optimizer tensors: names and shapes known up front, each tensor
+/// loaded when asked for (a map in memory, or a checkpoint file read tensor
+/// by tensor).
+pub trait SavedState {
+    fn keys(&self) -> Vec<String>;
+    fn shape(&self, key: &str) -> Option<Vec<usize>>;
+    fn load(&self, key: &str) -> Result<Tensor>;
+}
+
+impl SavedState for HashMap<String, Tensor> {
+    fn keys(&self) -> Vec<String> {
+        HashMap::keys(self).cloned().collect()
+    }
+
+    fn shape(&self, key: &str) -> Option<Vec<usize>> {
+        self.get(key).map(|t| t.dims().to_vec())
+    }
+
+    fn load(&self, key: &str) -> Result<Tensor> {
+        self.get(key).cloned().ok_or_else(|| state_err(key, "is missing from the optimizer state"))
+    }
+}
+
 fn state_err(name: &str, message: impl Into<String>) -> Error {
     Error::OptimizerState {
         name: name.to_string(),
@@ -245,57 +268,60 @@ impl AdamW {
     /// wrong shape or an unexpected extra tensor is an error naming it.
     /// Masters are restored too; call it before the next `step`.
     pub fn import_state(&mut self, map: &HashMap<String, Tensor>) -> Result<()> {
-        let get = |key: &str| {
-            map.get(key)
-                .ok_or_else(|| state_err(key, "is missing from the optimizer state"))
-        };
+        self.import_from(map)
+    }
+
+    /// [`AdamW::import_state`] from any [`SavedState`], tensor by tensor:
+    /// every name and shape is checked first (nothing changes on an error),
+    /// then each moment replaces the one it restores as it is loaded, so a
+    /// resume never holds two copies of the optimizer state.
+    pub fn import_from(&mut self, src: &impl SavedState) -> Result<()> {
+        let mut expected = vec!["step".to_string()];
+        for (name, st) in &self.state {
+            expected.push(format!("state.{name}.step"));
+            let mut tensors = vec!["exp_avg", "exp_avg_sq"];
+            if st.master.is_some() {
+                tensors.push("master");
+            }
+            for suffix in tensors {
+                let key = format!("state.{name}.{suffix}");
+                match src.shape(&key) {
+                    None => return Err(state_err(&key, "is missing from the optimizer state")),
+                    Some(dims) if dims != st.m.dims() => {
+                        return Err(state_err(&key, format!("has shape {dims:?}, parameter is {:?}", st.m.dims())))
+                    }
+                    Some(_) => expected.push(key),
+                }
+            }
+        }
+        let keys = src.keys();
+        if let Some(missing) = expected.iter().find(|k| !keys.contains(k)) {
+            return Err(state_err(missing, "is missing from the optimizer state"));
+        }
+        if let Some(extra) = keys.iter().find(|k| !expected.contains(k)) {
+            return Err(state_err(extra, "is in the optimizer state but matches no parameter of this model"));
+        }
         let scalar = |key: &str| -> Result<u64> {
-            let t = get(key)?;
-            let v = t
-                .flatten_all()?
-                .to_dtype(DType::I64)?
-                .to_vec1::<i64>()
-                .map_err(|e| state_err(key, e.to_string()))?;
+            let v = src.load(key)?.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>().map_err(|e| state_err(key, e.to_string()))?;
             match v.as_slice() {
                 [x] if *x >= 0 => Ok(*x as u64),
-                _ => Err(state_err(
-                    key,
-                    format!("must hold one non-negative count, holds {v:?}"),
-                )),
+                _ => Err(state_err(key, format!("must hold one non-negative count, holds {v:?}"))),
             }
         };
-        let mut expected = vec!["step".to_string()];
-        let mut new_state = self.state.clone();
-        for (name, st) in new_state.iter_mut() {
-            let (dims, device) = (st.m.dims().to_vec(), st.m.device().clone());
-            let tensor = |suffix: &str| -> Result<Tensor> {
-                let key = format!("state.{name}.{suffix}");
-                let t = get(&key)?;
-                if t.dims() != dims.as_slice() {
-                    return Err(state_err(
-                        &key,
-                        format!("has shape {:?}, parameter is {:?}", t.dims(), dims),
-                    ));
-                }
-                Ok(t.to_dtype(DType::F32)?.to_device(&device)?)
-            };
-            st.step = scalar(&format!("state.{name}.step"))?;
-            st.m = tensor("exp_avg")?;
-            st.v = tensor("exp_avg_sq")?;
-            expected.extend(["step", "exp_avg", "exp_avg_sq"].map(|s| format!("state.{name}.{s}")));
+        // Counts first: a bad one fails before any moment is replaced.
+        let steps = self.state.keys().map(|name| scalar(&format!("state.{name}.step"))).collect::<Result<Vec<_>>>()?;
+        let step = scalar("step")?;
+        for ((name, st), s) in self.state.iter_mut().zip(steps) {
+            let device = st.m.device().clone();
+            let load = |suffix: &str| -> Result<Tensor> { Ok(src.load(&format!("state.{name}.{suffix}"))?.to_dtype(DType::F32)?.to_device(&device)?) };
+            st.step = s;
+            st.m = load("exp_avg")?;
+            st.v = load("exp_avg_sq")?;
             if st.master.is_some() {
-                st.master = Some(tensor("master")?);
-                expected.push(format!("state.{name}.master"));
+                st.master = Some(load("master")?);
             }
         }
-        if let Some(extra) = map.keys().find(|k| !expected.contains(k)) {
-            return Err(state_err(
-                extra,
-                "is in the optimizer state but matches no parameter of this model",
-            ));
-        }
-        self.step = scalar("step")?;
-        self.state = new_state;
+        self.step = step;
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 //! compared with the PyTorch/transformers counterparts in `scripts/`.
 
 pub mod attention;
+pub mod checkpoint;
 pub mod decode;
 pub mod grep;
 pub mod logprob;
@@ -33,6 +34,8 @@ pub enum Command {
     Memory(memory::Args),
     /// Our grep on a warm snapshot against ripgrep on a checkout.
     Grep(grep::Args),
+    /// Host memory of saving and resuming a checkpoint (model + AdamW state) of a random model.
+    Checkpoint(checkpoint::Args),
 }
 
 pub fn run(cmd: Command) -> Result<()> {
@@ -45,6 +48,7 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Model(args) => model::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Grep(args) => grep::run(args),
+        Command::Checkpoint(args) => checkpoint::run(args),
     }
 }
 
