@@ -66,6 +66,9 @@ enum Command {
     /// Task data: gold from patches, tasks from a repository's history.
     #[command(subcommand)]
     Tasks(cli::env::TasksCommand),
+    /// Repositories a task file needs: clone them into a repos dir, check every base commit.
+    #[command(subcommand)]
+    Repos(cli::repos::Command),
     /// Write the generated practice repository (Python code with an issue-like history).
     PracticeRepo(cli::practice::Args),
     /// Check the CUDA kernels against their CPU references (needs --features cuda and a GPU).
@@ -97,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tool(args) => cli::env::run_tool(args),
         Command::Reward(args) => cli::env::run_reward(args),
         Command::Tasks(cmd) => cli::env::run_tasks(cmd),
+        Command::Repos(cmd) => cli::repos::run(cmd),
         Command::PracticeRepo(args) => cli::practice::run(args),
         Command::Selftest(args) => cli::selftest::run(args),
         Command::Bench(cmd) => cli::bench::run(cmd),

@@ -5,7 +5,8 @@
 use rollout::episode::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use crate::run_config::RunConfig;
+use std::path::{Path, PathBuf};
 
 /// Who writes the SFT trajectories.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +99,17 @@ impl PipelineSection {
         }
         Ok(())
     }
+}
+
+/// What `fusegrpo pipeline` needs of a run config before it runs: the
+/// `[pipeline]` section and a task file (`pipeline.tasks`, else
+/// `train.tasks`). `path` is the config file, named in the error.
+pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> crate::error::Result<(&'a PipelineSection, &'a Path)> {
+    let missing = |key: &str, message: &str| crate::Error::Config { path: path.into(), key: key.into(), message: message.into() };
+    let p = cfg.pipeline.as_ref().ok_or_else(|| missing("pipeline", "no [pipeline] section (fusegrpo pipeline needs one)"))?;
+    let tasks = p.tasks.as_deref().or(cfg.train.tasks.as_deref());
+    let tasks = tasks.ok_or_else(|| missing("pipeline.tasks", "not set (nor train.tasks): the pipeline needs a task file"))?;
+    Ok((p, tasks))
 }
 
 /// One row of the report: the FuseSearch table's metrics on held-out tasks.

@@ -5,6 +5,7 @@ mod cli_model;
 mod cli_pipeline;
 mod cli_plot;
 mod cli_practice;
+mod cli_repos;
 mod cli_rollout;
 mod cli_train;
 mod serve_http;

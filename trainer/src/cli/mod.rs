@@ -7,6 +7,7 @@ pub mod env;
 pub mod generate;
 pub mod init_tiny;
 pub mod practice;
+pub mod repos;
 pub mod plot;
 pub mod rollout;
 pub mod run;

@@ -42,10 +42,10 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sampling.seed = seed;
         cfg.sft.seed = seed;
     }
-    let p = cfg.pipeline.clone().with_context(|| format!("{}: no [pipeline] section", args.config.display()))?;
-    let tasks_path = p.tasks.clone().or_else(|| cfg.train.tasks.clone()).context("pipeline.tasks is not set in the config")?;
+    let (p, tasks_path) = trainer::pipeline::pipeline_inputs(&cfg, &args.config)?;
+    let (p, tasks_path) = (p.clone(), tasks_path.to_path_buf());
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    let all = rollout::tasks::load_tasks(&tasks_path)?;
+    let all = rollout::tasks::load_tasks(&tasks_path).with_context(|| format!("the task file of {} (pipeline.tasks)", args.config.display()))?;
     let (train, heldout) = split_tasks(&all, &p)?;
     eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
     super::common::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;

@@ -40,3 +40,34 @@ fn micro_batch_tokens_selects_packing_and_zero_names_the_key() {
         assert!(e.to_string().contains("run.toml"), "{e}");
     }
 }
+
+/// The Qwen3-4B recipe passes what `fusegrpo pipeline` checks before it runs
+/// (`pipeline_inputs`), and carries FuseSearch's filter and the packed,
+/// recomputed micro-batches its comments promise.
+#[test]
+fn qwen3_4b_recipe_is_a_pipeline_config() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/qwen3-4b-fusesearch.toml");
+    let cfg = RunConfig::from_file(&path).unwrap();
+    let (p, tasks) = trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(tasks.ends_with("configs/../data/tasks.jsonl"), "{}", tasks.display());
+    assert!(matches!(p.teacher, trainer::pipeline::Teacher::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
+    assert_ne!(cfg.sft, trainer::sft::config::SftSection::default(), "[sft] is missing");
+    let f = &cfg.sft.filter;
+    assert_eq!((f.min_f1, f.min_e, f.min_calls_per_turn, f.max_calls_per_turn), (0.5, 0.2, 2.0, 8.0));
+    assert!(f.max_truncation_ratio > 0.0 && f.max_tokens == cfg.episode.max_total_tokens);
+    assert_eq!(cfg.train.micro_batching().unwrap(), MicroBatching::Tokens(65536));
+    assert_eq!(cfg.train.recompute, trainer::model::recompute::Recompute::PerLayer);
+    assert!(matches!(cfg.sft.micro_batching().unwrap(), MicroBatching::Tokens(_)));
+    assert!(cfg.pipeline.as_ref().unwrap().heldout_tasks >= 1);
+}
+
+/// Without `[pipeline]` the same check refuses, naming the file and the key.
+#[test]
+fn pipeline_check_names_a_missing_section() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/qwen3-4b-fusesearch.toml");
+    let mut cfg = RunConfig::from_file(&path).unwrap();
+    cfg.pipeline = None;
+    let e = trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_err();
+    assert!(matches!(e, trainer::Error::Config { ref key, .. } if key == "pipeline"), "{e}");
+    assert!(e.to_string().contains("qwen3-4b-fusesearch.toml"), "{e}");
+}

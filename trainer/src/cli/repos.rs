@@ -1,0 +1,147 @@
+//! `fusegrpo repos fetch`: the `owner__name` repositories a task file needs,
+//! cloned with git into a repos dir (where the environment looks for them,
+//! `rollout::repo::open_repository`), with every task's base commit checked.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use anyhow::{bail, Context, Result};
+use rollout::repo::repo_dir_name;
+use rollout::tasks::load_tasks;
+
+/// `fusegrpo repos ...`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Clone each repository a task file names into REPOS_DIR/owner__name (skipped when it already holds every base commit).
+    Fetch(FetchArgs),
+}
+
+/// `fusegrpo repos fetch`.
+#[derive(clap::Args)]
+pub struct FetchArgs {
+    /// Task JSONL (SWE-bench rows, tasks from-history): its `repo` and `base_commit` fields.
+    #[arg(long)]
+    pub tasks: PathBuf,
+    /// Folder to hold the repositories as `owner__name` (created if missing).
+    #[arg(long)]
+    pub repos_dir: PathBuf,
+    /// Where to clone from: a URL or path template, `{owner}` and `{name}` replaced.
+    #[arg(long, default_value = "https://github.com/{owner}/{name}.git")]
+    pub source: String,
+}
+
+/// The tasks of one repository: `(instance_id, base_commit)`.
+type Needs = Vec<(String, String)>;
+
+/// Runs a `repos` subcommand.
+pub fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Fetch(args) => fetch(&args),
+    }
+}
+
+fn fetch(args: &FetchArgs) -> Result<()> {
+    let tasks = load_tasks(&args.tasks)?;
+    let mut by_repo: BTreeMap<String, Needs> = BTreeMap::new();
+    for t in &tasks {
+        by_repo.entry(t.repo.clone()).or_default().push((t.instance_id.clone(), t.base_commit.clone()));
+    }
+    std::fs::create_dir_all(&args.repos_dir).with_context(|| format!("creating --repos-dir {}", args.repos_dir.display()))?;
+    eprintln!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), args.tasks.display(), by_repo.len());
+    for (repo, needs) in &by_repo {
+        fetch_one(repo, needs, args).with_context(|| format!("repository {repo} (tasks in {})", args.tasks.display()))?;
+    }
+    Ok(())
+}
+
+/// One repository: skipped when present with every base commit, else
+/// cloned (or, when present but lacking commits, fetched into), then checked.
+fn fetch_one(repo: &str, needs: &Needs, args: &FetchArgs) -> Result<()> {
+    let base = repo_dir_name(repo)?;
+    let url = source_url(&args.source, repo)?;
+    let existing = [base.clone(), format!("{base}.git")].into_iter().map(|n| args.repos_dir.join(n)).find(|p| p.is_dir());
+    let dir = match existing {
+        Some(dir) => {
+            let missing = missing_commits(&dir, needs)?;
+            if missing.is_empty() {
+                eprintln!("{repo}: {} holds all {} base commits, skipped", dir.display(), needs.len());
+                return Ok(());
+            }
+            eprintln!("{repo}: {} lacks {} of {} base commits; fetching from {url}", dir.display(), missing.len(), needs.len());
+            git(&dir, &["fetch", "--quiet", "--tags", &url, "+refs/heads/*:refs/remotes/fetched/*"])?;
+            dir
+        }
+        None => clone(&url, &args.repos_dir.join(&base), repo)?,
+    };
+    let missing = missing_commits(&dir, needs)?;
+    if let Some((id, commit)) = missing.first() {
+        bail!(
+            "task {id}: base commit {commit} is not in {} (from {url}){}",
+            dir.display(),
+            if missing.len() > 1 { format!("; {} tasks' base commits are missing in all", missing.len()) } else { String::new() }
+        );
+    }
+    eprintln!("{repo}: {} ready, all {} base commits present", dir.display(), needs.len());
+    Ok(())
+}
+
+/// `--source` with `{owner}` and `{name}` of `repo` filled in.
+fn source_url(template: &str, repo: &str) -> Result<String> {
+    let (owner, name) = repo.split_once('/').with_context(|| format!("repository `{repo}` is not owner/name"))?;
+    if !template.contains("{owner}") && !template.contains("{name}") {
+        bail!("--source `{template}` has neither {{owner}} nor {{name}}: every repository would come from one place");
+    }
+    let url = template.replace("{owner}", owner).replace("{name}", name);
+    // A local path is made absolute: git runs in other folders.
+    Ok(match std::fs::canonicalize(&url) {
+        Ok(path) => path.to_string_lossy().into_owned(),
+        Err(_) => url,
+    })
+}
+
+/// `git clone --bare` into `<dest>.part`, renamed to `dest` once complete
+/// (an interrupted clone is never mistaken for a repository).
+fn clone(url: &str, dest: &Path, repo: &str) -> Result<PathBuf> {
+    let part = dest.with_file_name(format!("{}.part", dest.file_name().and_then(|n| n.to_str()).unwrap_or("repo")));
+    if part.exists() {
+        std::fs::remove_dir_all(&part).with_context(|| format!("removing the unfinished clone {}", part.display()))?;
+    }
+    eprintln!("{repo}: cloning {url} into {}", dest.display());
+    git(Path::new("."), &["clone", "--bare", "--quiet", url, &part.to_string_lossy()])?;
+    std::fs::rename(&part, dest).with_context(|| format!("renaming {} to {}", part.display(), dest.display()))?;
+    Ok(dest.to_path_buf())
+}
+
+/// The tasks whose base commit `dir` does not hold (`git cat-file -e`).
+fn missing_commits(dir: &Path, needs: &Needs) -> Result<Needs> {
+    let mut missing = Needs::new();
+    for (id, commit) in needs {
+        let status = Process::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running git (is it installed?)")?;
+        if !status.success() {
+            missing.push((id.clone(), commit.clone()));
+        }
+    }
+    Ok(missing)
+}
+
+/// `git -C dir args...`, never prompting for credentials; the error carries git's stderr.
+fn git(dir: &Path, args: &[&str]) -> Result<()> {
+    let out = Process::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .context("running git (is it installed?)")?;
+    if !out.status.success() {
+        bail!("git {} failed in {}: {}", args.join(" "), dir.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
