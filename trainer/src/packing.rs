@@ -108,8 +108,12 @@ pub fn plan(lengths: &[usize], budget: usize) -> Result<Vec<Pack>> {
 /// nonzero entry (what a forward pass must cover for that row), 0 when the
 /// row has none.
 pub fn trained_lengths(mask: &Tensor) -> Result<Vec<usize>> {
-    let rows = mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-    Ok(rows.iter().map(|m| m.iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1)).collect())
+    Ok(lengths_of_rows(&mask.to_dtype(DType::F32)?.to_vec2::<f32>()?))
+}
+
+/// [`trained_lengths`] of a mask already on the host.
+pub fn lengths_of_rows(rows: &[Vec<f32>]) -> Vec<usize> {
+    rows.iter().map(|m| m.iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1)).collect()
 }
 
 /// Token slots computed against tokens that needed computing, over the

@@ -68,16 +68,8 @@ impl Reader {
         let mut entries = std::collections::BTreeMap::new();
         for (name, v) in header.into_iter().filter(|(k, _)| k != "__metadata__") {
             let bad = || err(format!("header entry {name} is malformed"));
-            let dtype = match v["dtype"].as_str().ok_or_else(bad)? {
-                "F32" => DType::F32,
-                "F16" => DType::F16,
-                "BF16" => DType::BF16,
-                "F64" => DType::F64,
-                "U32" => DType::U32,
-                "U8" => DType::U8,
-                "I64" => DType::I64,
-                other => return Err(err(format!("{name}: dtype {other} is not supported"))),
-            };
+            let code = v["dtype"].as_str().ok_or_else(bad)?;
+            let dtype = DTYPES.iter().find(|(_, c)| *c == code).map(|&(d, _)| d).ok_or_else(|| err(format!("{name}: dtype {code} is not supported")))?;
             let shape: Vec<usize> = serde_json::from_value(v["shape"].clone()).map_err(|_| bad())?;
             let offsets: [u64; 2] = serde_json::from_value(v["data_offsets"].clone()).map_err(|_| bad())?;
             let bytes = shape.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64;
@@ -145,18 +137,13 @@ fn header(tensors: &[(String, &Tensor)], metadata: Option<&HashMap<String, Strin
     Ok(text)
 }
 
+/// The dtypes written and read here, with their safetensors spelling.
+const DTYPES: [(DType, &str); 7] =
+    [(DType::F32, "F32"), (DType::F16, "F16"), (DType::BF16, "BF16"), (DType::F64, "F64"), (DType::U32, "U32"), (DType::U8, "U8"), (DType::I64, "I64")];
+
 /// The safetensors spelling of a dtype.
 fn dtype_code(d: DType) -> std::result::Result<&'static str, String> {
-    Ok(match d {
-        DType::F32 => "F32",
-        DType::F16 => "F16",
-        DType::BF16 => "BF16",
-        DType::F64 => "F64",
-        DType::U32 => "U32",
-        DType::U8 => "U8",
-        DType::I64 => "I64",
-        other => return Err(format!("dtype {other:?} has no safetensors writer here")),
-    })
+    DTYPES.iter().find(|(x, _)| *x == d).map(|&(_, c)| c).ok_or_else(|| format!("dtype {d:?} has no safetensors writer here"))
 }
 
 #[cfg(test)]

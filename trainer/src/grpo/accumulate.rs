@@ -15,7 +15,7 @@ use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
 use crate::model::Qwen3;
 use crate::optim::Gradients;
-use crate::packing::{plan, trained_lengths, MicroBatching, Pack, Padding};
+use crate::packing::{lengths_of_rows, plan, trained_lengths, MicroBatching, Pack, Padding};
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 use std::collections::BTreeMap;
@@ -212,17 +212,18 @@ pub fn accumulate_gradients(
         return Err(Error::invalid("grpo batch", "rollout_correction = \"tis\" needs the rollout's log-probs"));
     }
     let totals = BatchTotals::of_mask(&batch.mask)?;
-    let mut lengths = trained_lengths(&batch.mask)?;
+    // The mask on the host once: lengths, token counts and packed weights.
+    let mask_rows = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    let mut lengths = lengths_of_rows(&mask_rows);
     let advantages = batch.advantages.to_dtype(DType::F32)?.to_vec1::<f32>()?;
     let mut acc = Accumulated::default();
     // Zero advantage and no KL: the row's loss and gradient are exactly 0.
     if cfg.beta == 0.0 && cfg.skip_zero_advantage {
-        let mask_tokens = batch.mask.to_dtype(DType::F64)?.sum(1)?.to_vec1::<f64>()?;
         let zero: Vec<usize> = (0..b).filter(|&r| advantages[r] == 0.0 && lengths[r] > 0).collect();
         for r in zero {
             lengths[r] = 0;
             acc.sums.skipped_rows += 1;
-            acc.sums.tokens += mask_tokens[r];
+            acc.sums.tokens += mask_rows[r].iter().map(|&m| m as f64).sum::<f64>();
         }
     }
     match micro {
@@ -235,10 +236,9 @@ pub fn accumulate_gradients(
             }
         }
         MicroBatching::Tokens(budget) => {
-            let mask = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
             for pack in plan(&lengths, budget)? {
                 acc.padding.add(pack.width(), pack.width());
-                packed_micro_batch(model, params, batch, &pack, &mask, &advantages, cfg, totals, &mut acc)?;
+                packed_micro_batch(model, params, batch, &pack, &mask_rows, &advantages, cfg, totals, &mut acc)?;
             }
         }
     }
