@@ -15,6 +15,14 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// `cpu` or `cuda`, as configs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+
     /// Opens the device; for CUDA, GPU 0 (see [`cuda_unavailable`] for the error).
     pub fn open(self) -> Result<Device> {
         match self {

@@ -39,6 +39,7 @@ pub mod optim;
 pub mod packing;
 pub mod params;
 pub mod pipeline;
+pub mod plan;
 pub mod policy;
 pub mod run_config;
 pub mod safetensors_stream;

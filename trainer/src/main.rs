@@ -54,6 +54,8 @@ enum Command {
     Train(cli::train::Args),
     /// The whole recipe: synth -> filter -> sft -> grpo -> eval, with report.json.
     Pipeline(cli::pipeline::Args),
+    /// The memory plan of a run config: bytes per phase and part, and whether it fits.
+    Plan(cli::plan::Args),
     /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
     Plot(cli::plot::Args),
     /// Chat-template utilities.
@@ -93,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         Command::Synth(args) => cli::synth::run(args),
         Command::Sft(args) => cli::sft::run(args),
         Command::Pipeline(args) => cli::pipeline::run(args),
+        Command::Plan(args) => cli::plan::run(args),
         Command::Plot(args) => cli::plot::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),

@@ -12,6 +12,7 @@ pub mod plot;
 pub mod rollout;
 pub mod run;
 pub mod pipeline;
+pub mod plan;
 pub mod score;
 pub mod sft;
 pub mod synth;

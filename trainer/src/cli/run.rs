@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor, RngState, TrainState, FORMAT_VERSION};
 use trainer::optim::AdamW;
+use trainer::plan::PhaseKind;
 use trainer::run_config::RunConfig;
 use trainer::weights::{load_weights, TensorMap};
 use trainer::Qwen3Config;
@@ -21,6 +22,56 @@ pub struct RunOptions {
     pub max_steps: Option<u64>,
     pub save_every: Option<u64>,
     pub allow_config_change: bool,
+    /// The memory plan's check before the weights are loaded.
+    pub memory: MemoryCheck,
+}
+
+/// What the run's memory plan is checked against at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MemoryCheck {
+    /// The device's free memory (the host's available memory on the CPU).
+    #[default]
+    Device,
+    /// This many bytes (`--gpu-memory`).
+    Limit(u64),
+    /// No check (`--no-memory-check`).
+    Off,
+}
+
+impl MemoryCheck {
+    /// From `--gpu-memory` and `--no-memory-check`.
+    pub fn from_args(limit: Option<u64>, off: bool) -> Self {
+        match (off, limit) {
+            (true, _) => MemoryCheck::Off,
+            (false, Some(b)) => MemoryCheck::Limit(b),
+            (false, None) => MemoryCheck::Device,
+        }
+    }
+}
+
+/// `--gpu-memory` and `--no-memory-check` of `train` and `sft`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct MemoryArgs {
+    /// Check the memory plan against this much device memory (e.g. 141GB)
+    /// instead of the device's free memory.
+    #[arg(long, value_parser = trainer::plan::bytes::parse)]
+    pub gpu_memory: Option<u64>,
+    /// Skip the memory plan's check at start.
+    #[arg(long)]
+    pub no_memory_check: bool,
+}
+
+impl MemoryArgs {
+    pub fn check(&self) -> MemoryCheck {
+        MemoryCheck::from_args(self.gpu_memory, self.no_memory_check)
+    }
+}
+
+/// The run stage whose memory phases are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Grpo,
+    Sft,
 }
 
 /// How a training run ended.
@@ -47,9 +98,28 @@ pub struct Run {
     keep_last: usize,
 }
 
+/// The memory plan of `stage` against the device (or `--gpu-memory`),
+/// before anything large is allocated: a clear error naming the setting to
+/// lower instead of an out-of-memory failure deep inside a step.
+fn check_memory(cfg: &RunConfig, model: &Qwen3Config, device: &Device, check: MemoryCheck, stage: Stage) -> Result<()> {
+    let (limit, what) = match check {
+        MemoryCheck::Off => return Ok(()),
+        MemoryCheck::Limit(b) => (b, "--gpu-memory"),
+        MemoryCheck::Device => trainer::plan::device_memory::available(device)?,
+    };
+    let mut plan = trainer::plan::run::for_run(cfg, model, rayon::current_num_threads())?;
+    let kinds: &[PhaseKind] = match stage {
+        Stage::Grpo => &[PhaseKind::Rollout, PhaseKind::GrpoUpdate],
+        Stage::Sft => &[PhaseKind::SftUpdate],
+    };
+    plan.phases.retain(|p| kinds.contains(&p.kind));
+    tracing::info!(peak = %trainer::plan::bytes::format(plan.peak_bytes()), limit = %trainer::plan::bytes::format(limit), "memory plan");
+    Ok(plan.check(limit, what)?)
+}
+
 impl Run {
     /// Resolves where the run starts (`opts.resume`) and loads those weights.
-    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize) -> Result<(Run, TensorMap)> {
+    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap)> {
         let cfg_json = serde_json::to_value(cfg)?;
         let cfg_hash = checkpoint::config_hash(&cfg_json);
         let resume_dir = match opts.resume.as_deref() {
@@ -61,6 +131,7 @@ impl Run {
         let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
         let model_cfg = Qwen3Config::from_file(&model_dir.join("config.json"))?;
         let device = cfg.model.device.open()?;
+        check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
         let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tok_dir = cfg.tokenizer_dir(&base_dir);

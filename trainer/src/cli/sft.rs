@@ -44,6 +44,8 @@ pub struct Args {
     /// Resume even if the run config changed since the checkpoint.
     #[arg(long)]
     pub allow_config_change: bool,
+    #[command(flatten)]
+    pub memory: super::run::MemoryArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -55,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) => rollout::tasks::load_tasks(&p)?,
         None => Vec::new(),
     };
-    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change };
+    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change, memory: args.memory.check() };
     sft(&cfg, &data, &run_dir, &tasks, &opts).map(|_| ())
 }
 
@@ -148,10 +150,11 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     let total = opts.max_steps.unwrap_or(run_steps);
     eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
 
-    let (run, weights) = Run::open(cfg, run_dir, opts, s.keep_last)?;
+    let (run, weights) = Run::open(cfg, run_dir, opts, s.keep_last, super::run::Stage::Sft)?;
     let device = run.device.clone();
     let mut trainer = SftTrainer::new(cfg, &run.model_cfg, &weights, run_steps)?;
     drop(weights);
+    trainer::malloc::release_free_memory();
     let mut cursor = DataCursor::default();
     if let Some(state) = run.resume(opts, &mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;

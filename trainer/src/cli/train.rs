@@ -34,6 +34,8 @@ pub struct Args {
     /// Resume even if the run config changed since the checkpoint.
     #[arg(long)]
     pub allow_config_change: bool,
+    #[command(flatten)]
+    pub memory: super::run::MemoryArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -42,13 +44,13 @@ pub fn run(args: Args) -> Result<()> {
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
     let tasks = rollout::tasks::load_tasks(&tasks_path)?;
     anyhow::ensure!(!tasks.is_empty(), "{}: no tasks", tasks_path.display());
-    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change };
+    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change, memory: args.memory.check() };
     train(&cfg, &run_dir, &tasks, &opts).map(|_| ())
 }
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], args: &RunOptions) -> Result<RunEnd> {
-    let (run, weights) = Run::open(cfg, run_dir, args, cfg.train.keep_last)?;
+    let (run, weights) = Run::open(cfg, run_dir, args, cfg.train.keep_last, super::run::Stage::Grpo)?;
     // The KL reference is always the run's starting model, also on resume.
     let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0) {
         (Some(_), true) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
@@ -57,6 +59,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
     let mut trainer = Trainer::new(cfg.clone(), &run.model_cfg, &weights, reference.as_ref(), rng)?;
     drop((weights, reference));
+    trainer::malloc::release_free_memory();
     let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
     if let Some(state) = run.resume(args, &mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;

@@ -57,6 +57,7 @@ pub fn run(a: Args) -> Result<()> {
     let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
     let (model, params) = Qwen3::trainable(&cfg, &w)?;
     drop(w);
+    trainer::malloc::release_free_memory();
     // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.
     let n = a.rows * a.tokens;
     let ids: Vec<u32> = (0..n).map(|i| ((i as u64 * 7919 + 13) % a.shape.vocab as u64) as u32).collect();
@@ -119,6 +120,16 @@ pub fn run(a: Args) -> Result<()> {
         "threads": rayon::current_num_threads(),
     });
     merge(&mut report, a.shape.json());
+    // The memory planner's figure for this step, beside the measured peak.
+    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads() };
+    let recompute = match a.recompute {
+        Recompute::Off => trainer::grpo::Recompute::Off,
+        Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
+    };
+    let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
+    let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;
+    let measured = (rss_kib("VmHWM") / 1024) as f64;
+    merge(&mut report, serde_json::json!({"planned_peak_mib": predicted.round(), "planned_vs_measured": predicted / measured}));
     println!("{report}");
     Ok(())
 }

@@ -1,0 +1,58 @@
+//! `fusegrpo plan`: the memory planner's table for a run config, and
+//! whether it fits a device's memory.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use trainer::plan::{bytes, run::for_run};
+use trainer::run_config::RunConfig;
+use trainer::Qwen3Config;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration (TOML; see configs/).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Device memory to check against, e.g. 141GB or 80GiB (default: no check).
+    #[arg(long, value_parser = bytes::parse)]
+    pub gpu_memory: Option<u64>,
+    /// The model's config.json, when the config's model is a hub id not downloaded yet.
+    #[arg(long)]
+    pub model_config: Option<PathBuf>,
+    /// CPU threads the run will use (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// One JSON line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let cfg = RunConfig::from_file(&a.config)?;
+    let model = model_config(&cfg, a.model_config.as_deref())?;
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    let plan = for_run(&cfg, &model, threads)?;
+    if a.json {
+        println!("{}", plan.json(a.gpu_memory));
+    } else {
+        print!("{}", plan.table(a.gpu_memory));
+    }
+    Ok(())
+}
+
+/// The model's shape: `--model-config`, else the config's model folder (or
+/// its hub cache), else the published shape of a known hub id.
+pub fn model_config(cfg: &RunConfig, explicit: Option<&Path>) -> Result<Qwen3Config> {
+    if let Some(path) = explicit {
+        return Ok(Qwen3Config::from_file(path)?);
+    }
+    let local = Path::new(&cfg.model.path).join("config.json");
+    if local.is_file() {
+        return Ok(Qwen3Config::from_file(&local)?);
+    }
+    if let Some(known) = trainer::plan::known::published(&cfg.model.path) {
+        return Ok(known);
+    }
+    let dir = trainer::hub::resolve_model_dir(&cfg.model.path)
+        .with_context(|| format!("[model] path = {:?}: no config.json to plan from; pass --model-config", cfg.model.path))?;
+    Ok(Qwen3Config::from_file(&dir.join("config.json"))?)
+}

@@ -1,0 +1,57 @@
+//! Byte sizes as people write them: `141GB`, `80GiB`, `512M`, `1e9`.
+
+/// Parse a size: a number with an optional unit (B, KB/MB/GB/TB = powers of
+/// 1000, KiB/MiB/GiB/TiB or K/M/G/T = powers of 1024), case-insensitive.
+pub fn parse(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
+    let (num, unit) = (t[..split].trim(), t[split..].trim().to_ascii_lowercase());
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a size (e.g. 141GB, 80GiB, 512MiB)"))?;
+    let scale: f64 = match unit.as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        _ => return Err(format!("`{text}`: unknown unit `{unit}` (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
+    };
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("`{text}`: a size must be positive"));
+    }
+    Ok((value * scale).round() as u64)
+}
+
+/// `1.23 GiB`, `456.0 MiB`, `789 B`.
+pub fn format(bytes: u64) -> String {
+    let b = bytes as f64;
+    let units = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+    for (name, shift) in units {
+        let unit = (1u64 << shift) as f64;
+        if b >= unit {
+            return format!("{:.2} {name}", b / unit);
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_both_unit_families_and_bad_ones_are_named() {
+        assert_eq!(parse("141GB"), Ok(141_000_000_000));
+        assert_eq!(parse("80 GiB"), Ok(80 << 30));
+        assert_eq!(parse("512m"), Ok(512 << 20));
+        assert_eq!(parse("1e9"), Ok(1_000_000_000));
+        assert!(parse("lots").unwrap_err().contains("`lots`"));
+        assert!(parse("3 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse("-1GB").is_err());
+        assert_eq!(format(1536 << 20), "1.50 GiB");
+        assert_eq!(format(12), "12 B");
+    }
+}
