@@ -68,11 +68,33 @@ pub struct RolloutSection {
     pub group: usize,
     /// Bound on rows x (tokens + new tokens) in one generation batch.
     pub max_batch_tokens: usize,
+    /// Bound on KV slots held at once (parked caches and the decoding
+    /// batch's, left padding included); episodes whose parked cache does not
+    /// fit are prefilled again at their next turn. At least 2 x
+    /// `[episode] max_total_tokens`. Unset: unbounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_kv_tokens: Option<usize>,
+    /// Bound on tokens in one prefill forward (longer prefills are split).
+    #[serde(skip_serializing_if = "is_default_prefill")]
+    pub max_prefill_tokens: usize,
+}
+
+/// Tokens per prefill forward unless set.
+pub const DEFAULT_MAX_PREFILL_TOKENS: usize = 16_384;
+
+fn is_default_prefill(n: &usize) -> bool {
+    *n == DEFAULT_MAX_PREFILL_TOKENS
+}
+
+impl RolloutSection {
+    pub fn limits(&self) -> crate::policy::RolloutLimits {
+        crate::policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens }
+    }
 }
 
 impl Default for RolloutSection {
     fn default() -> Self {
-        RolloutSection { group: 4, max_batch_tokens: 262_144 }
+        RolloutSection { group: 4, max_batch_tokens: 262_144, max_kv_tokens: None, max_prefill_tokens: DEFAULT_MAX_PREFILL_TOKENS }
     }
 }
 
@@ -161,6 +183,15 @@ impl RunConfig {
         }
         if self.episode.max_turns == 0 || self.episode.max_turn_tokens == 0 {
             return bad("episode.max_turns / episode.max_turn_tokens", "must be at least 1".into());
+        }
+        if let Some(kv) = self.rollout.max_kv_tokens {
+            let least = 2 * self.episode.max_total_tokens;
+            if kv < least {
+                return bad("rollout.max_kv_tokens", format!("{kv} cannot hold one episode: at least 2 x [episode] max_total_tokens = {least}"));
+            }
+        }
+        if self.rollout.max_prefill_tokens == 0 {
+            return bad("rollout.max_prefill_tokens", "must be at least 1".into());
         }
         if self.train.tasks_per_step == 0 {
             return bad("train.tasks_per_step", "must be at least 1".into());

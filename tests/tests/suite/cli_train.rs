@@ -196,3 +196,45 @@ fn corrupt_checkpoints_are_refused_naming_the_file() {
     let err = resume();
     assert!(err.contains("model.safetensors"), "{err}");
 }
+
+/// `plan` prints the phases and their sum; `train` refuses a run whose plan
+/// does not fit the memory it is given, naming the phase and a setting to
+/// lower, before writing anything; a budget that binds is reported in
+/// the KV part.
+#[test]
+fn the_memory_plan_is_printed_and_checked_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let cfg_s = cfg.to_str().unwrap();
+    let plan: serde_json::Value = serde_json::from_str(fusegrpo_ok(&["plan", "--config", cfg_s, "--json", "--gpu-memory", "64GiB"]).trim()).unwrap();
+    let peak = plan["peak_bytes"].as_u64().unwrap();
+    assert_eq!(plan["fits"], true);
+    for phase in ["rollout", "grpo_update", "sft_update"] {
+        let parts = plan["parts"][phase].as_object().unwrap_or_else(|| panic!("phase {phase}: {plan}"));
+        let sum: u64 = parts.values().map(|v| v.as_u64().unwrap()).sum();
+        assert!(sum <= peak && parts.contains_key("weights"), "{phase}: {parts:?}");
+    }
+    assert!(plan["parts"]["rollout"]["kv_cache"].as_u64().unwrap() > 0);
+    let table = fusegrpo_ok(&["plan", "--config", cfg_s]);
+    assert!(table.contains("rollout (cpu):") && table.contains("peak:"), "{table}");
+
+    let run = tmp.path().join("run");
+    let out = fusegrpo(&["train", "--config", cfg_s, "--out", run.to_str().unwrap(), "--gpu-memory", "1MiB"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memory plan") && err.contains("--gpu-memory") && err.contains("lower [") && err.contains("phase needs"), "{err}");
+    assert!(!run.exists(), "nothing written when the plan does not fit");
+
+    // A KV budget replaces the unbounded estimate.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("[rollout]\n", "[rollout]\nmax_kv_tokens = 100000\n")).unwrap();
+    let bounded: serde_json::Value = serde_json::from_str(fusegrpo_ok(&["plan", "--config", cfg_s, "--json"]).trim()).unwrap();
+    assert!(bounded["fits"].is_null());
+    let slot = bounded["parts"]["rollout"]["kv_cache"].as_u64().unwrap() / 100_000;
+    assert!(slot > 0 && bounded["parts"]["rollout"]["kv_cache"].as_u64().unwrap() == slot * 100_000);
+    // Too small for one episode: refused naming the key.
+    std::fs::write(&cfg, text.replace("[rollout]\n", "[rollout]\nmax_kv_tokens = 10\n")).unwrap();
+    let out = fusegrpo(&["plan", "--config", cfg_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("rollout.max_kv_tokens"), "{err}");
+}

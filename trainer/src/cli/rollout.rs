@@ -123,7 +123,7 @@ pub fn run_policy(cfg: &RunConfig, tasks: &[Task], policy: &PolicyChoice, group:
             let (model, _) = load_model(&cfg.model.path, &on)?;
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
-            let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.max_batch_tokens);
+            let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
             run(&mut policy, &env, tasks, group, cfg, on_done)?
         }
         PolicyChoice::Scripted => {

@@ -193,16 +193,24 @@ impl KvCache {
 
     /// Stack caches row-wise into one batch, left-padding shorter rows with
     /// invisible slots (position -1). Every part must have the same layers.
+    /// The buffers have room for half as many slots again (at least 64).
     pub fn stack(parts: &[KvCache]) -> Result<KvCache> {
+        let width = parts.iter().map(KvCache::slots).max().unwrap_or(0);
+        Self::stack_with_room(&parts.iter().collect::<Vec<_>>(), grown_capacity(width) - width)
+    }
+
+    /// [`Self::stack`] of borrowed parts with room for exactly `room` more
+    /// slots per row (a decode that knows its new-token budget never grows).
+    pub fn stack_with_room(parts: &[&KvCache], room: usize) -> Result<KvCache> {
         let num_layers = parts.first().map_or(0, |p| p.layers.len());
         if parts.iter().any(|p| p.layers.len() != num_layers) {
             candle_core::bail!("KvCache::stack: caches have different layer counts");
         }
-        let width = parts.iter().map(KvCache::slots).max().unwrap_or(0);
-        let rows: usize = parts.iter().map(KvCache::batch).sum();
+        let width = parts.iter().map(|p| p.slots()).max().unwrap_or(0);
+        let rows: usize = parts.iter().map(|p| p.batch()).sum();
         // Copied once, straight into buffers with room for the next tokens
         // (the zeros left of a shorter part are its padding slots).
-        let capacity = grown_capacity(width);
+        let capacity = width + room.max(1);
         let mut layers = Vec::with_capacity(num_layers);
         for l in 0..num_layers {
             let mut buffers: Option<(Tensor, Tensor)> = None;

@@ -151,21 +151,26 @@ fn rollout_parts(t: &Target<'_>, cfg: &RunConfig, episodes: u64) -> Vec<Part> {
     let m = t.model;
     let slot = kv_bytes_per_slot(m, t.dtype);
     let longest = cfg.episode.max_total_tokens as u64;
-    // Unbounded: every live episode's cache parked at its exact size, the
-    // decoding batch's stacked copy with room to grow by half, and the
-    // finished rows' parked copies beside it.
-    let slots = episodes * longest * 5 / 2;
-    let prefill = (cfg.rollout.max_batch_tokens as u64).min(episodes * longest);
-    let layer = layer_activation_bytes(m, t.dtype);
-    vec![
-        part(
+    let r = &cfg.rollout;
+    let kv = match r.max_kv_tokens {
+        Some(max) => part("kv_cache", max as u64 * slot, format!("{max} slots ([rollout] max_kv_tokens) x {slot} B"), Some("[rollout] max_kv_tokens")),
+        // Unbounded: every episode's cache parked, and a decode batch of all
+        // of them (stacked, padded to the longest) beside the finished rows'
+        // parked copies: 2 slots per token.
+        None => part(
             "kv_cache",
-            slots * slot,
-            format!("{episodes} episodes x {longest} tokens x 2.5 (growth, parked copies) x {slot} B"),
-            Some("[rollout] group or [train] tasks_per_step"),
+            2 * episodes * longest * slot,
+            format!("unbounded: {episodes} episodes x {longest} tokens x 2 (stacked batch + parked copies) x {slot} B"),
+            Some("[rollout] max_kv_tokens"),
         ),
-        part("prefill", prefill * layer, format!("{prefill} tokens x one layer's {layer} B"), Some("[rollout] max_batch_tokens")),
-        part("decode_logits", episodes * m.vocab_size as u64 * 4 * 2, format!("{episodes} rows x {} vocabulary x f32, device + host", m.vocab_size), None),
+    };
+    let prefill = (r.max_prefill_tokens as u64).min(episodes * longest);
+    let layer = layer_activation_bytes(m, t.dtype);
+    let rows = episodes.min((r.max_batch_tokens as u64).div_ceil(longest.max(1)).max(1));
+    vec![
+        kv,
+        part("prefill", prefill * layer, format!("{prefill} tokens ([rollout] max_prefill_tokens) x one layer's {layer} B"), Some("[rollout] max_prefill_tokens")),
+        part("decode_logits", rows * m.vocab_size as u64 * 4 * 2, format!("{rows} rows x {} vocabulary x f32, device + host", m.vocab_size), None),
     ]
 }
 

@@ -224,7 +224,7 @@ impl Trainer {
     fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
         let stop = vec![env.tokenizer.special().im_end, env.tokenizer.special().endoftext];
         let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
-        let mut policy = ModelPolicy::new(&self.sampler_view, self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.max_batch_tokens);
+        let mut policy = ModelPolicy::new(&self.sampler_view, self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
         let result = run_episodes(&mut policy, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {});
         self.sampling_rng = policy.into_rng();
         result.map_err(|e| Error::invalid("rollout", e.to_string()))

@@ -15,7 +15,7 @@ use rollout::tools::ToolRunner;
 use std::path::Path;
 use std::process::Command;
 use trainer::logprobs::score_sequence;
-use trainer::policy::ModelPolicy;
+use trainer::policy::{ModelPolicy, PolicyStats, RolloutLimits};
 use trainer::sampling::SamplerConfig;
 use trainer::{Qwen3, Qwen3Config};
 
@@ -72,13 +72,79 @@ fn world() -> World {
 }
 
 fn rollouts(w: &World, sampler: SamplerConfig, seed: u64, budget: usize) -> Vec<Episode> {
+    limited_rollouts(w, sampler, seed, RolloutLimits::batch_tokens(budget)).0
+}
+
+fn limited_rollouts(w: &World, sampler: SamplerConfig, seed: u64, limits: RolloutLimits) -> (Vec<Episode>, PolicyStats) {
     let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
     let env = Env { tokenizer: &w.tok, store: &w.store, tools: &tools, reward: &reward };
     let stop = vec![w.tok.special().im_end, w.tok.special().endoftext];
     let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut policy = ModelPolicy::new(&w.model, sampler, rng, stop, budget);
+    let mut policy = ModelPolicy::new(&w.model, sampler, rng, stop, limits);
     let cfg = EpisodeConfig { max_turns: 3, max_turn_tokens: 24, max_total_tokens: 4096, ..Default::default() };
-    run_episodes(&mut policy, &env, &w.tasks, 3, &cfg, |_| {}).unwrap()
+    let episodes = run_episodes(&mut policy, &env, &w.tasks, 3, &cfg, |_| {}).unwrap();
+    (episodes, policy.stats())
+}
+
+/// Max |difference| of the stored log-probs of two runs with the same tokens.
+fn logprob_diff(a: &[Episode], b: &[Episode]) -> f32 {
+    a.iter().zip(b).flat_map(|(x, y)| x.logprobs.iter().zip(&y.logprobs).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
+}
+
+/// A KV budget that holds only part of the episodes' caches at once (the
+/// others are evicted and prefilled again, in prefill forwards of at most
+/// 16 tokens) gives the same episodes as an unbounded run, and the budget
+/// holds at every decode batch.
+#[test]
+fn rollouts_under_a_kv_budget_equal_unbounded_ones() {
+    let w = world();
+    let greedy = SamplerConfig::default();
+    let (free, free_stats) = limited_rollouts(&w, greedy, 0, RolloutLimits::batch_tokens(1 << 20));
+    let longest = free.iter().map(|e| e.tokens.len()).max().unwrap();
+    let total: usize = free.iter().map(|e| e.tokens.len()).sum();
+    // Room for one episode's turn (2 x its tokens) and a little more: not all 6.
+    let budget = 2 * longest + 64;
+    assert!(budget < total, "the budget must bind: {budget} slots for {total} tokens");
+    let limits = RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 16 };
+    let (bounded, stats) = limited_rollouts(&w, greedy, 0, limits);
+    let toks = |e: &[Episode]| e.iter().map(|e| e.tokens.clone()).collect::<Vec<_>>();
+    assert_eq!(toks(&bounded), toks(&free), "same episodes under the budget");
+    let diff = logprob_diff(&bounded, &free);
+    println!("unbounded: {free_stats:?}\nbudget {budget}: {stats:?}; max |logprob diff| {diff:.2e}");
+    assert!(diff <= 1e-5, "log-probs differ by {diff}");
+    assert!(stats.evictions > 0 && stats.batches > free_stats.batches, "the budget split the batches and evicted caches");
+    assert!(stats.peak_kv_slots <= budget, "peak {} over the budget {budget}", stats.peak_kv_slots);
+    assert!(stats.prefill_tokens > free_stats.prefill_tokens, "evicted episodes were prefilled again");
+}
+
+/// The identical prompts of a group are prefilled once (counted) and their
+/// turns equal those of episodes prefilled alone.
+#[test]
+fn a_groups_prompt_is_prefilled_once() {
+    use rollout::policy::{Policy, TurnOutput, TurnRequest};
+    let w = world();
+    let stop = vec![w.tok.special().im_end];
+    let new_policy = || ModelPolicy::new(&w.model, SamplerConfig::default(), rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
+    let (a, b): (Vec<u32>, Vec<u32>) = ((1..40).collect(), (100..117).collect());
+    let req = |ep: u64, toks: &'static [u32]| TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 10 };
+    let (a, b): (&'static [u32], &'static [u32]) = (a.leak(), b.leak());
+    let mut grouped = new_policy();
+    let together = grouped.next_turns(&[req(0, a), req(1, a), req(2, b), req(3, a), req(4, b)]).unwrap();
+    let stats = grouped.stats();
+    assert_eq!(stats.prefill_tokens, (a.len() - 1) + (b.len() - 1), "each distinct prompt prefilled once: {stats:?}");
+    assert_eq!(stats.shared_prefills, 3);
+    let alone_a = new_policy().next_turns(&[req(9, a)]).unwrap();
+    let alone_b = new_policy().next_turns(&[req(9, b)]).unwrap();
+    let ids = |o: &TurnOutput| match o {
+        TurnOutput::Tokens { ids, logprobs } => (ids.clone(), logprobs.clone()),
+        TurnOutput::Text(_) => unreachable!(),
+    };
+    for (i, alone) in [(0, &alone_a), (1, &alone_a), (2, &alone_b), (3, &alone_a), (4, &alone_b)] {
+        let (got, want) = (ids(&together[i]), ids(&alone[0]));
+        assert_eq!(got.0, want.0, "row {i}");
+        let diff = got.1.iter().zip(&want.1).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+        assert!(diff <= 1e-5, "row {i}: log-probs differ by {diff}");
+    }
 }
 
 fn max_logprob_gap(w: &World, eps: &[Episode]) -> f32 {
@@ -146,7 +212,7 @@ fn parked_caches_continue_exactly() {
     let w = world();
     let stop = vec![w.tok.special().im_end];
     let greedy = SamplerConfig::default();
-    let new_policy = || ModelPolicy::new(&w.model, greedy, rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), 1 << 20);
+    let new_policy = || ModelPolicy::new(&w.model, greedy, rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
     let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (100..117).collect()];
     fn req(ep: u64, toks: &[u32]) -> TurnRequest<'_> {
         TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 12 }

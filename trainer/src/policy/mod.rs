@@ -1,0 +1,222 @@
+//! Our model as a rollout [`Policy`]: every live episode's turn is generated
+//! in one batch with the KV cache, within [`RolloutLimits`].
+//!
+//! Between turns each episode's cache is parked as a compact single-row
+//! cache (in the model's dtype). A turn first brings every requested
+//! episode's cache up to all its tokens but the last ([`prefill`]): the
+//! tool responses since its last turn, or the whole prompt for a new
+//! episode, where the identical prompts of a group are prefilled once and
+//! their parked cache shared; prefill forwards hold at most
+//! `max_prefill_tokens`. Then the parked caches are stacked (left-padded
+//! with invisible slots, room for the new tokens), each row's last token is
+//! fed, and decoding proceeds one token per step; a row that ends its turn
+//! is parked again and leaves the batch.
+//!
+//! Requests are split into decode batches whose rows x (tokens + new
+//! tokens) stay under `max_batch_tokens` and whose KV slots, with every
+//! other parked cache, stay under `max_kv_tokens`; when even one request
+//! does not fit, the parked caches of other episodes are dropped (evicted:
+//! they are prefilled again at their next turn), so the budget always holds.
+
+pub mod limits;
+mod prefill;
+
+use crate::generate::{decode, DecodeStep, Generation};
+use crate::model::cache::{KvCache, Positions};
+use crate::model::Qwen3;
+use crate::sampling::SamplerConfig;
+use candle_core::{IndexOp, Tensor};
+pub use limits::RolloutLimits;
+use limits::batch_kv_slots;
+use rand::Rng;
+use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A parked episode: its cache (shared by the episodes of a group until
+/// their first turn) and how many of its tokens the cache holds.
+#[derive(Clone)]
+struct Parked {
+    cache: Arc<KvCache>,
+    seen: usize,
+}
+
+/// What the policy did, for tests and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyStats {
+    /// Tokens run through prefill forwards.
+    pub prefill_tokens: usize,
+    /// New episodes whose prompt was already prefilled for another of the call.
+    pub shared_prefills: usize,
+    /// Parked caches dropped to stay within `max_kv_tokens`.
+    pub evictions: usize,
+    /// Most KV slots held at once (parked + the decode batch's bound).
+    pub peak_kv_slots: usize,
+    /// Decode batches run.
+    pub batches: usize,
+}
+
+/// Qwen3 generating assistant turns.
+pub struct ModelPolicy<'m, R: Rng> {
+    model: &'m Qwen3,
+    sampler: SamplerConfig,
+    rng: R,
+    stop_tokens: Vec<u32>,
+    limits: RolloutLimits,
+    parked: HashMap<u64, Parked>,
+    stats: PolicyStats,
+}
+
+impl<'m, R: Rng> ModelPolicy<'m, R> {
+    /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
+    pub fn new(model: &'m Qwen3, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
+        let limits = RolloutLimits { max_batch_tokens: limits.max_batch_tokens.max(1), max_prefill_tokens: limits.max_prefill_tokens.max(1), ..limits };
+        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default() }
+    }
+
+    /// The caller's RNG (to checkpoint its state).
+    pub fn rng(&self) -> &R {
+        &self.rng
+    }
+
+    /// Give the RNG back to the caller, which owns and checkpoints it.
+    pub fn into_rng(self) -> R {
+        self.rng
+    }
+
+    pub fn stats(&self) -> PolicyStats {
+        self.stats
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> PolicyError {
+        PolicyError { policy: self.name(), message: e.to_string() }
+    }
+
+    /// KV slots of the parked caches of episodes not in `except`, each
+    /// shared cache counted once.
+    fn parked_slots(&self, except: &[TurnRequest<'_>]) -> usize {
+        let mut seen: Vec<*const KvCache> = Vec::new();
+        let mut total = 0;
+        for (episode, p) in &self.parked {
+            let ptr = Arc::as_ptr(&p.cache);
+            if except.iter().any(|r| r.episode == *episode) || seen.contains(&ptr) {
+                continue;
+            }
+            // Held by an episode of `except` too: still counted (it stays).
+            seen.push(ptr);
+            total += p.cache.slots();
+        }
+        total
+    }
+
+    /// KV slots a decode batch of `reqs` may hold.
+    fn batch_slots(reqs: &[TurnRequest<'_>]) -> usize {
+        batch_kv_slots(&reqs.iter().map(|r| (r.tokens.len(), r.max_new_tokens.max(1))).collect::<Vec<_>>())
+    }
+
+    /// Whether `reqs` as one decode batch fits both bounds.
+    fn fits(&self, reqs: &[TurnRequest<'_>]) -> bool {
+        let batch: usize = reqs.iter().map(|r| r.tokens.len() + r.max_new_tokens).sum();
+        let kv_ok = self.limits.max_kv_tokens.is_none_or(|max| self.parked_slots(reqs) + Self::batch_slots(reqs) <= max);
+        (reqs.len() == 1 || batch <= self.limits.max_batch_tokens) && kv_ok
+    }
+
+    /// Drop parked caches of episodes not in `keep`, the latest requested
+    /// first, until `keep` fits the KV budget; an error when even alone it
+    /// does not.
+    fn evict_for(&mut self, keep: &[TurnRequest<'_>], order: &[TurnRequest<'_>]) -> crate::Result<()> {
+        for r in order.iter().rev() {
+            if self.fits(keep) {
+                return Ok(());
+            }
+            if !keep.iter().any(|k| k.episode == r.episode) && self.parked.remove(&r.episode).is_some() {
+                self.stats.evictions += 1;
+            }
+        }
+        let others: Vec<u64> = self.parked.keys().copied().filter(|e| !keep.iter().any(|k| k.episode == *e)).collect();
+        for e in others {
+            if self.fits(keep) {
+                return Ok(());
+            }
+            self.parked.remove(&e);
+            self.stats.evictions += 1;
+        }
+        if self.fits(keep) {
+            return Ok(());
+        }
+        Err(crate::Error::invalid(
+            "[rollout] max_kv_tokens",
+            format!(
+                "{} KV slots cannot hold one episode's turn ({} tokens + {} new need {}); raise it to at least 2 x [episode] max_total_tokens",
+                self.limits.max_kv_tokens.unwrap_or(0),
+                keep[0].tokens.len(),
+                keep[0].max_new_tokens,
+                Self::batch_slots(keep)
+            ),
+        ))
+    }
+
+    /// Generate one turn for a decode batch of requests that fits the limits.
+    fn batch(&mut self, reqs: &[TurnRequest<'_>]) -> crate::Result<Vec<Generation>> {
+        self.stats.batches += 1;
+        self.stats.peak_kv_slots = self.stats.peak_kv_slots.max(self.parked_slots(reqs) + Self::batch_slots(reqs));
+        prefill::bring_up_to_date(self, reqs)?;
+        // Every row's cache now holds all its tokens but the last: stack
+        // them (the parked copies are dropped as they are copied) with room
+        // for the last token and the new ones, then feed the last tokens.
+        let room = reqs.iter().map(|r| r.max_new_tokens.max(1)).max().unwrap_or(1);
+        let parts: Vec<Arc<KvCache>> = reqs
+            .iter()
+            .map(|r| self.parked.remove(&r.episode).map(|p| p.cache).expect("prefill parks every requested episode"))
+            .collect();
+        let mut cache = KvCache::stack_with_room(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>(), room)?;
+        drop(parts);
+        let device = self.model.device().clone();
+        let last_tokens: Vec<u32> = reqs.iter().map(|r| *r.tokens.last().expect("requests carry tokens")).collect();
+        let last_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64 - 1).collect();
+        let tokens = Tensor::from_vec(last_tokens, (reqs.len(), 1), &device)?;
+        let hidden = self.model.forward(&tokens, &Positions::step(last_pos), Some(&mut cache))?;
+        let last = hidden.i((.., 0, ..))?;
+        let mut out: Vec<Generation> = reqs.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();
+        let next_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64).collect();
+        let budgets: Vec<usize> = reqs.iter().map(|r| r.max_new_tokens.max(1)).collect();
+        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets };
+        let parked = &mut self.parked;
+        decode(self.model, &mut cache, last, next_pos, &step, &mut self.rng, &mut out, |i, row, cache, generated| {
+            // The last sampled token is not in the cache yet.
+            let seen = reqs[i].tokens.len() + generated.ids.len() - 1;
+            parked.insert(reqs[i].episode, Parked { cache: Arc::new(cache.extract_row(row)?), seen });
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+impl<R: Rng> Policy for ModelPolicy<'_, R> {
+    fn name(&self) -> String {
+        "model".into()
+    }
+
+    fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        if let Some(r) = requests.iter().find(|r| r.tokens.is_empty()) {
+            return Err(self.err(format!("episode {} asks for a turn with no tokens", r.episode)));
+        }
+        let mut outputs = Vec::with_capacity(requests.len());
+        let mut start = 0;
+        while start < requests.len() {
+            self.evict_for(&requests[start..start + 1], &requests[start..]).map_err(|e| self.err(e))?;
+            let mut end = start + 1;
+            while end < requests.len() && self.fits(&requests[start..end + 1]) {
+                end += 1;
+            }
+            let gens = self.batch(&requests[start..end]).map_err(|e| self.err(e))?;
+            outputs.extend(gens.into_iter().map(|g| TurnOutput::Tokens { ids: g.ids, logprobs: g.logprobs }));
+            start = end;
+        }
+        Ok(outputs)
+    }
+
+    fn finish(&mut self, episode: u64) {
+        self.parked.remove(&episode);
+    }
+}
