@@ -10,7 +10,9 @@ use crate::run_config::RunConfig;
 use candle_core::DType;
 
 /// The process itself on the CPU: code, the tokenizer, thread stacks,
-/// allocator slack (measured: BENCHMARKS.md, "The memory planner").
+/// allocator slack. Measured (BENCHMARKS.md, "The memory planner"): 37 MiB
+/// for the demo's `train` with its small tokenizer (a one-episode step's
+/// peak minus weights and moments); Qwen3's tokenizer adds ~38 MiB.
 pub const CPU_PROCESS_BYTES: u64 = 64 << 20;
 /// The CUDA context, cuBLAS workspaces and the caching allocator's slack on
 /// the GPU: an assumption until scripts/gpu-check measures it.
