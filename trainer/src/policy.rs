@@ -5,12 +5,14 @@
 //! responses + assistant header) are prefilled, and decoding proceeds one
 //! token per step. A row that ends its turn leaves the batch at once.
 //! A token budget bounds the batch: requests are split into chunks whose
-//! total tokens (sequence + new-token budget) stay under it.
+//! total tokens (sequence + new-token budget) stay under it. Each episode
+//! samples from its own random stream (seeded once per `next_turns` call
+//! from the caller's RNG), so chunking never changes what it draws.
 
-use crate::generate::{decode, DecodeStep, Generation};
+use crate::generate::{decode, DecodeStep, Draws, Generation};
 use crate::model::cache::{KvCache, Positions};
 use crate::model::Qwen3;
-use crate::sampling::SamplerConfig;
+use crate::sampling::{DrawStreams, SamplerConfig};
 use candle_core::{IndexOp, Tensor};
 use rand::Rng;
 use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
@@ -53,8 +55,9 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         PolicyError { policy: self.name(), message: e.to_string() }
     }
 
-    /// Generate one turn for a chunk of requests that fits the budget.
-    fn chunk(&mut self, reqs: &[TurnRequest<'_>]) -> crate::Result<Vec<Generation>> {
+    /// Generate one turn for a chunk of requests that fits the budget,
+    /// each episode drawing from its own stream of `streams`.
+    fn chunk(&mut self, reqs: &[TurnRequest<'_>], streams: Option<DrawStreams>) -> crate::Result<Vec<Generation>> {
         let layers = self.model.config().num_hidden_layers;
         // Each row: its parked cache (or an empty one) and its unseen tokens.
         let mut caches = Vec::with_capacity(reqs.len());
@@ -93,9 +96,11 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         let mut out: Vec<Generation> = reqs.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();
         let next_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64).collect();
         let budgets: Vec<usize> = reqs.iter().map(|r| r.max_new_tokens.max(1)).collect();
-        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets };
+        let episodes: Vec<u64> = reqs.iter().map(|r| r.episode).collect();
+        let draws = Draws { streams, keys: &episodes };
+        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets, draws };
         let parked = &mut self.parked;
-        decode(self.model, &mut cache, last, next_pos, &step, &mut self.rng, &mut out, |i, row, cache, generated| {
+        decode(self.model, &mut cache, last, next_pos, &step, &mut out, |i, row, cache, generated| {
             // The last sampled token is not in the cache yet.
             let seen = reqs[i].tokens.len() + generated.ids.len() - 1;
             parked.insert(reqs[i].episode, Parked { cache: cache.extract_row(row)?, seen });
@@ -110,7 +115,11 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
         "model".into()
     }
 
+    /// One seed per call (none when greedy), shared by every chunk: an
+    /// episode's draws depend on the seed, the episode and the token's
+    /// position only, whatever the budget makes of the chunks.
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        let streams = DrawStreams::for_sampler(&self.sampler, &mut self.rng);
         let mut outputs = Vec::with_capacity(requests.len());
         let mut start = 0;
         while start < requests.len() {
@@ -124,7 +133,7 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
                 budget += cost;
                 end += 1;
             }
-            let gens = self.chunk(&requests[start..end]).map_err(|e| self.err(e))?;
+            let gens = self.chunk(&requests[start..end], streams).map_err(|e| self.err(e))?;
             outputs.extend(gens.into_iter().map(|g| TurnOutput::Tokens { ids: g.ids, logprobs: g.logprobs }));
             start = end;
         }

@@ -138,6 +138,29 @@ fn seeded_sampled_rollouts_repeat_and_logprobs_match_score() {
     }
 }
 
+/// Sampled episodes (T = 1.0) do not depend on how the batch is split:
+/// each episode draws from its own stream, so one row per batch, a middle
+/// budget and one batch give the same tokens, and log-probs within 1e-5
+/// (the rows' logits come from batches of other shapes).
+#[test]
+fn sampled_rollouts_do_not_depend_on_the_batch_budget() {
+    let w = world();
+    let s = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 };
+    let whole = rollouts(&w, s, 5, 1 << 20);
+    for budget in [1, 300] {
+        let split = rollouts(&w, s, 5, budget);
+        let mut worst = 0f32;
+        for (a, b) in whole.iter().zip(&split) {
+            assert_eq!(a.tokens, b.tokens, "budget {budget}: same episodes");
+            worst = a.logprobs.iter().zip(&b.logprobs).fold(worst, |m, (x, y)| m.max((x - y).abs()));
+        }
+        println!("budget {budget}: {} episodes equal, max |logprob diff| {worst:.3e}", split.len());
+        assert!(worst <= 1e-5);
+    }
+    // The 3 samples of a task differ: their streams are their own.
+    assert!(whole[0].tokens != whole[1].tokens || whole[1].tokens != whole[2].tokens);
+}
+
 /// A second turn continues from the parked KV cache: the same tokens and
 /// log-probs as a fresh policy that prefills the whole sequence.
 #[test]
