@@ -5,7 +5,7 @@
 //! scripts/gpu-check has passed); elsewhere `sample_tensor` copies the
 //! logits to the CPU.
 
-use super::SampleMode;
+use crate::sampling::SampleMode;
 use crate::cuda_util::{cfg_1d, expect_dtype, kernel_name, launch, to_i32, view, wrap, KernelFloat, SAMPLING};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::CudaStorage;
