@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 4] = ["attention", "logprobs", "norm", "rope"];
+const SOURCES: [&str; 5] = ["attention", "logprobs", "norm", "rope", "sampling"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

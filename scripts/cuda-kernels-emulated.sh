@@ -6,7 +6,7 @@
 # few minutes (one OS thread per CUDA thread). Not part of CI; the GPU check
 # is scripts/gpu-check.
 #
-#   scripts/cuda-kernels-emulated.sh [logprobs|rms|rope|attention]   # all, or one family
+#   scripts/cuda-kernels-emulated.sh [logprobs|rms|rope|attention|sampling]   # all, or one family
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)

@@ -1,14 +1,16 @@
 //! Tensor-level entry points of the CUDA kernels, forward and backward as
 //! separate calls (no autograd): what `fusegrpo selftest --device cuda`
 //! compares with the plain-tensor references. The CustomOps call the
-//! storage-level functions in `logprobs/cuda.rs`, `norm/cuda.rs` and
-//! `rope/cuda.rs` directly. Inputs must live on a CUDA device; they are made
+//! storage-level functions in `logprobs/cuda.rs`, `norm/cuda.rs`,
+//! `rope/cuda.rs` and `sampling/cuda.rs` directly. Inputs must live on a CUDA device; they are made
 //! contiguous here, except attention's (its kernels take strided q, k, v).
 
 use crate::attention::Visibility;
 use crate::logprobs_cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
 use crate::norm_cuda::{rms_norm_bwd_cuda, rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
 use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda, rope_op_cuda};
+use crate::sampling::SampleMode;
+use crate::sampling_cuda::sample_cuda;
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, Layout, Result, Shape, Storage, Tensor};
@@ -49,6 +51,13 @@ pub fn token_logprobs_backward(hidden: &Tensor, lm_head: &Tensor, aux: &Tensor, 
     with_cuda(&[hidden, lm_head, aux], |x| {
         token_logprobs_bwd_cuda(temperature, x[0].0, x[0].1, x[1].0, x[1].1, x[2].0, x[2].1).map(tensor)
     })
+}
+
+/// Picks `[rows, 2]` f32 rows (token, log-prob) of logits `[rows, V]` (f32
+/// or bf16) with uniforms `[rows]` f64 (what `SampleOp` returns; the mode is
+/// not validated here).
+pub fn sample(logits: &Tensor, uniforms: &Tensor, mode: SampleMode) -> Result<Tensor> {
+    with_cuda(&[logits, uniforms], |x| sample_cuda(mode, x[0].0, x[0].1, x[1].0, x[1].1).map(tensor))
 }
 
 /// RMSNorm over the last dimension: `w * x / sqrt(mean(x^2) + eps)`.

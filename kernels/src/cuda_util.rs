@@ -39,6 +39,12 @@ pub(crate) const ROPE: Module = Module {
     ptx: include_str!(concat!(env!("OUT_DIR"), "/rope.ptx")),
 };
 
+/// Next-token sampling (`cuda/sampling.cu`).
+pub(crate) const SAMPLING: Module = Module {
+    name: "fusegrpo_sampling",
+    ptx: include_str!(concat!(env!("OUT_DIR"), "/sampling.ptx")),
+};
+
 /// A floating-point element type the kernels are instantiated for; kernel
 /// names end in `_{SUFFIX}`.
 pub(crate) trait KernelFloat: CudaDType + DeviceRepr {

@@ -90,16 +90,19 @@ fn lanes_sum(values: impl Iterator<Item = f32>) -> f64 {
 /// The index of the first largest element (0 for an empty slice; NaNs are
 /// never the largest).
 pub fn argmax(xs: &[f32]) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    let max = if avx2::available() {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        unsafe { avx2::max(xs) }
-    } else {
-        xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let max = xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+    let max = max(xs);
     xs.iter().position(|&x| x == max).unwrap_or(0)
+}
+
+/// The largest element (NaNs ignored; -inf for an empty slice), AVX2 where
+/// the CPU has it.
+pub fn max(xs: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { avx2::max(xs) };
+    }
+    xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
 }
 
 #[cfg(target_arch = "x86_64")]

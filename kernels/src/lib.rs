@@ -10,6 +10,10 @@
 //! - [`logprobs`]: per-token log-probs (and entropy) of `hidden @ lm_head^T / T`
 //!   without materializing the `[N, V]` logits, with backward
 //!   ([`logprobs::token_logprobs`], reference [`logprobs::token_logprobs_reference`]).
+//! - [`sampling`]: next-token sampling on the logits' device (greedy,
+//!   temperature, top-k / top-p), one uniform per row in, `[rows]` tokens
+//!   and log-probs out ([`sampling::sample`], reference
+//!   [`sampling::sample_reference`]).
 //! - [`norm`]: RMSNorm with backward ([`norm::rms_norm`]).
 //! - [`swiglu`]: the SwiGLU gate `silu(g) * u` with a one-pass backward
 //!   ([`swiglu::swiglu_gate`], reference [`swiglu::swiglu_gate_reference`]).
@@ -32,6 +36,7 @@ pub mod logprobs;
 mod matmul;
 pub mod norm;
 pub mod rope;
+pub mod sampling;
 mod storage;
 pub mod swiglu;
 
@@ -77,3 +82,6 @@ mod norm_cuda;
 #[cfg(feature = "cuda")]
 #[path = "rope/cuda.rs"]
 mod rope_cuda;
+#[cfg(feature = "cuda")]
+#[path = "sampling/cuda.rs"]
+mod sampling_cuda;

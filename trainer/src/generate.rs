@@ -4,13 +4,17 @@
 //! budget is done: it rides along as padding (invisible to every row) until
 //! half the batch is done, then the cache is compacted to the live rows, so
 //! nothing waits on the slowest row more than it must and the cache is not
-//! copied once per finished row.
+//! copied once per finished row. Each step samples on the logits' device
+//! (`kernels::sampling`); only the live rows' tokens and log-probs reach the
+//! host. A row's draws come from its own stream ([`DrawStreams`]): the
+//! prompt's index in [`generate`], the episode in the policy.
 
 use crate::error::{Error, Result};
 use crate::model::cache::{KvCache, Positions};
 use crate::model::Qwen3;
-use crate::sampling::SamplerConfig;
-use candle_core::{DType, IndexOp, Tensor};
+use crate::sampling::{DrawStreams, SamplerConfig};
+use candle_core::{IndexOp, Tensor};
+use kernels::sampling::{sample, Pick};
 use rand::Rng;
 
 /// What to generate.
@@ -29,7 +33,8 @@ pub struct Generation {
     pub logprobs: Vec<f32>,
 }
 
-/// Continue every prompt; results are in prompt order.
+/// Continue every prompt; results are in prompt order. Sampling draws one
+/// seed from `rng` (greedy draws none); prompt `i` samples from stream `i`.
 pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfig, rng: &mut R) -> Result<Vec<Generation>> {
     if let Some(i) = prompts.iter().position(Vec::is_empty) {
         return Err(Error::invalid("generate", format!("prompt {i} is empty")));
@@ -52,8 +57,10 @@ pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfi
     let last = hidden.i((.., width - 1, ..))?;
     let budgets = vec![cfg.max_new_tokens; prompts.len()];
     let next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
-    let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets };
-    decode(model, &mut cache, last, next_pos, &step, rng, &mut out, |_, _, _, _| Ok(()))?;
+    let streams = (0..prompts.len() as u64).collect::<Vec<_>>();
+    let draws = Draws { streams: DrawStreams::for_sampler(&cfg.sampler, rng), keys: &streams };
+    let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets, draws };
+    decode(model, &mut cache, last, next_pos, &step, &mut out, |_, _, _, _| Ok(()))?;
     Ok(out)
 }
 
@@ -63,6 +70,21 @@ pub(crate) struct DecodeStep<'a> {
     pub stop_tokens: &'a [u32],
     /// New-token budget of each row (indexed like `out`).
     pub budgets: &'a [usize],
+    pub draws: Draws<'a>,
+}
+
+/// Where each row's uniforms come from: its stream (indexed like `out`)
+/// of the step's [`DrawStreams`], at the position of the token drawn.
+/// `streams` is `None` when greedy (no draws).
+pub(crate) struct Draws<'a> {
+    pub streams: Option<DrawStreams>,
+    pub keys: &'a [u64],
+}
+
+impl Draws<'_> {
+    fn uniform(&self, row: usize, position: i64) -> f64 {
+        self.streams.map_or(0.0, |s| s.uniform(self.keys[row], position as u64))
+    }
 }
 
 /// Decode one token per step for every row of `cache` until each row emits a
@@ -71,13 +93,12 @@ pub(crate) struct DecodeStep<'a> {
 /// When a row finishes, `on_done(row, batch_row, &cache, &out[row])` may
 /// take what it needs from the cache (its last sampled token is not in it);
 /// the row then only pads until the next compaction.
-pub(crate) fn decode<R: Rng>(
+pub(crate) fn decode(
     model: &Qwen3,
     cache: &mut KvCache,
     mut last: Tensor,
     mut next_pos: Vec<i64>,
     step: &DecodeStep<'_>,
-    rng: &mut R,
     out: &mut [Generation],
     mut on_done: impl FnMut(usize, usize, &KvCache, &Generation) -> Result<()>,
 ) -> Result<()> {
@@ -85,11 +106,8 @@ pub(crate) fn decode<R: Rng>(
     // rows[b] = index into `out` of batch row b, None once that row is done.
     let mut rows: Vec<Option<usize>> = (0..out.len()).map(Some).collect();
     loop {
-        let logits = model.logits(&last)?.to_dtype(DType::F32)?;
-        let vocab = logits.dim(1)?;
-        let logits = logits.flatten_all()?.to_vec1::<f32>()?;
         let live: Vec<usize> = (0..rows.len()).filter(|&b| rows[b].is_some()).collect();
-        let mut picks = step.sampler.sample_rows(&logits, vocab, &live, rng).into_iter();
+        let mut picks = sample_live(model, &last, &live, step, |b| (rows[b].expect("live"), next_pos[b]))?.into_iter();
         let mut fed = Vec::with_capacity(rows.len());
         for b in 0..rows.len() {
             let Some(i) = rows[b] else {
@@ -126,5 +144,54 @@ pub(crate) fn decode<R: Rng>(
         let tokens = Tensor::from_vec(fed, (rows.len(), 1), &device)?;
         last = model.forward(&tokens, &Positions::step(positions), Some(cache))?.squeeze(1)?;
         next_pos.iter_mut().for_each(|p| *p += 1);
+    }
+}
+
+/// The tokens of the `live` batch rows of `last`: their logits only, sampled
+/// on the device, each with the uniform of `(out index, position)` from
+/// `at(batch row)`.
+fn sample_live(model: &Qwen3, last: &Tensor, live: &[usize], step: &DecodeStep<'_>, at: impl Fn(usize) -> (usize, i64)) -> Result<Vec<Pick>> {
+    let hidden = if live.len() == last.dim(0)? {
+        last.clone()
+    } else {
+        let idx = Tensor::from_vec(live.iter().map(|&b| b as u32).collect::<Vec<_>>(), live.len(), last.device())?;
+        last.index_select(&idx, 0)?
+    };
+    let uniforms: Vec<f64> = live.iter().map(|&b| at(b)).map(|(i, pos)| step.draws.uniform(i, pos)).collect();
+    Ok(sample(&model.logits(&hidden)?, &uniforms, step.sampler.mode())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Qwen3Config;
+    use candle_core::{DType, Device};
+    use rand::SeedableRng;
+
+    fn tiny() -> Qwen3 {
+        let cfg = Qwen3Config::new_tiny(300, 32, 64, 2, 4, 2, 8, true);
+        let w = crate::init::random_weights(&cfg, 3, DType::F32, &Device::Cpu).unwrap();
+        let w = w.into_iter().map(|(k, t)| if k.ends_with("norm.weight") { (k, t) } else { (k, (t * 8.0).unwrap()) }).collect();
+        Qwen3::new(&cfg, &w).unwrap()
+    }
+
+    /// A prompt's sampled continuation is the same alone or batched with
+    /// others (its stream is its index, the seed one draw of the caller's
+    /// RNG), and greedy generation draws nothing from the RNG.
+    #[test]
+    fn sampled_rows_do_not_depend_on_their_batch() {
+        let model = tiny();
+        let prompts: Vec<Vec<u32>> = vec![vec![5, 6, 7], vec![9; 11], vec![1, 2]];
+        let cfg = GenerateConfig { max_new_tokens: 12, sampler: SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 }, stop_tokens: vec![] };
+        let run = |ps: &[Vec<u32>]| generate(&model, ps, &cfg, &mut rand_chacha::ChaCha8Rng::seed_from_u64(4)).unwrap();
+        let (all, alone) = (run(&prompts), run(&prompts[..1]));
+        assert_eq!(all[0].ids, alone[0].ids);
+        let worst = all[0].logprobs.iter().zip(&alone[0].logprobs).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        println!("batched vs alone: same {} tokens, max |logprob diff| {worst:.2e}", alone[0].ids.len());
+        assert!(worst <= 1e-5);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let greedy = GenerateConfig { sampler: SamplerConfig::default(), ..cfg.clone() };
+        generate(&model, &prompts, &greedy, &mut rng).unwrap();
+        assert_eq!(rng.random::<u64>(), rand_chacha::ChaCha8Rng::seed_from_u64(4).random::<u64>(), "greedy draws nothing");
     }
 }

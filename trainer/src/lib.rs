@@ -8,7 +8,8 @@
 //! - [`weights`]: load and save safetensors checkpoints (single file or
 //!   sharded with an index) under Hugging Face names; [`hub`] resolves a
 //!   folder or a hub id.
-//! - [`logprobs`]: per-token log-probabilities; [`sampling`] and
+//! - [`logprobs`]: per-token log-probabilities; [`sampling`] (settings and
+//!   per-sequence random streams; the draw runs in `kernels::sampling`) and
 //!   [`generate`]: seeded sampling and batched generation with the KV cache.
 //! - [`checkpoint`]: atomic training checkpoints (model, optimizer, state
 //!   with RNG streams and data cursor, DONE last), retention and resume.

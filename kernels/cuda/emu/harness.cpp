@@ -11,6 +11,7 @@
 #include "norm.cu"
 #include "rope.cu"
 #include "attention.cu"
+#include "sampling.cu"
 
 // k_<kernel><E>(args...): the f32 or bf16 instantiation of a kernel.
 #define KERN(name)                                                                   \
@@ -19,7 +20,7 @@
   }
 KERN(tlp_fwd_partial) KERN(tlp_bwd_dz) KERN(tlp_bwd_grad_h)
 KERN(tlp_bwd_grad_w) KERN(tlp_cast) KERN(rms_fwd) KERN(rms_bwd_dx) KERN(rms_rstd) KERN(rms_dw)
-KERN(rms_cast) KERN(rope)
+KERN(rms_cast) KERN(rope) KERN(sample)
 
 static std::mt19937 rng(1);
 static int fails = 0;
@@ -366,7 +367,95 @@ template <typename E> static void attention_cases() {
   }
 }
 
-// Every check, or only those of the kernel family `only` (logprobs, rms, rope, attention).
+// The sampling op's meaning in double (kernels/src/sampling/mod.rs,
+// sample_reference): token, log-prob, and how far u lies from a boundary of
+// the kept tokens' cumulative masses (a fraction of the kept mass).
+struct SamplePick { int token; double logprob, margin; };
+static SamplePick sample_ref(const float *x, int V, double u, int mode, double T, int top_k, double top_p) {
+  const double t = mode == SAMPLE_GREEDY ? 1.0 : T;
+  std::vector<double> s(V), w(V);
+  double m = -1e300;
+  for (int i = 0; i < V; ++i) { s[i] = x[i] / t; m = std::max(m, s[i]); }
+  double z = 0;
+  for (int i = 0; i < V; ++i) { w[i] = std::exp(s[i] - m); z += w[i]; }
+  const double lse = m + std::log(z);
+  if (mode == SAMPLE_GREEDY) {
+    int tok = 0;
+    for (int i = 0; i < V; ++i) if (s[i] == m) { tok = i; break; }
+    return {tok, s[tok] - lse, 1e300};
+  }
+  std::vector<int> kept(V);
+  for (int i = 0; i < V; ++i) kept[i] = i;
+  if (mode == SAMPLE_TRUNCATED) {
+    std::stable_sort(kept.begin(), kept.end(), [&](int a, int b) { return x[a] > x[b]; });
+    if (top_k > 0 && top_k < V) kept.resize(top_k);
+    double mass = 0;
+    for (int i : kept) mass += w[i];
+    if (top_p < 1.0) {
+      double acc = 0;
+      size_t n = kept.size();
+      for (size_t j = 0; j < kept.size(); ++j) { acc += w[kept[j]] / mass; if (acc >= top_p) { n = j + 1; break; } }
+      kept.resize(n);
+    }
+    std::sort(kept.begin(), kept.end());
+  }
+  double mass = 0;
+  for (int i : kept) mass += w[i];
+  const double target = u * mass;
+  double below = 0;
+  for (int i : kept) {
+    if (target < below + w[i]) return {i, s[i] - lse, std::min(target - below, below + w[i] - target) / mass};
+    below += w[i];
+  }
+  return {kept.back(), s[kept.back()] - lse, 0};
+}
+
+// Rows of logits in [-4, 4) with peaks, or (`levels`) only 9 distinct values
+// (ties at every cut); uniforms in [0, 1); the kernel's picks against the
+// reference away from boundaries, log-probs within 3e-5.
+template <typename E> static void test_sample(int rows, int V, int mode, float T, int top_k, double top_p, bool levels) {
+  std::vector<float> raw = rnd((size_t)rows * V, 4);
+  for (int r = 0; r < rows; ++r)
+    for (int p = 0; p < 8; ++p) raw[(size_t)r * V + rng() % V] += 6.0f + p;
+  if (levels) for (auto &v : raw) v = std::round(v) * 0.5f;
+  auto xe = to_t<E>(raw);
+  auto x = to_f(xe);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<double> us(rows);
+  for (auto &u : us) u = ud(rng);
+  std::vector<float> out((size_t)rows * 2);
+  // Launch logic of kernels/src/sampling/cuda.rs: one block of SAMPLE_THREADS per row.
+  launch({(unsigned)rows}, {SAMPLE_THREADS}, [&] { k_sample<E>(xe.data(), us.data(), V, mode, T, top_k, top_p, out.data()); });
+  int wrong = 0, skipped = 0;
+  double worst = 0;
+  for (int r = 0; r < rows; ++r) {
+    const SamplePick want = sample_ref(x.data() + (size_t)r * V, V, us[r], mode, T, top_k, top_p);
+    if (want.margin < 5e-7) { skipped++; continue; }
+    if ((int)out[2 * r] != want.token) wrong++;
+    worst = std::max(worst, std::abs(out[2 * r + 1] - want.logprob));
+  }
+  char name[160];
+  snprintf(name, sizeof name, "sample %s V=%d mode=%d T=%.1f k=%d p=%.2f%s: %d wrong, %d skipped; logprob", dn<E>(), V, mode, T,
+           top_k, top_p, levels ? " ties" : "", wrong, skipped);
+  report(name, wrong == 0 && skipped * 3 <= rows ? worst : 1e9, 3e-5);
+}
+
+template <typename E> static void sampling_cases() {
+  for (int V : {1, 7, 1000, 8193}) {
+    test_sample<E>(3, V, SAMPLE_GREEDY, 1.0f, 0, 1.0, false);
+    test_sample<E>(3, V, SAMPLE_SOFTMAX, 0.7f, 0, 1.0, false);
+    test_sample<E>(3, V, SAMPLE_TRUNCATED, 1.0f, 40, 1.0, false);
+    test_sample<E>(3, V, SAMPLE_TRUNCATED, 0.8f, 0, 0.9, false);
+    test_sample<E>(3, V, SAMPLE_TRUNCATED, 1.0f, 100, 0.95, true);
+  }
+  test_sample<E>(4, 151936, SAMPLE_GREEDY, 1.0f, 0, 1.0, false);
+  test_sample<E>(4, 151936, SAMPLE_SOFTMAX, 1.0f, 0, 1.0, false);
+  test_sample<E>(4, 151936, SAMPLE_TRUNCATED, 1.0f, 1000, 0.95, false);
+  test_sample<E>(4, 151936, SAMPLE_TRUNCATED, 0.7f, 0, 0.9, true);
+  test_sample<E>(4, 151936, SAMPLE_TRUNCATED, 1.2f, 1, 1.0, true);
+}
+
+// Every check, or only those of the kernel family `only` (logprobs, rms, rope, attention, sampling).
 template <typename E> static void all(const std::string &only) {
   auto want = [&](const char *family) { return only.empty() || only == family; };
   if (want("logprobs")) {
@@ -385,6 +474,7 @@ template <typename E> static void all(const std::string &only) {
     test_rope<E>(1, 2, 5, 10, true, false);
   }
   if (want("attention")) attention_cases<E>();
+  if (want("sampling")) sampling_cases<E>();
 }
 
 int main(int argc, char **argv) {

@@ -4,3 +4,4 @@ mod attention;
 mod common;
 mod logprobs;
 mod norm_rope;
+mod sampling;

@@ -1,6 +1,6 @@
 //! `fusegrpo selftest --device cuda`: every CUDA kernel against its
 //! plain-tensor reference on the CPU (forward and gradients, f32 and bf16;
-//! attention against the CPU attention op),
+//! attention against the CPU attention op; sampling against its f64 reference),
 //! on random data with shapes that do not divide the tile sizes, printing the
 //! max differences and pass/fail against explicit tolerances; `--bench` adds
 //! a fused-vs-unfused timing of the log-prob path at Qwen3-4B's head size.
@@ -108,10 +108,56 @@ mod cuda {
                 rope_case(dev, &mut rng, dtype, (b, h, t, hd), &format!("rope {dn} [{b},{h},{t},{hd}]"), (tf, tg), report)?;
             }
         }
+        for (dtype, dn, _, _) in DTYPES {
+            for v in [1000, 151_936] {
+                sampling_case(dev, &mut rng, dtype, v, &format!("sample {dn} V={v}"), report)?;
+            }
+        }
         for (dtype, dn, tf, tg) in ATTENTION_DTYPES {
             for case in ATTENTION_CASES {
                 attention_case(dev, &mut rng, dtype, &case, &format!("attention {dn} {}", case.name), (tf, tg), report)?;
             }
+        }
+        Ok(())
+    }
+
+    /// The sampling kernel against `kernels::sampling::sample_reference`
+    /// (f64) for every mode on 8 rows of random logits with a few peaks:
+    /// the same tokens wherever the uniform lies further than 5e-7 of the
+    /// kept mass from a token boundary, log-probs within 3e-5 of the
+    /// largest |log-prob|.
+    fn sampling_case(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, v: usize, name: &str, report: &mut Report) -> Result<()> {
+        use kernels::sampling::{sample_reference, SampleMode};
+        let rows = 8;
+        let mut x = random(rng, &[rows, v], 4.0)?.to_dtype(dtype)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        for r in 0..rows {
+            for p in 0..8 {
+                x[r * v + rng.random_range(0..v)] += 6.0 + p as f32;
+            }
+        }
+        let logits = Tensor::from_vec(x.clone(), (rows, v), &Device::Cpu)?.to_dtype(dtype)?;
+        let modes = [
+            SampleMode::Greedy,
+            SampleMode::Softmax { temperature: 0.7 },
+            SampleMode::Truncated { temperature: 1.0, top_k: 40, top_p: 1.0 },
+            SampleMode::Truncated { temperature: 0.8, top_k: 0, top_p: 0.9 },
+            SampleMode::Truncated { temperature: 1.0, top_k: 1000, top_p: 0.95 },
+        ];
+        for mode in modes {
+            let us: Vec<f64> = (0..rows).map(|_| rng.random::<f64>()).collect();
+            let picks = kernels::cuda_ops::sample(&logits.to_device(dev)?, &Tensor::new(us.as_slice(), dev)?, mode)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            let (mut got_tok, mut want_tok, mut got_lp, mut want_lp) = (vec![], vec![], vec![], vec![]);
+            for r in 0..rows {
+                let (want, margin) = sample_reference(&x[r * v..(r + 1) * v], us[r], mode);
+                // Near a boundary either neighbour is right: compare the reference with itself.
+                got_tok.push(if margin < 5e-7 { want.token as f32 } else { picks[r][0] });
+                want_tok.push(want.token as f32);
+                got_lp.push(picks[r][1]);
+                want_lp.push(want.logprob);
+            }
+            let t = |v: Vec<f32>| Tensor::from_vec(v, rows, &Device::Cpu);
+            report.check(&format!("{name} {mode:?} tokens"), &t(got_tok)?, &t(want_tok)?, 0.0)?;
+            report.check_scaled(&format!("{name} {mode:?} logprobs"), &t(got_lp)?, &t(want_lp)?, 3e-5, 1.0)?;
         }
         Ok(())
     }

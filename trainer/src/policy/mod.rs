@@ -17,14 +17,17 @@
 //! other parked cache, stay under `max_kv_tokens`; when even one request
 //! does not fit, the parked caches of other episodes are dropped (evicted:
 //! they are prefilled again at their next turn), so the budget always holds.
+//! Each episode samples from its own random stream (seeded once per
+//! `next_turns` call from the caller's RNG), so neither the batches nor the
+//! evictions change what it draws.
 
 pub mod limits;
 mod prefill;
 
-use crate::generate::{decode, DecodeStep, Generation};
+use crate::generate::{decode, DecodeStep, Draws, Generation};
 use crate::model::cache::{KvCache, Positions};
 use crate::model::Qwen3;
-use crate::sampling::SamplerConfig;
+use crate::sampling::{DrawStreams, SamplerConfig};
 use candle_core::{IndexOp, Tensor};
 pub use limits::RolloutLimits;
 use limits::batch_kv_slots;
@@ -156,8 +159,9 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         ))
     }
 
-    /// Generate one turn for a decode batch of requests that fits the limits.
-    fn batch(&mut self, reqs: &[TurnRequest<'_>]) -> crate::Result<Vec<Generation>> {
+    /// Generate one turn for a decode batch of requests that fits the
+    /// limits, each episode drawing from its own stream of `streams`.
+    fn batch(&mut self, reqs: &[TurnRequest<'_>], streams: Option<DrawStreams>) -> crate::Result<Vec<Generation>> {
         self.stats.batches += 1;
         self.stats.peak_kv_slots = self.stats.peak_kv_slots.max(self.parked_slots(reqs) + Self::batch_slots(reqs));
         prefill::bring_up_to_date(self, reqs)?;
@@ -180,9 +184,11 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         let mut out: Vec<Generation> = reqs.iter().map(|_| Generation { ids: vec![], logprobs: vec![] }).collect();
         let next_pos: Vec<i64> = reqs.iter().map(|r| r.tokens.len() as i64).collect();
         let budgets: Vec<usize> = reqs.iter().map(|r| r.max_new_tokens.max(1)).collect();
-        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets };
+        let episodes: Vec<u64> = reqs.iter().map(|r| r.episode).collect();
+        let draws = Draws { streams, keys: &episodes };
+        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets, draws };
         let parked = &mut self.parked;
-        decode(self.model, &mut cache, last, next_pos, &step, &mut self.rng, &mut out, |i, row, cache, generated| {
+        decode(self.model, &mut cache, last, next_pos, &step, &mut out, |i, row, cache, generated| {
             // The last sampled token is not in the cache yet.
             let seen = reqs[i].tokens.len() + generated.ids.len() - 1;
             parked.insert(reqs[i].episode, Parked { cache: Arc::new(cache.extract_row(row)?), seen });
@@ -197,10 +203,14 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
         "model".into()
     }
 
+    /// One seed per call (none when greedy), shared by every decode batch:
+    /// an episode's draws depend on the seed, the episode and the token's
+    /// position only, whatever the limits make of the batches.
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
         if let Some(r) = requests.iter().find(|r| r.tokens.is_empty()) {
             return Err(self.err(format!("episode {} asks for a turn with no tokens", r.episode)));
         }
+        let streams = DrawStreams::for_sampler(&self.sampler, &mut self.rng);
         let mut outputs = Vec::with_capacity(requests.len());
         let mut start = 0;
         while start < requests.len() {
@@ -209,7 +219,7 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
             while end < requests.len() && self.fits(&requests[start..end + 1]) {
                 end += 1;
             }
-            let gens = self.batch(&requests[start..end]).map_err(|e| self.err(e))?;
+            let gens = self.batch(&requests[start..end], streams).map_err(|e| self.err(e))?;
             outputs.extend(gens.into_iter().map(|g| TurnOutput::Tokens { ids: g.ids, logprobs: g.logprobs }));
             start = end;
         }

@@ -93,28 +93,30 @@ fn logprob_diff(a: &[Episode], b: &[Episode]) -> f32 {
 
 /// A KV budget that holds only part of the episodes' caches at once (the
 /// others are evicted and prefilled again, in prefill forwards of at most
-/// 16 tokens) gives the same episodes as an unbounded run, and the budget
-/// holds at every decode batch.
+/// 16 tokens) gives the same episodes as an unbounded run, greedy and
+/// sampled (each episode draws from its own stream), and the budget holds
+/// at every decode batch.
 #[test]
 fn rollouts_under_a_kv_budget_equal_unbounded_ones() {
     let w = world();
-    let greedy = SamplerConfig::default();
-    let (free, free_stats) = limited_rollouts(&w, greedy, 0, RolloutLimits::batch_tokens(1 << 20));
-    let longest = free.iter().map(|e| e.tokens.len()).max().unwrap();
-    let total: usize = free.iter().map(|e| e.tokens.len()).sum();
-    // Room for one episode's turn (2 x its tokens) and a little more: not all 6.
-    let budget = 2 * longest + 64;
-    assert!(budget < total, "the budget must bind: {budget} slots for {total} tokens");
-    let limits = RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 16 };
-    let (bounded, stats) = limited_rollouts(&w, greedy, 0, limits);
-    let toks = |e: &[Episode]| e.iter().map(|e| e.tokens.clone()).collect::<Vec<_>>();
-    assert_eq!(toks(&bounded), toks(&free), "same episodes under the budget");
-    let diff = logprob_diff(&bounded, &free);
-    println!("unbounded: {free_stats:?}\nbudget {budget}: {stats:?}; max |logprob diff| {diff:.2e}");
-    assert!(diff <= 1e-5, "log-probs differ by {diff}");
-    assert!(stats.evictions > 0 && stats.batches > free_stats.batches, "the budget split the batches and evicted caches");
-    assert!(stats.peak_kv_slots <= budget, "peak {} over the budget {budget}", stats.peak_kv_slots);
-    assert!(stats.prefill_tokens > free_stats.prefill_tokens, "evicted episodes were prefilled again");
+    for sampler in [SamplerConfig::default(), SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 }] {
+        let (free, free_stats) = limited_rollouts(&w, sampler, 7, RolloutLimits::batch_tokens(1 << 20));
+        let longest = free.iter().map(|e| e.tokens.len()).max().unwrap();
+        let total: usize = free.iter().map(|e| e.tokens.len()).sum();
+        // Room for one episode's turn (2 x its tokens) and a little more: not all 6.
+        let budget = 2 * longest + 64;
+        assert!(budget < total, "the budget must bind: {budget} slots for {total} tokens");
+        let limits = RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 16 };
+        let (bounded, stats) = limited_rollouts(&w, sampler, 7, limits);
+        let toks = |e: &[Episode]| e.iter().map(|e| e.tokens.clone()).collect::<Vec<_>>();
+        assert_eq!(toks(&bounded), toks(&free), "T = {}: same episodes under the budget", sampler.temperature);
+        let diff = logprob_diff(&bounded, &free);
+        println!("T = {}: unbounded {free_stats:?}\nbudget {budget}: {stats:?}; max |logprob diff| {diff:.2e}", sampler.temperature);
+        assert!(diff <= 1e-5, "log-probs differ by {diff}");
+        assert!(stats.evictions > 0 && stats.batches > free_stats.batches, "the budget split the batches and evicted caches");
+        assert!(stats.peak_kv_slots <= budget, "peak {} over the budget {budget}", stats.peak_kv_slots);
+        assert!(stats.prefill_tokens > free_stats.prefill_tokens, "evicted episodes were prefilled again");
+    }
 }
 
 /// The identical prompts of a group are prefilled once (counted) and their
@@ -204,6 +206,29 @@ fn seeded_sampled_rollouts_repeat_and_logprobs_match_score() {
     }
 }
 
+/// Sampled episodes (T = 1.0) do not depend on how the batch is split:
+/// each episode draws from its own stream, so one row per batch, a middle
+/// budget and one batch give the same tokens, and log-probs within 1e-5
+/// (the rows' logits come from batches of other shapes).
+#[test]
+fn sampled_rollouts_do_not_depend_on_the_batch_budget() {
+    let w = world();
+    let s = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 };
+    let whole = rollouts(&w, s, 5, 1 << 20);
+    for budget in [1, 300] {
+        let split = rollouts(&w, s, 5, budget);
+        let mut worst = 0f32;
+        for (a, b) in whole.iter().zip(&split) {
+            assert_eq!(a.tokens, b.tokens, "budget {budget}: same episodes");
+            worst = a.logprobs.iter().zip(&b.logprobs).fold(worst, |m, (x, y)| m.max((x - y).abs()));
+        }
+        println!("budget {budget}: {} episodes equal, max |logprob diff| {worst:.3e}", split.len());
+        assert!(worst <= 1e-5);
+    }
+    // The 3 samples of a task differ: their streams are their own.
+    assert!(whole[0].tokens != whole[1].tokens || whole[1].tokens != whole[2].tokens);
+}
+
 /// A second turn continues from the parked KV cache: the same tokens and
 /// log-probs as a fresh policy that prefills the whole sequence.
 #[test]
@@ -237,4 +262,44 @@ fn parked_caches_continue_exactly() {
     }
     println!("parked vs fresh prefill: tokens identical, log-prob max |diff| = {worst:.3e}");
     assert!(worst < 1e-4);
+}
+
+/// Three episodes over two turns, sampled: under a KV budget that holds one
+/// episode's turn at a time (parked caches evicted and prefilled again in
+/// 8-token forwards), both turns equal those of an unbounded policy.
+#[test]
+fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
+    use rollout::policy::{Policy, TurnOutput, TurnRequest};
+    let w = world();
+    let stop = vec![w.tok.special().im_end];
+    let s = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 };
+    let policy = |limits| ModelPolicy::new(&w.model, s, rand_chacha::ChaCha8Rng::seed_from_u64(3), stop.clone(), limits);
+    let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (1..40).collect(), (100..131).collect()];
+    fn req(ep: u64, toks: &[u32]) -> TurnRequest<'_> {
+        TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 12 }
+    }
+    let ids = |o: &TurnOutput| match o {
+        TurnOutput::Tokens { ids, logprobs } => (ids.clone(), logprobs.clone()),
+        TurnOutput::Text(_) => unreachable!(),
+    };
+    let two_turns = |p: &mut ModelPolicy<'_, rand_chacha::ChaCha8Rng>| {
+        let first = p.next_turns(&(0..3).map(|e| req(e, &prompts[e as usize])).collect::<Vec<_>>()).unwrap();
+        let seqs: Vec<Vec<u32>> = (0..3).map(|r| [prompts[r].clone(), ids(&first[r]).0, (200..205 + 3 * r as u32).collect()].concat()).collect();
+        let second = p.next_turns(&(0..3).map(|e| req(e, &seqs[e as usize])).collect::<Vec<_>>()).unwrap();
+        first.iter().chain(&second).map(ids).collect::<Vec<_>>()
+    };
+    let mut free = policy(RolloutLimits::batch_tokens(1 << 20));
+    let want = two_turns(&mut free);
+    let budget = 2 * (40 + 12 + 12 + 15 + 12) + 8;
+    let mut tight = policy(RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 8 });
+    let got = two_turns(&mut tight);
+    let stats = tight.stats();
+    let mut worst = 0f32;
+    for (i, ((a, la), (b, lb))) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a, b, "turn {} of episode {}", i / 3 + 1, i % 3);
+        worst = la.iter().zip(lb).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+    }
+    println!("two turns, budget {budget}: {stats:?} (unbounded {:?}); max |logprob diff| {worst:.2e}", free.stats());
+    assert!(worst <= 1e-5);
+    assert!(stats.evictions > 0 && stats.peak_kv_slots <= budget && stats.batches > free.stats().batches);
 }
