@@ -11,11 +11,10 @@ use super::step::merge;
 use super::{median, rss_kib, set_threads};
 use crate::cli::common::{load_model, write_json_lines, RunOn};
 use anyhow::{ensure, Result};
-use candle_core::{DType, Device};
+use candle_core::DType;
 use rand::SeedableRng;
 use std::path::PathBuf;
 use std::time::Instant;
-use trainer::device::{DTypeKind, DeviceKind};
 use trainer::generate::{generate, GenerateConfig};
 use trainer::sampling::SamplerConfig;
 use trainer::Qwen3;
@@ -48,6 +47,9 @@ pub struct Args {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Device and dtype (scripts/gpu-check decodes on CUDA in bf16).
+    #[command(flatten)]
+    pub on: RunOn,
 }
 
 /// The prompts of `scripts/bench_generate.py`: row r, token j = (131 r + 17 j) % (vocab - 10) + 10.
@@ -61,10 +63,10 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => load_model(m, &RunOn { device: DeviceKind::Cpu, dtype: DTypeKind::F32 })?.0,
+        Some(m) => load_model(m, &a.on)?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
-            let w = trainer::init::random_weights(&cfg, a.seed, DType::F32, &Device::Cpu)?;
+            let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.device.open()?)?;
             Qwen3::new(&cfg, &w)?
         }
     };
@@ -105,6 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         "first_seconds": first,
         "new_tokens": tokens,
         "logprob_sum": logprob_sum,
+        "device": a.on.device.name(), "dtype": format!("{:?}", DType::from(a.on.dtype)).to_lowercase(),
         "rows": a.rows, "new": a.new, "prompt_len": a.prompt_len, "temperature": a.temperature,
         "peak_rss_mib": rss_kib("VmHWM") / 1024,
         "threads": rayon::current_num_threads(),
