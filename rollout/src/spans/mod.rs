@@ -1,19 +1,50 @@
-//! Function spans from tree-sitter: which function, method or class body
+//! Function spans from tree-sitter: which function, method or type body
 //! each line of a source file belongs to (DESIGN.md, "Entity names").
 //!
-//! Rules: the innermost *named function or class* owns a line, except that
-//! descent stops at the first function: a nested function (or a class
-//! inside a function) takes its enclosing function's name. Class body lines
-//! outside methods belong to the class. Module-level lines belong to no
-//! span (the file only). Decorators belong to what they decorate.
+//! Rules, the same in every language: the innermost *named function or
+//! type* owns a line, except that descent stops at the first function: a
+//! nested function (or a closure, or a type inside a function) takes its
+//! enclosing function's name. Lines of a type's body outside its methods
+//! belong to the type. Module-level lines belong to no span (the file
+//! only). Decorators and attributes belong to what they decorate. Only
+//! definitions with a body are functions: a bodiless declaration (an
+//! abstract or trait method, a C prototype) is a line of its type or file.
+//!
+//! Names are dotted, `Type.method`, `Outer.Inner.method`, whatever the
+//! language writes (`::`, receivers, out-of-class definitions):
+//! - Python ([`python`]): `class` and `def`.
+//! - Rust ([`rust`]): `impl Trait for Type` and `impl Type` methods are
+//!   `Type.method`; traits, structs, enums are types; inline `mod m` is a
+//!   scope (`m.f`).
+//! - Go ([`go`]): `func (r *T) M()` is `T.M` although it is written at the
+//!   top level; `type T struct/interface {..}` is the type `T`.
+//! - JavaScript, TypeScript, TSX ([`javascript`], [`typescript`]): classes
+//!   and their methods (`C.m`), `function f`, and `const f = () => ..` /
+//!   `function () ..` bound to a name; TS interfaces, enums and type aliases
+//!   are types, `namespace N` a scope.
+//! - Java ([`java`]): classes, interfaces, enums, records (nested:
+//!   `Outer.Inner.m`); methods and constructors.
+//! - C ([`c`]): function definitions, function-like macros; `struct`,
+//!   `union`, `enum` bodies (and `typedef struct {..} T`) are types.
+//! - C++ ([`cpp`]): as C, plus classes, and namespaces as a scope
+//!   (`ns.A.m`); `void A::B::f() {..}` out of its class is `A.B.f`;
+//!   `template <..>` lines belong to what they introduce.
+//!
+//! Files in other languages have file entities only.
 
 mod python;
+mod rust;
+mod walk;
+
+use walk::Rules;
 
 /// A language whose function spans we can parse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Language {
     /// Python (`.py`, `.pyi`), via tree-sitter-python.
     Python,
+    /// Rust (`.rs`), via tree-sitter-rust.
+    Rust,
 }
 
 impl Language {
@@ -22,7 +53,16 @@ impl Language {
         let ext = path.rsplit_once('.').map(|(_, e)| e)?;
         match ext {
             "py" | "pyi" => Some(Language::Python),
+            "rs" => Some(Language::Rust),
             _ => None,
+        }
+    }
+
+    /// This language's rules for the shared walk.
+    fn rules(self) -> &'static dyn Rules {
+        match self {
+            Language::Python => &python::Python,
+            Language::Rust => &rust::Rust,
         }
     }
 }
@@ -32,18 +72,19 @@ impl Language {
 pub enum SpanKind {
     /// A function or method (descent stops here).
     Function,
-    /// A class (its body lines outside methods belong to it).
-    Class,
+    /// A class, struct, trait, impl block, interface or enum (its body
+    /// lines outside methods belong to it).
+    Type,
 }
 
 /// One definition's line range (1-based, inclusive) and qualified name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Span {
-    /// Dotted qualified name: `Class.method`, `func`, `Outer.Inner`.
+    /// Dotted qualified name: `Type.method`, `func`, `Outer.Inner`.
     pub name: String,
-    /// Function or class.
+    /// Function or type.
     pub kind: SpanKind,
-    /// First line (the first decorator, if any).
+    /// First line (the first decorator or attribute, if any).
     pub start_line: usize,
     /// Last line.
     pub end_line: usize,
@@ -59,9 +100,7 @@ pub struct FileSpans {
 impl FileSpans {
     /// Parses `source` (tree-sitter recovers from syntax errors).
     pub fn parse(language: Language, source: &[u8]) -> FileSpans {
-        let mut spans = match language {
-            Language::Python => python::spans(source),
-        };
+        let mut spans = walk::spans(language.rules(), source);
         spans.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
         FileSpans { spans }
     }
@@ -84,10 +123,33 @@ impl FileSpans {
         names
     }
 
-    /// The qualified names of all spans (functions and classes).
+    /// The qualified names of all spans (functions and types).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.spans.iter().map(|s| s.name.as_str())
     }
+}
+
+/// Asserts the owner of every line of `source`. `runs` lists (first line,
+/// owner); each owner holds until the next run's first line, the last one
+/// to the end of the file, so the table covers every line. All mismatches
+/// are reported at once.
+#[cfg(test)]
+fn assert_owners(language: Language, source: &str, runs: &[(usize, Option<&str>)]) {
+    let spans = FileSpans::parse(language, source.as_bytes());
+    let lines = source.lines().count();
+    assert_eq!(runs.first().map(|r| r.0), Some(1), "the table starts at line 1");
+    let mut wrong = Vec::new();
+    for (i, &(first, want)) in runs.iter().enumerate() {
+        let end = runs.get(i + 1).map_or(lines, |next| next.0 - 1);
+        assert!(first <= end && end <= lines, "run at line {first} is empty or past the end ({lines} lines)");
+        for line in first..=end {
+            let got = spans.owner(line);
+            if got != want {
+                wrong.push(format!("line {line}: got {got:?}, want {want:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{language:?}:\n{}\nspans: {:#?}", wrong.join("\n"), spans.spans);
 }
 
 #[cfg(test)]
@@ -155,6 +217,21 @@ if X:
         assert_eq!(spans.owners_in(10, 13), vec!["A", "A.m"]);
         assert_eq!(spans.owners_in(13, 16), vec!["A.m"]);
         assert_eq!(spans.owners_in(1, 3), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn languages_from_extensions() {
+        let cases = [
+            ("a/b.py", Some(Language::Python)),
+            ("b.pyi", Some(Language::Python)),
+            ("src/lib.rs", Some(Language::Rust)),
+            ("README.md", None),
+            ("Makefile", None),
+            ("x.pyc", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(Language::from_path(path), want, "{path}");
+        }
     }
 
     #[test]

@@ -1,0 +1,89 @@
+//! Gold from patches in every parsed language: each sample file under
+//! tests/fixtures/spans gets one-line patches touching a function, a
+//! method, a nested function, a type body line and a module-level line, and
+//! one patch touching them all; gold is the owner of each touched line at
+//! the base commit (DESIGN.md, "Gold from a patch").
+
+use crate::repo_builder;
+
+use std::collections::BTreeSet;
+
+use repo_builder::{git, TempRepo};
+use rollout::tasks::gold::{derive_gold, GoldFlag, GoldReport};
+
+/// One language's sample and the lines to touch, with the gold function
+/// each should give (None: module level, file gold only).
+struct Sample {
+    path: &'static str,
+    source: &'static str,
+    touches: &'static [(usize, Option<&'static str>)],
+}
+
+const SAMPLES: &[Sample] = &[Sample {
+    path: "src/stack.rs",
+    source: include_str!("../fixtures/spans/sample.rs"),
+    touches: &[
+        (44, Some("generic")),       // a generic function
+        (20, Some("Stack.push")),    // a method in `impl<T: Clone> Stack<T>`
+        (18, Some("Stack.push")),    // inside a nested fn
+        (26, Some("Stack.fmt")),     // a method of `impl Display for Stack<T>`
+        (9, Some("Stack")),          // a struct field
+        (31, Some("Shape")),         // a trait's associated type
+        (59, Some("tests.pushes")),  // a test in an inline module
+        (4, None),                   // a module-level const
+    ],
+}];
+
+/// `source` with each of `lines` (1-based) ending in a comment.
+fn touched(source: &str, lines: &[usize]) -> String {
+    let mut out = String::new();
+    for (i, line) in source.lines().enumerate() {
+        out.push_str(line);
+        if lines.contains(&(i + 1)) {
+            out.push_str(" // changed");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Gold of the git diff `sample` -> `after`, against a base commit of `sample`.
+fn gold_of(sample: &Sample, after: &str) -> GoldReport {
+    let repo = TempRepo::new("o/lang");
+    repo.file(sample.path, sample.source);
+    repo.commit("base");
+    repo.file(sample.path, after);
+    let patch = git(&repo.work, &["diff", "-U3"]);
+    assert!(!patch.is_empty(), "{}: the edit changed nothing", sample.path);
+    derive_gold(&patch, &*repo.snapshot("HEAD")).expect("gold")
+}
+
+fn functions(report: &GoldReport) -> Vec<&str> {
+    report.gold.functions.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn one_line_patches_give_the_owner() {
+    for sample in SAMPLES {
+        for &(line, owner) in sample.touches {
+            let report = gold_of(sample, &touched(sample.source, &[line]));
+            let want: Vec<String> = owner.map(|o| format!("{}:{o}", sample.path)).into_iter().collect();
+            assert_eq!(functions(&report), want, "{} line {line}", sample.path);
+            assert_eq!(report.gold.files.iter().collect::<Vec<_>>(), [sample.path], "{}", sample.path);
+            let flags: BTreeSet<GoldFlag> = owner.map_or([GoldFlag::NoFunctions].into(), |_| BTreeSet::new());
+            assert_eq!(report.flags, flags, "{} line {line}", sample.path);
+        }
+    }
+}
+
+#[test]
+fn one_patch_touching_every_kind() {
+    for sample in SAMPLES {
+        let lines: Vec<usize> = sample.touches.iter().map(|t| t.0).collect();
+        let report = gold_of(sample, &touched(sample.source, &lines));
+        let want: BTreeSet<String> =
+            sample.touches.iter().filter_map(|t| t.1).map(|o| format!("{}:{o}", sample.path)).collect();
+        assert_eq!(report.gold.functions, want, "{}", sample.path);
+        assert!(report.flags.is_empty(), "{}: {:?}", sample.path, report.flags);
+    }
+}
