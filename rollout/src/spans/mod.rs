@@ -32,6 +32,7 @@
 //!
 //! Files in other languages have file entities only.
 
+mod go;
 mod python;
 mod rust;
 mod walk;
@@ -45,6 +46,8 @@ pub enum Language {
     Python,
     /// Rust (`.rs`), via tree-sitter-rust.
     Rust,
+    /// Go (`.go`), via tree-sitter-go.
+    Go,
 }
 
 impl Language {
@@ -54,6 +57,7 @@ impl Language {
         match ext {
             "py" | "pyi" => Some(Language::Python),
             "rs" => Some(Language::Rust),
+            "go" => Some(Language::Go),
             _ => None,
         }
     }
@@ -63,6 +67,7 @@ impl Language {
         match self {
             Language::Python => &python::Python,
             Language::Rust => &rust::Rust,
+            Language::Go => &go::Go,
         }
     }
 }
@@ -225,6 +230,7 @@ if X:
             ("a/b.py", Some(Language::Python)),
             ("b.pyi", Some(Language::Python)),
             ("src/lib.rs", Some(Language::Rust)),
+            ("cmd/main.go", Some(Language::Go)),
             ("README.md", None),
             ("Makefile", None),
             ("x.pyc", None),

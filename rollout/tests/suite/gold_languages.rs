@@ -32,6 +32,18 @@ const SAMPLES: &[Sample] = &[Sample {
         (59, Some("tests.pushes")),  // a test in an inline module
         (4, None),                   // a module-level const
     ],
+}, Sample {
+    path: "pkg/stack.go",
+    source: include_str!("../fixtures/spans/sample.go"),
+    touches: &[
+        (36, Some("Map")),         // a generic function
+        (16, Some("Stack.Push")),  // a method (pointer receiver)
+        (14, Some("Stack.Push")),  // inside a function literal in it
+        (9, Some("Stack")),        // a struct field
+        (25, Some("Shape")),       // an interface method spec
+        (42, Some("handler")),     // var handler = func ..
+        (6, None),                 // a module-level const
+    ],
 }];
 
 /// `source` with each of `lines` (1-based) ending in a comment.
