@@ -33,6 +33,7 @@
 //! Files in other languages have file entities only.
 
 mod go;
+mod java;
 mod python;
 mod rust;
 mod walk;
@@ -48,6 +49,8 @@ pub enum Language {
     Rust,
     /// Go (`.go`), via tree-sitter-go.
     Go,
+    /// Java (`.java`), via tree-sitter-java.
+    Java,
 }
 
 impl Language {
@@ -58,6 +61,7 @@ impl Language {
             "py" | "pyi" => Some(Language::Python),
             "rs" => Some(Language::Rust),
             "go" => Some(Language::Go),
+            "java" => Some(Language::Java),
             _ => None,
         }
     }
@@ -68,6 +72,7 @@ impl Language {
             Language::Python => &python::Python,
             Language::Rust => &rust::Rust,
             Language::Go => &go::Go,
+            Language::Java => &java::Java,
         }
     }
 }
@@ -231,6 +236,7 @@ if X:
             ("b.pyi", Some(Language::Python)),
             ("src/lib.rs", Some(Language::Rust)),
             ("cmd/main.go", Some(Language::Go)),
+            ("src/A.java", Some(Language::Java)),
             ("README.md", None),
             ("Makefile", None),
             ("x.pyc", None),

@@ -44,6 +44,19 @@ const SAMPLES: &[Sample] = &[Sample {
         (42, Some("handler")),     // var handler = func ..
         (6, None),                 // a module-level const
     ],
+}, Sample {
+    path: "src/sample/Box.java",
+    source: include_str!("../fixtures/spans/Sample.java"),
+    touches: &[
+        (19, Some("Box.map")),        // a generic method
+        (17, Some("Box.map")),        // a local class in it
+        (11, Some("Box.Box")),        // the constructor
+        (8, Some("Box")),             // a field
+        (25, Some("Box.Entry.key")),  // a nested class's method
+        (32, Some("Box.Mode")),       // an enum's field
+        (41, Some("Shape")),          // an abstract interface method
+        (3, None),                    // an import
+    ],
 }];
 
 /// `source` with each of `lines` (1-based) ending in a comment.
