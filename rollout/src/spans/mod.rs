@@ -34,8 +34,10 @@
 
 mod go;
 mod java;
+mod javascript;
 mod python;
 mod rust;
+mod typescript;
 mod walk;
 
 use walk::Rules;
@@ -51,6 +53,12 @@ pub enum Language {
     Go,
     /// Java (`.java`), via tree-sitter-java.
     Java,
+    /// JavaScript with JSX (`.js`, `.mjs`, `.cjs`, `.jsx`), via tree-sitter-javascript.
+    JavaScript,
+    /// TypeScript (`.ts`, `.mts`, `.cts`), via tree-sitter-typescript.
+    TypeScript,
+    /// TypeScript with JSX (`.tsx`), via tree-sitter-typescript's TSX grammar.
+    Tsx,
 }
 
 impl Language {
@@ -62,6 +70,9 @@ impl Language {
             "rs" => Some(Language::Rust),
             "go" => Some(Language::Go),
             "java" => Some(Language::Java),
+            "js" | "mjs" | "cjs" | "jsx" => Some(Language::JavaScript),
+            "ts" | "mts" | "cts" => Some(Language::TypeScript),
+            "tsx" => Some(Language::Tsx),
             _ => None,
         }
     }
@@ -73,6 +84,9 @@ impl Language {
             Language::Rust => &rust::Rust,
             Language::Go => &go::Go,
             Language::Java => &java::Java,
+            Language::JavaScript => &javascript::JavaScript,
+            Language::TypeScript => &typescript::TypeScript { tsx: false },
+            Language::Tsx => &typescript::TypeScript { tsx: true },
         }
     }
 }
@@ -237,6 +251,12 @@ if X:
             ("src/lib.rs", Some(Language::Rust)),
             ("cmd/main.go", Some(Language::Go)),
             ("src/A.java", Some(Language::Java)),
+            ("web/app.js", Some(Language::JavaScript)),
+            ("web/app.mjs", Some(Language::JavaScript)),
+            ("web/View.jsx", Some(Language::JavaScript)),
+            ("web/app.ts", Some(Language::TypeScript)),
+            ("web/types.d.ts", Some(Language::TypeScript)),
+            ("web/View.tsx", Some(Language::Tsx)),
             ("README.md", None),
             ("Makefile", None),
             ("x.pyc", None),

@@ -57,6 +57,41 @@ const SAMPLES: &[Sample] = &[Sample {
         (41, Some("Shape")),          // an abstract interface method
         (3, None),                    // an import
     ],
+}, Sample {
+    path: "web/stack.js",
+    source: include_str!("../fixtures/spans/sample.js"),
+    touches: &[
+        (19, Some("Stack.push")),     // a method
+        (8, Some("outer")),           // a nested function
+        (14, Some("Stack")),          // a class field
+        (27, Some("Stack.onClick")),  // an arrow-function field
+        (32, Some("arrow")),          // const arrow = () => ..
+        (48, Some("render")),         // JSX
+        (4, None),                    // a module-level const
+    ],
+}, Sample {
+    path: "web/base.ts",
+    source: include_str!("../fixtures/spans/sample.ts"),
+    touches: &[
+        (27, Some("Base.describe")),      // a decorated method
+        (26, Some("Base.describe")),      // an arrow function in it
+        (20, Some("Base")),               // a field
+        (22, Some("Base")),               // an abstract method
+        (39, Some("Geometry.distance")),  // a generic function in a namespace
+        (10, Some("Pair")),               // a type alias's member
+        (5, Some("Shape")),               // an interface's method signature
+        (43, None),                       // an overload signature
+    ],
+}, Sample {
+    path: "web/panel.tsx",
+    source: include_str!("../fixtures/spans/sample.tsx"),
+    touches: &[
+        (9, Some("Header")),          // a component
+        (16, Some("Panel.render")),   // a method returning JSX
+        (13, Some("Panel")),          // a class field
+        (4, Some("Props")),           // an interface member
+        (1, None),                    // an import
+    ],
 }];
 
 /// `source` with each of `lines` (1-based) ending in a comment.
