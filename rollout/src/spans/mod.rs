@@ -32,6 +32,8 @@
 //!
 //! Files in other languages have file entities only.
 
+mod c;
+mod cpp;
 mod go;
 mod java;
 mod javascript;
@@ -59,6 +61,14 @@ pub enum Language {
     TypeScript,
     /// TypeScript with JSX (`.tsx`), via tree-sitter-typescript's TSX grammar.
     Tsx,
+    /// C (`.c`), via tree-sitter-c.
+    C,
+    /// C++ (`.cc`, `.cpp`, `.cxx`, `.c++`, `.hpp`, `.hh`, `.hxx`, `.h++`,
+    /// and `.h`), via tree-sitter-cpp. A `.h` may be either language; the
+    /// C++ grammar extends the C one, so it reads C headers with the same
+    /// names, while the C grammar would garble a C++ header's classes,
+    /// namespaces and templates.
+    Cpp,
 }
 
 impl Language {
@@ -73,6 +83,8 @@ impl Language {
             "js" | "mjs" | "cjs" | "jsx" => Some(Language::JavaScript),
             "ts" | "mts" | "cts" => Some(Language::TypeScript),
             "tsx" => Some(Language::Tsx),
+            "c" => Some(Language::C),
+            "cc" | "cpp" | "cxx" | "c++" | "hpp" | "hh" | "hxx" | "h++" | "h" => Some(Language::Cpp),
             _ => None,
         }
     }
@@ -87,6 +99,8 @@ impl Language {
             Language::JavaScript => &javascript::JavaScript,
             Language::TypeScript => &typescript::TypeScript { tsx: false },
             Language::Tsx => &typescript::TypeScript { tsx: true },
+            Language::C => &c::C,
+            Language::Cpp => &cpp::Cpp,
         }
     }
 }
@@ -257,12 +271,21 @@ if X:
             ("web/app.ts", Some(Language::TypeScript)),
             ("web/types.d.ts", Some(Language::TypeScript)),
             ("web/View.tsx", Some(Language::Tsx)),
+            ("src/main.c", Some(Language::C)),
+            ("include/a.h", Some(Language::Cpp)),
+            ("src/a.cc", Some(Language::Cpp)),
+            ("src/a.cpp", Some(Language::Cpp)),
+            ("src/a.cxx", Some(Language::Cpp)),
+            ("include/a.hpp", Some(Language::Cpp)),
+            ("include/a.hh", Some(Language::Cpp)),
             ("README.md", None),
             ("Makefile", None),
             ("x.pyc", None),
         ];
         for (path, want) in cases {
             assert_eq!(Language::from_path(path), want, "{path}");
+            // Every parsed language counts as code for the gold filters.
+            assert!(want.is_none() || crate::tasks::gold::is_code_path(path), "{path}");
         }
     }
 

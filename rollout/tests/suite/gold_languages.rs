@@ -92,6 +92,33 @@ const SAMPLES: &[Sample] = &[Sample {
         (4, Some("Props")),           // an interface member
         (1, None),                    // an import
     ],
+}, Sample {
+    path: "src/sample.c",
+    source: include_str!("../fixtures/spans/sample.c"),
+    touches: &[
+        (24, Some("helper")),      // a function
+        (33, Some("name_of")),     // a function returning a pointer
+        (37, Some("pick")),        // one returning a function pointer
+        (9, Some("point")),        // a struct member
+        (14, Some("size2")),       // a typedef'd anonymous struct's member
+        (6, Some("SQUARE")),       // a macro's continued line
+        (48, Some("debug_dump")),  // inside #ifdef
+        (4, None),                 // an object-like macro
+    ],
+}, Sample {
+    path: "src/geo.cpp",
+    source: include_str!("../fixtures/spans/sample.cpp"),
+    touches: &[
+        (15, Some("geo.Stack.push")),       // a method of a class template in a namespace
+        (14, Some("geo.Stack.push")),       // a lambda in it
+        (11, Some("geo.Stack")),            // a class body line
+        (21, Some("geo.Stack.Node")),       // a nested struct's member
+        (31, Some("geo.Stack.empty")),      // a template method defined out of class
+        (46, Some("Point.operator==")),     // an operator
+        (42, Some("Point")),                // a member
+        (50, Some("geo.detail.twice")),     // defined out of its namespace
+        (6, None),                          // a namespace-level constant
+    ],
 }];
 
 /// `source` with each of `lines` (1-based) ending in a comment.
