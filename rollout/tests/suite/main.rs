@@ -4,7 +4,7 @@ mod repo_builder;
 mod chat_template;
 mod episodes;
 mod gold;
-mod gold_languages;
+mod languages;
 mod practice;
 mod reward;
 mod snapshot;

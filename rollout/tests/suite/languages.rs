@@ -1,15 +1,20 @@
-//! Gold from patches in every parsed language: each sample file under
-//! tests/fixtures/spans gets one-line patches touching a function, a
+//! Every parsed language end to end. Gold from patches: each sample file
+//! under tests/fixtures/spans gets one-line patches touching a function, a
 //! method, a nested function, a type body line and a module-level line, and
 //! one patch touching them all; gold is the owner of each touched line at
-//! the base commit (DESIGN.md, "Gold from a patch").
+//! the base commit (DESIGN.md, "Gold from a patch"). The same lines through
+//! read_file and grep surface those functions, and tasks mined from a Rust
+//! and a Go history get function-level gold.
 
 use crate::repo_builder;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use repo_builder::{git, TempRepo};
+use repo_builder::{entity_strings, git, run, TempRepo};
+use rollout::repo::Snapshot;
 use rollout::tasks::gold::{derive_gold, GoldFlag, GoldReport};
+use rollout::tasks::history::{tasks_from_history, HistoryConfig};
 
 /// One language's sample and the lines to touch, with the gold function
 /// each should give (None: module level, file gold only).
@@ -172,5 +177,75 @@ fn one_patch_touching_every_kind() {
             sample.touches.iter().filter_map(|t| t.1).map(|o| format!("{}:{o}", sample.path)).collect();
         assert_eq!(report.gold.functions, want, "{}", sample.path);
         assert!(report.flags.is_empty(), "{}: {:?}", sample.path, report.flags);
+    }
+}
+
+/// The file and, when given, the function entity of `owner` in `path`.
+fn entities(path: &str, owner: Option<&str>) -> BTreeSet<String> {
+    std::iter::once(path.to_string()).chain(owner.map(|o| format!("{path}:{o}"))).collect()
+}
+
+/// One repository holding every sample.
+fn samples_repo() -> (TempRepo, Arc<Snapshot>) {
+    let repo = TempRepo::new("o/samples");
+    for sample in SAMPLES {
+        repo.file(sample.path, sample.source);
+    }
+    repo.commit("samples");
+    let snapshot = repo.snapshot("HEAD");
+    (repo, snapshot)
+}
+
+#[test]
+fn read_file_surfaces_the_owner_of_each_line() {
+    let (_repo, snapshot) = samples_repo();
+    for sample in SAMPLES {
+        for &(line, owner) in sample.touches {
+            let json = format!(
+                r#"{{"name":"read_file","arguments":{{"path":"{}","start_line":{line},"end_line":{line}}}}}"#,
+                sample.path
+            );
+            let result = run(&snapshot, &json);
+            assert!(!result.error, "{json}: {}", result.output);
+            let got: BTreeSet<String> = entity_strings(&result).into_iter().collect();
+            assert_eq!(got, entities(sample.path, owner), "{json}");
+        }
+    }
+}
+
+#[test]
+fn grep_surfaces_the_function_of_each_match() {
+    let (_repo, snapshot) = samples_repo();
+    // `helper(item)` is in the Rust and the Go method bodies only.
+    let result = run(&snapshot, r#"{"name":"grep","arguments":{"pattern":"helper\\(item\\)"}}"#);
+    let got: BTreeSet<String> = entity_strings(&result).into_iter().collect();
+    let mut want = entities("src/stack.rs", Some("Stack.push"));
+    want.extend(entities("pkg/stack.go", Some("Stack.Push")));
+    assert_eq!(got, want, "{}", result.output);
+    // A match in a C++ namespace-level line and one in a class template's method.
+    let result = run(&snapshot, r#"{"name":"grep","arguments":{"pattern":"kLimit|push_back","path":"src/geo.cpp"}}"#);
+    let got: BTreeSet<String> = entity_strings(&result).into_iter().collect();
+    let mut want = entities("src/geo.cpp", Some("geo.Stack.push"));
+    want.insert("src/geo.cpp:geo.detail.helper".to_string());
+    assert_eq!(got, want, "{}", result.output);
+}
+
+#[test]
+fn tasks_from_rust_and_go_history_have_function_gold() {
+    for (path, source, line, want) in [
+        ("src/stack.rs", SAMPLES[0].source, 20, "src/stack.rs:Stack.push"),
+        ("pkg/stack.go", SAMPLES[1].source, 16, "pkg/stack.go:Stack.Push"),
+    ] {
+        let repo = TempRepo::new("o/hist");
+        repo.file(path, source);
+        repo.commit("initial import of the stack package");
+        repo.file(path, touched(source, &[line]));
+        repo.commit("Fix push: keep the items in order when the helper clones them");
+        let git_repo = git2::Repository::open(&repo.work).unwrap();
+        let tasks = tasks_from_history(&git_repo, "o/hist", &HistoryConfig::default()).unwrap();
+        assert_eq!(tasks.len(), 1, "{path}: {tasks:#?}");
+        let gold = tasks[0].gold.as_ref().unwrap();
+        assert_eq!(gold.functions.iter().collect::<Vec<_>>(), [want], "{path}");
+        assert_eq!(gold.files.iter().collect::<Vec<_>>(), [path], "{path}");
     }
 }
