@@ -48,11 +48,11 @@ impl Rules for Cpp {
 /// parameter list and a requires clause.
 fn templated(node: Node) -> Option<Node> {
     let mut cursor = node.walk();
-    let last = node
+    let introduced = node
         .named_children(&mut cursor)
         .filter(|n| !matches!(n.kind(), "template_parameter_list" | "requires_clause" | "comment"))
         .last();
-    last
+    introduced
 }
 
 #[cfg(test)]

@@ -293,5 +293,39 @@ if X:
     fn garbage_does_not_panic() {
         let spans = FileSpans::parse(Language::Python, b"def (:\n\xff\xfe class\n  def x(:");
         let _ = spans.owner(1);
+        let garbage: &[&[u8]] = &[
+            b"fn (:\n\xff\xfe impl {{ struct\n func (",
+            b"class A { void m( { template <",
+            b"}}}}\n#define F(x \\\n",
+            b"",
+        ];
+        let all = [
+            Language::Python,
+            Language::Rust,
+            Language::Go,
+            Language::Java,
+            Language::JavaScript,
+            Language::TypeScript,
+            Language::Tsx,
+            Language::C,
+            Language::Cpp,
+        ];
+        for language in all {
+            for source in garbage {
+                let spans = FileSpans::parse(language, source);
+                let _ = spans.owners_in(1, 5);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow() {
+        // Types nested 2,000 deep: the walk keeps its own stack.
+        let depth = 2000;
+        let source = format!("{}int x;\n{}", "struct S {\n".repeat(depth), "};\n".repeat(depth));
+        let spans = FileSpans::parse(Language::Cpp, source.as_bytes());
+        assert_eq!(spans.spans.len(), depth);
+        let owner = spans.owner(depth + 1).unwrap_or_default();
+        assert_eq!(owner, vec!["S"; depth].join("."), "the field's owner");
     }
 }
