@@ -12,25 +12,29 @@
 //!
 //! Names are dotted, `Type.method`, `Outer.Inner.method`, whatever the
 //! language writes (`::`, receivers, out-of-class definitions):
-//! - Python ([`python`]): `class` and `def`.
-//! - Rust ([`rust`]): `impl Trait for Type` and `impl Type` methods are
+//! - Python (`python.rs`): `class` and `def`.
+//! - Rust (`rust.rs`): `impl Trait for Type` and `impl Type` methods are
 //!   `Type.method`; traits, structs, enums are types; inline `mod m` is a
 //!   scope (`m.f`).
-//! - Go ([`go`]): `func (r *T) M()` is `T.M` although it is written at the
+//! - Go (`go.rs`): `func (r *T) M()` is `T.M` although it is written at the
 //!   top level; `type T struct/interface {..}` is the type `T`.
-//! - JavaScript, TypeScript, TSX ([`javascript`], [`typescript`]): classes
+//! - JavaScript, TypeScript, TSX (`javascript.rs`, `typescript.rs`): classes
 //!   and their methods (`C.m`), `function f`, and `const f = () => ..` /
 //!   `function () ..` bound to a name; TS interfaces, enums and type aliases
 //!   are types, `namespace N` a scope.
-//! - Java ([`java`]): classes, interfaces, enums, records (nested:
+//! - Java (`java.rs`): classes, interfaces, enums, records (nested:
 //!   `Outer.Inner.m`); methods and constructors.
-//! - C ([`c`]): function definitions, function-like macros; `struct`,
+//! - C (`c.rs`): function definitions, function-like macros; `struct`,
 //!   `union`, `enum` bodies (and `typedef struct {..} T`) are types.
-//! - C++ ([`cpp`]): as C, plus classes, and namespaces as a scope
+//! - C++ (`cpp.rs`): as C, plus classes, and namespaces as a scope
 //!   (`ns.A.m`); `void A::B::f() {..}` out of its class is `A.B.f`;
 //!   `template <..>` lines belong to what they introduce.
 //!
-//! Files in other languages have file entities only.
+//! Each language module maps its grammar's node kinds to roles (function,
+//! type, naming scope, wrapper such as a decorator or `template <..>`,
+//! other); `walk.rs` turns roles into spans the same way for all of them.
+//! A `.h` is read as C++ (see [`Language::Cpp`]). Files in other languages
+//! have file entities only.
 
 mod c;
 mod cpp;
