@@ -10,6 +10,8 @@
 //!   but functions declared inside it are.
 //! - Types: `class C` declarations and `const C = class ..`; field lines
 //!   and static blocks belong to the class.
+//! - Scopes: an object literal bound to a name, `const api = { get() {..} }`,
+//!   names its methods `api.get`; its other lines belong to the file.
 //! - `export` (and decorators before it) belongs to what it exports;
 //!   imports, top-level statements and other `const`s belong to the file.
 
@@ -55,7 +57,8 @@ pub(super) fn role<'t>(node: Node<'t>, source: &[u8]) -> Role<'t> {
     }
 }
 
-/// A name bound to a function (a function) or to a class (a type).
+/// A name bound to a function (a function), to a class (a type) or to an
+/// object literal (a scope for its methods).
 fn bound_value<'t>(node: Node<'t>, name_field: &str, source: &[u8]) -> Role<'t> {
     let (Some(name), Some(value)) = (node.child_by_field_name(name_field), node.child_by_field_name("value")) else {
         return Role::Other;
@@ -64,6 +67,7 @@ fn bound_value<'t>(node: Node<'t>, name_field: &str, source: &[u8]) -> Role<'t> 
     match value.kind() {
         kind if FUNCTION_VALUES.contains(&kind) => Role::Function(name),
         "class" => Role::Type { name, body: value.child_by_field_name("body") },
+        "object" => Role::Scope { name, body: value },
         _ => Role::Other,
     }
 }
@@ -100,6 +104,8 @@ mod tests {
             (46, None),
             (47, Some("render")), // JSX in a .js file
             (50, None),
+            (54, Some("api.get")), // a method of an object literal bound to a name
+            (57, None),            // its other properties: the file
         ];
         assert_owners(Language::JavaScript, SAMPLE, &runs);
     }

@@ -72,6 +72,7 @@ const SAMPLES: &[Sample] = &[Sample {
         (27, Some("Stack.onClick")),  // an arrow-function field
         (32, Some("arrow")),          // const arrow = () => ..
         (48, Some("render")),         // JSX
+        (55, Some("api.get")),        // a method of `const api = {..}`
         (4, None),                    // a module-level const
     ],
 }, Sample {
