@@ -47,28 +47,26 @@ impl Entity {
         matches!(self, Entity::Function { .. })
     }
 
-    /// Parses `path`, `path:Qualified.name` or `path::Qualified.name`.
-    /// Returns `None` for text that cannot be an entity (empty, whitespace
-    /// inside, empty path or name).
+    /// Parses `path`, `path:Qualified.name` or `path::Qualified.name`; a
+    /// name written with `::` as Rust and C++ do (`Stack::push`) is read
+    /// dotted, as spans name it (`Stack.push`). Returns `None` for text that
+    /// cannot be an entity (empty, whitespace inside, empty path or name, a
+    /// stray `:` in the name).
     pub fn parse(text: &str) -> Option<Entity> {
         let text = text.trim();
         if text.is_empty() || text.chars().any(char::is_whitespace) {
             return None;
         }
-        let split = match text.find("::") {
-            Some(i) => Some((&text[..i], &text[i + 2..])),
-            None => text.rfind(':').map(|i| (&text[..i], &text[i + 1..])),
+        let Some(colon) = text.find(':') else {
+            return Some(Entity::file(text.trim_start_matches("./")));
         };
-        match split {
-            None => Some(Entity::file(text.trim_start_matches("./"))),
-            Some((file, name)) => {
-                let file = file.trim_start_matches("./");
-                if file.is_empty() || name.is_empty() || name.contains(':') {
-                    return None;
-                }
-                Some(Entity::function(file, name))
-            }
+        let file = text[..colon].trim_start_matches("./");
+        let rest = &text[colon + 1..];
+        let name = rest.strip_prefix(':').unwrap_or(rest).replace("::", ".");
+        if file.is_empty() || name.is_empty() || name.contains(':') {
+            return None;
         }
+        Some(Entity::function(file, name))
     }
 }
 
@@ -123,7 +121,11 @@ mod tests {
             ("a/b.py::C.m", Some(Entity::function("a/b.py", "C.m"))),
             ("./a.py:f", Some(Entity::function("a.py", "f"))),
             ("  a.py  ", Some(Entity::file("a.py"))),
+            ("src/lib.rs::Stack::push", Some(Entity::function("src/lib.rs", "Stack.push"))),
+            ("src/geo.cpp:geo::Stack::push", Some(Entity::function("src/geo.cpp", "geo.Stack.push"))),
+            ("a.py:C:m", None),
             ("a.py:", None),
+            ("a.py::", None),
             (":f", None),
             ("two words", None),
             ("", None),

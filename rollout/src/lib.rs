@@ -10,7 +10,8 @@
 //! - [`toolcall`]: [`toolcall::parse_tool_calls`]`(text)` ->
 //!   `Vec<Result<ToolCall, ToolCallError>>` from `<tool_call>` blocks.
 //! - [`entities`]: [`entities::Entity`] (`a/b.py`, `a/b.py:Class.method`).
-//! - [`spans`]: [`spans::FileSpans`], tree-sitter function spans (Python).
+//! - [`spans`]: [`spans::FileSpans`], tree-sitter function spans (Python, Rust, Go,
+//!   JavaScript, TypeScript/TSX, Java, C, C++).
 //! - [`efficiency`]: [`efficiency::efficiency`]`(&[EntitySet])` -> e.
 //! - [`answer`]: [`answer::parse_answer`]`(text)` -> [`answer::Answer`], set F1.
 //! - [`reward`]: [`reward::score`]`(&Answer, &Gold, &RewardConfig, e)` ->

@@ -1,19 +1,78 @@
-//! Function spans from tree-sitter: which function, method or class body
+//! Function spans from tree-sitter: which function, method or type body
 //! each line of a source file belongs to (DESIGN.md, "Entity names").
 //!
-//! Rules: the innermost *named function or class* owns a line, except that
-//! descent stops at the first function: a nested function (or a class
-//! inside a function) takes its enclosing function's name. Class body lines
-//! outside methods belong to the class. Module-level lines belong to no
-//! span (the file only). Decorators belong to what they decorate.
+//! Rules, the same in every language: the innermost *named function or
+//! type* owns a line, except that descent stops at the first function: a
+//! nested function (or a closure, or a type inside a function) takes its
+//! enclosing function's name. Lines of a type's body outside its methods
+//! belong to the type. Module-level lines belong to no span (the file
+//! only). Decorators and attributes belong to what they decorate. Only
+//! definitions with a body are functions: a bodiless declaration (an
+//! abstract or trait method, a C prototype) is a line of its type or file.
+//!
+//! Names are dotted, `Type.method`, `Outer.Inner.method`, whatever the
+//! language writes (`::`, receivers, out-of-class definitions):
+//! - Python (`python.rs`): `class` and `def`.
+//! - Rust (`rust.rs`): `impl Trait for Type` and `impl Type` methods are
+//!   `Type.method`; traits, structs, enums are types; inline `mod m` is a
+//!   scope (`m.f`).
+//! - Go (`go.rs`): `func (r *T) M()` is `T.M` although it is written at the
+//!   top level; `type T struct/interface {..}` is the type `T`.
+//! - JavaScript, TypeScript, TSX (`javascript.rs`, `typescript.rs`): classes
+//!   and their methods (`C.m`), `function f`, and `const f = () => ..` /
+//!   `function () ..` bound to a name; TS interfaces, enums and type aliases
+//!   are types, `namespace N` a scope.
+//! - Java (`java.rs`): classes, interfaces, enums, records (nested:
+//!   `Outer.Inner.m`); methods and constructors.
+//! - C (`c.rs`): function definitions, function-like macros; `struct`,
+//!   `union`, `enum` bodies (and `typedef struct {..} T`) are types.
+//! - C++ (`cpp.rs`): as C, plus classes, and namespaces as a scope
+//!   (`ns.A.m`); `void A::B::f() {..}` out of its class is `A.B.f`;
+//!   `template <..>` lines belong to what they introduce.
+//!
+//! Each language module maps its grammar's node kinds to roles (function,
+//! type, naming scope, wrapper such as a decorator or `template <..>`,
+//! other); `walk.rs` turns roles into spans the same way for all of them.
+//! A `.h` is read as C++ (see [`Language::Cpp`]). Files in other languages
+//! have file entities only.
 
+mod c;
+mod cpp;
+mod go;
+mod java;
+mod javascript;
 mod python;
+mod rust;
+mod typescript;
+mod walk;
+
+use walk::Rules;
 
 /// A language whose function spans we can parse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Language {
     /// Python (`.py`, `.pyi`), via tree-sitter-python.
     Python,
+    /// Rust (`.rs`), via tree-sitter-rust.
+    Rust,
+    /// Go (`.go`), via tree-sitter-go.
+    Go,
+    /// Java (`.java`), via tree-sitter-java.
+    Java,
+    /// JavaScript with JSX (`.js`, `.mjs`, `.cjs`, `.jsx`), via tree-sitter-javascript.
+    JavaScript,
+    /// TypeScript (`.ts`, `.mts`, `.cts`), via tree-sitter-typescript.
+    TypeScript,
+    /// TypeScript with JSX (`.tsx`), via tree-sitter-typescript's TSX grammar.
+    Tsx,
+    /// C (`.c`), via tree-sitter-c.
+    C,
+    /// C++ (`.cc`, `.cpp`, `.cxx`, `.c++`, `.hpp`, `.hh`, `.hxx`, `.h++`,
+    /// and `.h`), via tree-sitter-cpp. A `.h` may be either language; the
+    /// C++ grammar extends the C one, so it reads C headers with the same
+    /// names, while the C grammar would garble a C++ header's classes,
+    /// namespaces and templates.
+    Cpp,
 }
 
 impl Language {
@@ -22,7 +81,30 @@ impl Language {
         let ext = path.rsplit_once('.').map(|(_, e)| e)?;
         match ext {
             "py" | "pyi" => Some(Language::Python),
+            "rs" => Some(Language::Rust),
+            "go" => Some(Language::Go),
+            "java" => Some(Language::Java),
+            "js" | "mjs" | "cjs" | "jsx" => Some(Language::JavaScript),
+            "ts" | "mts" | "cts" => Some(Language::TypeScript),
+            "tsx" => Some(Language::Tsx),
+            "c" => Some(Language::C),
+            "cc" | "cpp" | "cxx" | "c++" | "hpp" | "hh" | "hxx" | "h++" | "h" => Some(Language::Cpp),
             _ => None,
+        }
+    }
+
+    /// This language's rules for the shared walk.
+    fn rules(self) -> &'static dyn Rules {
+        match self {
+            Language::Python => &python::Python,
+            Language::Rust => &rust::Rust,
+            Language::Go => &go::Go,
+            Language::Java => &java::Java,
+            Language::JavaScript => &javascript::JavaScript,
+            Language::TypeScript => &typescript::TypeScript { tsx: false },
+            Language::Tsx => &typescript::TypeScript { tsx: true },
+            Language::C => &c::C,
+            Language::Cpp => &cpp::Cpp,
         }
     }
 }
@@ -32,18 +114,19 @@ impl Language {
 pub enum SpanKind {
     /// A function or method (descent stops here).
     Function,
-    /// A class (its body lines outside methods belong to it).
-    Class,
+    /// A class, struct, trait, impl block, interface or enum (its body
+    /// lines outside methods belong to it).
+    Type,
 }
 
 /// One definition's line range (1-based, inclusive) and qualified name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Span {
-    /// Dotted qualified name: `Class.method`, `func`, `Outer.Inner`.
+    /// Dotted qualified name: `Type.method`, `func`, `Outer.Inner`.
     pub name: String,
-    /// Function or class.
+    /// Function or type.
     pub kind: SpanKind,
-    /// First line (the first decorator, if any).
+    /// First line (the first decorator or attribute, if any).
     pub start_line: usize,
     /// Last line.
     pub end_line: usize,
@@ -59,9 +142,7 @@ pub struct FileSpans {
 impl FileSpans {
     /// Parses `source` (tree-sitter recovers from syntax errors).
     pub fn parse(language: Language, source: &[u8]) -> FileSpans {
-        let mut spans = match language {
-            Language::Python => python::spans(source),
-        };
+        let mut spans = walk::spans(language.rules(), source);
         spans.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
         FileSpans { spans }
     }
@@ -84,10 +165,33 @@ impl FileSpans {
         names
     }
 
-    /// The qualified names of all spans (functions and classes).
+    /// The qualified names of all spans (functions and types).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.spans.iter().map(|s| s.name.as_str())
     }
+}
+
+/// Asserts the owner of every line of `source`. `runs` lists (first line,
+/// owner); each owner holds until the next run's first line, the last one
+/// to the end of the file, so the table covers every line. All mismatches
+/// are reported at once.
+#[cfg(test)]
+fn assert_owners(language: Language, source: &str, runs: &[(usize, Option<&str>)]) {
+    let spans = FileSpans::parse(language, source.as_bytes());
+    let lines = source.lines().count();
+    assert_eq!(runs.first().map(|r| r.0), Some(1), "the table starts at line 1");
+    let mut wrong = Vec::new();
+    for (i, &(first, want)) in runs.iter().enumerate() {
+        let end = runs.get(i + 1).map_or(lines, |next| next.0 - 1);
+        assert!(first <= end && end <= lines, "run at line {first} is empty or past the end ({lines} lines)");
+        for line in first..=end {
+            let got = spans.owner(line);
+            if got != want {
+                wrong.push(format!("line {line}: got {got:?}, want {want:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{language:?}:\n{}\nspans: {:#?}", wrong.join("\n"), spans.spans);
 }
 
 #[cfg(test)]
@@ -158,8 +262,74 @@ if X:
     }
 
     #[test]
+    fn languages_from_extensions() {
+        let cases = [
+            ("a/b.py", Some(Language::Python)),
+            ("b.pyi", Some(Language::Python)),
+            ("src/lib.rs", Some(Language::Rust)),
+            ("cmd/main.go", Some(Language::Go)),
+            ("src/A.java", Some(Language::Java)),
+            ("web/app.js", Some(Language::JavaScript)),
+            ("web/app.mjs", Some(Language::JavaScript)),
+            ("web/View.jsx", Some(Language::JavaScript)),
+            ("web/app.ts", Some(Language::TypeScript)),
+            ("web/types.d.ts", Some(Language::TypeScript)),
+            ("web/View.tsx", Some(Language::Tsx)),
+            ("src/main.c", Some(Language::C)),
+            ("include/a.h", Some(Language::Cpp)),
+            ("src/a.cc", Some(Language::Cpp)),
+            ("src/a.cpp", Some(Language::Cpp)),
+            ("src/a.cxx", Some(Language::Cpp)),
+            ("include/a.hpp", Some(Language::Cpp)),
+            ("include/a.hh", Some(Language::Cpp)),
+            ("README.md", None),
+            ("Makefile", None),
+            ("x.pyc", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(Language::from_path(path), want, "{path}");
+            // Every parsed language counts as code for the gold filters.
+            assert!(want.is_none() || crate::tasks::gold::is_code_path(path), "{path}");
+        }
+    }
+
+    #[test]
     fn garbage_does_not_panic() {
         let spans = FileSpans::parse(Language::Python, b"def (:\n\xff\xfe class\n  def x(:");
         let _ = spans.owner(1);
+        let garbage: &[&[u8]] = &[
+            b"fn (:\n\xff\xfe impl {{ struct\n func (",
+            b"class A { void m( { template <",
+            b"}}}}\n#define F(x \\\n",
+            b"",
+        ];
+        let all = [
+            Language::Python,
+            Language::Rust,
+            Language::Go,
+            Language::Java,
+            Language::JavaScript,
+            Language::TypeScript,
+            Language::Tsx,
+            Language::C,
+            Language::Cpp,
+        ];
+        for language in all {
+            for source in garbage {
+                let spans = FileSpans::parse(language, source);
+                let _ = spans.owners_in(1, 5);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow() {
+        // Types nested 2,000 deep: the walk keeps its own stack.
+        let depth = 2000;
+        let source = format!("{}int x;\n{}", "struct S {\n".repeat(depth), "};\n".repeat(depth));
+        let spans = FileSpans::parse(Language::Cpp, source.as_bytes());
+        assert_eq!(spans.spans.len(), depth);
+        let owner = spans.owner(depth + 1).unwrap_or_default();
+        assert_eq!(owner, vec!["S"; depth].join("."), "the field's owner");
     }
 }

@@ -74,8 +74,8 @@ impl OldFiles for Snapshot {
 
 /// Extensions counted as source code (parsed or not) by [`GoldFlag::NonCodeFile`].
 pub const CODE_EXTENSIONS: &[&str] = &[
-    "py", "pyi", "pyx", "rs", "go", "java", "kt", "scala", "js", "jsx", "mjs", "ts", "tsx", "c", "h", "cc", "cpp",
-    "hpp", "cs", "rb", "php", "swift", "m", "sh",
+    "py", "pyi", "pyx", "rs", "go", "java", "kt", "scala", "js", "jsx", "mjs", "cjs", "ts", "tsx", "mts", "cts", "c",
+    "h", "cc", "cpp", "cxx", "c++", "hpp", "hh", "hxx", "h++", "cs", "rb", "php", "swift", "m", "sh",
 ];
 
 /// Whether `path` looks like source code.

@@ -4,6 +4,7 @@ mod repo_builder;
 mod chat_template;
 mod episodes;
 mod gold;
+mod languages;
 mod practice;
 mod reward;
 mod snapshot;

@@ -1,0 +1,142 @@
+//! The walk every language shares: a grammar's [`Rules`] say what each node
+//! is ([`Role`]); the walk turns that into [`Span`]s with qualified names.
+
+use tree_sitter::{Node, Parser};
+
+use super::{Span, SpanKind};
+
+/// What a syntax node is, for spans.
+pub(super) enum Role<'t> {
+    /// A function or method definition with a body: a span named `name`
+    /// (which may itself be dotted, as Go's `T.M` or C++'s `A.B.f`);
+    /// descent stops, so everything nested in it takes its name.
+    Function(String),
+    /// A type (class, struct, trait, impl block, interface, enum): a span;
+    /// `body`, when given, is scanned with `name.` as the prefix.
+    Type {
+        /// The type's (possibly dotted) name.
+        name: String,
+        /// The node whose children are the members.
+        body: Option<Node<'t>>,
+    },
+    /// A naming scope without a span (C++ namespace, Rust inline `mod`, TS
+    /// namespace): `body` is scanned with `name.` as the prefix; its own
+    /// lines outside definitions stay at the file level.
+    Scope {
+        /// The scope's (possibly dotted) name.
+        name: String,
+        /// The node whose children are the scope's items.
+        body: Node<'t>,
+    },
+    /// A wrapper around one definition (decorators, `template <..>`,
+    /// `export`): `inner` is classified in its place and its span starts
+    /// where the wrapper starts.
+    Wrapper(Node<'t>),
+    /// Anything else: its children are scanned with the same prefix.
+    Other,
+}
+
+/// One grammar's mapping from node kinds to roles.
+pub(super) trait Rules {
+    /// The tree-sitter grammar.
+    fn language(&self) -> tree_sitter::Language;
+
+    /// What `node` is; `source` is the file's bytes (for names).
+    fn role<'t>(&self, node: Node<'t>, source: &[u8]) -> Role<'t>;
+
+    /// Whether a node of this kind, as a sibling just before a definition,
+    /// belongs to it (Rust `#[attr]`, TS decorators in a class body).
+    fn attaches(&self, _kind: &str) -> bool {
+        false
+    }
+}
+
+/// Owning spans of `source` under `rules` (iterative walk: no recursion
+/// depth limit on deeply nested code; tree-sitter recovers from errors).
+pub(super) fn spans(rules: &dyn Rules, source: &[u8]) -> Vec<Span> {
+    let mut parser = Parser::new();
+    if parser.set_language(&rules.language()).is_err() {
+        return Vec::new();
+    }
+    let Some(tree) = parser.parse(source, None) else {
+        return Vec::new();
+    };
+    let mut walk = Walk { rules, source, out: Vec::new(), stack: vec![(tree.root_node(), String::new())] };
+    while let Some((node, prefix)) = walk.stack.pop() {
+        walk.scan_children(node, &prefix);
+    }
+    walk.out
+}
+
+struct Walk<'r, 't> {
+    rules: &'r dyn Rules,
+    source: &'r [u8],
+    out: Vec<Span>,
+    /// (node whose children are still to scan, qualified prefix such as "A.B.")
+    stack: Vec<(Node<'t>, String)>,
+}
+
+impl<'t> Walk<'_, 't> {
+    fn scan_children(&mut self, node: Node<'t>, prefix: &str) {
+        let mut cursor = node.walk();
+        let mut attached: Option<usize> = None;
+        for child in node.named_children(&mut cursor) {
+            if self.rules.attaches(child.kind()) {
+                attached.get_or_insert(child.start_position().row + 1);
+                continue;
+            }
+            self.visit(child, prefix, attached.take());
+        }
+    }
+
+    /// Classifies `node`; `start` overrides its first line (a wrapper's or
+    /// attached siblings' start).
+    fn visit(&mut self, node: Node<'t>, prefix: &str, start: Option<usize>) {
+        let mut node = node;
+        let mut start = start;
+        loop {
+            match self.rules.role(node, self.source) {
+                Role::Wrapper(inner) => {
+                    start.get_or_insert(node.start_position().row + 1);
+                    node = inner;
+                }
+                Role::Function(name) => return self.push(node, format!("{prefix}{name}"), SpanKind::Function, start),
+                Role::Type { name, body } => {
+                    let qualified = format!("{prefix}{name}");
+                    if let Some(body) = body {
+                        self.stack.push((body, format!("{qualified}.")));
+                    }
+                    return self.push(node, qualified, SpanKind::Type, start);
+                }
+                Role::Scope { name, body } => return self.stack.push((body, format!("{prefix}{name}."))),
+                Role::Other => return self.stack.push((node, prefix.to_string())),
+            }
+        }
+    }
+
+    fn push(&mut self, node: Node, name: String, kind: SpanKind, start: Option<usize>) {
+        let own = node.start_position().row + 1;
+        self.out.push(Span { name, kind, start_line: start.map_or(own, |s| s.min(own)), end_line: end_line(node) });
+    }
+}
+
+/// 1-based last line; a node ending at column 0 ends on the previous line.
+pub(super) fn end_line(node: Node) -> usize {
+    let end = node.end_position();
+    let start = node.start_position();
+    if end.column == 0 && end.row > start.row {
+        end.row
+    } else {
+        end.row + 1
+    }
+}
+
+/// The text of `node`'s field `field`.
+pub(super) fn field_text<'s>(node: Node, field: &str, source: &'s [u8]) -> Option<&'s str> {
+    node.child_by_field_name(field).and_then(|n| n.utf8_text(source).ok())
+}
+
+/// The text of `node`.
+pub(super) fn text<'s>(node: Node, source: &'s [u8]) -> Option<&'s str> {
+    node.utf8_text(source).ok()
+}
