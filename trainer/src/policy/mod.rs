@@ -128,21 +128,22 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// first, until `keep` fits the KV budget; an error when even alone it
     /// does not.
     fn evict_for(&mut self, keep: &[TurnRequest<'_>], order: &[TurnRequest<'_>]) -> crate::Result<()> {
-        for r in order.iter().rev() {
+        if self.fits(keep) {
+            return Ok(());
+        }
+        // Candidates: this call's later requests, latest first, then any other
+        // parked episode in id order (a HashMap's order would make the
+        // evictions, hence the prefill paths, differ from run to run).
+        let mut rest: Vec<u64> = self.parked.keys().copied().filter(|e| !order.iter().any(|r| r.episode == *e)).collect();
+        rest.sort_unstable();
+        let candidates: Vec<u64> = order.iter().rev().map(|r| r.episode).chain(rest).filter(|e| !keep.iter().any(|k| k.episode == *e)).collect();
+        for e in candidates {
             if self.fits(keep) {
                 return Ok(());
             }
-            if !keep.iter().any(|k| k.episode == r.episode) && self.parked.remove(&r.episode).is_some() {
+            if self.parked.remove(&e).is_some() {
                 self.stats.evictions += 1;
             }
-        }
-        let others: Vec<u64> = self.parked.keys().copied().filter(|e| !keep.iter().any(|k| k.episode == *e)).collect();
-        for e in others {
-            if self.fits(keep) {
-                return Ok(());
-            }
-            self.parked.remove(&e);
-            self.stats.evictions += 1;
         }
         if self.fits(keep) {
             return Ok(());
