@@ -4,9 +4,11 @@ the same per-token log-probs as `fusegrpo score` (not run by tests).
 
     /tmp/ref/bin/python scripts/check_transformers_load.py target/release/fusegrpo
 
-Writes tiny checkpoints with `fusegrpo init-tiny` (tied + 3 shards, untied +
-single file), loads each with Qwen3ForCausalLM.from_pretrained, scores the
-same ids both ways and prints the max |difference| (tolerance 1e-4).
+Writes tiny checkpoints with `fusegrpo init-tiny` (Qwen3 tied + 3 shards,
+Qwen3 untied + single file, Llama tied with llama3 rope scaling, Qwen2 with
+q/k/v biases), loads each with AutoModelForCausalLM.from_pretrained (which
+must pick the class config.json names), scores the same ids both ways and
+prints the max |difference| (tolerance 1e-4).
 """
 import json
 import os
@@ -15,7 +17,7 @@ import sys
 import tempfile
 
 import torch
-from transformers import Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM
 
 TOL = 1e-4
 
@@ -23,21 +25,31 @@ TOL = 1e-4
 def main(binary):
     worst_all = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in [("tied3", ["--shards", "3"]), ("untied", ["--untied"])]:
+        cases = [
+            ("qwen3-tied3", ["--shards", "3"], "Qwen3ForCausalLM"),
+            ("qwen3-untied", ["--untied"], "Qwen3ForCausalLM"),
+            ("llama-rope3", ["--architecture", "llama", "--llama3-rope"], "LlamaForCausalLM"),
+            ("qwen2-untied", ["--architecture", "qwen2", "--untied"], "Qwen2ForCausalLM"),
+        ]
+        for name, extra, cls in cases:
             out = os.path.join(tmp, name)
             subprocess.run([binary, "init-tiny", "--out", out, "--small-vocab", "1024",
                             "--seed", "5", *extra], check=True, capture_output=True)
-            ids = [(i * 37 + 11) % 1024 for i in range(50)]
+            # 300 positions: past the llama3 case's original context (256).
+            ids = [(i * 37 + 11) % 1024 for i in range(300)]
             inp, res = os.path.join(tmp, "in.jsonl"), os.path.join(tmp, "out.jsonl")
             with open(inp, "w") as f:
                 f.write(json.dumps({"ids": ids}) + "\n")
             subprocess.run([binary, "score", "--model", out, "--input", inp, "--output", res],
                            check=True, capture_output=True)
             ours = json.loads(open(res).readline())["logprobs"][1:]
-            model, info = Qwen3ForCausalLM.from_pretrained(
+            model, info = AutoModelForCausalLM.from_pretrained(
                 out, torch_dtype=torch.float32, attn_implementation="eager",
                 output_loading_info=True)
             model.eval()
+            if type(model).__name__ != cls:
+                print(f"{name}: transformers built {type(model).__name__}, expected {cls}")
+                return 1
             bad = {k: v for k, v in info.items() if v and k != "error_msgs" or (k == "error_msgs" and v)}
             if bad:
                 print(f"{name}: transformers loading issues: {bad}")
@@ -48,7 +60,7 @@ def main(binary):
             worst = max(abs(a - b) for a, b in zip(ours, ref))
             worst_all = max(worst_all, worst)
             files = sorted(f for f in os.listdir(out) if "safetensors" in f)
-            print(f"{name}: transformers loaded {files}; max |logprob diff| = {worst:.3e}")
+            print(f"{name}: {cls} loaded {files}; max |logprob diff| = {worst:.3e}")
     print("OK" if worst_all <= TOL else "FAIL", f"(tolerance {TOL})")
     return 0 if worst_all <= TOL else 1
 

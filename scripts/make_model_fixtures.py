@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Golden fixtures for the Qwen3 model, made with PyTorch + transformers.
+"""Golden fixtures for the model (Qwen3, Llama, Qwen2), made with PyTorch + transformers.
 
 Not run by tests: run it by hand when the fixtures must change, from a venv
 outside the repository that has torch and transformers:
 
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers
-    /tmp/ref/bin/python scripts/make_model_fixtures.py trainer/tests/fixtures
+    /tmp/ref/bin/python scripts/make_model_fixtures.py trainer/tests/fixtures [CASE ...]
+
+With CASE names, only those cases are (re)written, so the others stay
+byte-identical.
 
 For each tiny checkpoint it writes, under <out>/<name>/:
   config.json, safetensors weights (sharded with an index, or single file),
@@ -20,7 +23,14 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+ARCHS = {
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+}
 
 CASES = {
     # head_dim * heads (64) != hidden (32); GQA 2:1; tied; sharded.
@@ -35,18 +45,39 @@ CASES = {
                    num_key_value_heads=1, head_dim=24,
                    tie_word_embeddings=False, rope_theta=1e6,
                    rms_norm_eps=1e-5, shards=1),
+    # Llama (SmolLM2's family): tied, no q/k norm, llama3 rope scaling with
+    # an original context short enough that the test sequences reach the
+    # interpolated and the divided bands.
+    "llama_tied_rope3": dict(arch="llama", vocab_size=199, hidden_size=48,
+                             intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=6, num_key_value_heads=2,
+                             head_dim=8, tie_word_embeddings=True,
+                             rope_theta=100000.0, rms_norm_eps=1e-5,
+                             rope_scaling=dict(rope_type="llama3", factor=8.0,
+                                               low_freq_factor=1.0,
+                                               high_freq_factor=4.0,
+                                               original_max_position_embeddings=256),
+                             attention_bias=False, mlp_bias=False, shards=1),
+    # Qwen2: q/k/v biases (o none), untied, head_dim = hidden / heads.
+    "qwen2_bias": dict(arch="qwen2", vocab_size=181, hidden_size=40,
+                       intermediate_size=72, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2,
+                       tie_word_embeddings=False, rope_theta=1e6,
+                       rms_norm_eps=1e-6, use_sliding_window=False, shards=1),
 }
 
 
 def make_model(spec, seed):
     spec = dict(spec)
     spec.pop("shards")
-    cfg = Qwen3Config(**spec, max_position_embeddings=4096, attention_bias=False,
-                      use_sliding_window=False, bos_token_id=None,
-                      eos_token_id=None, pad_token_id=None)
+    config_class, model_class = ARCHS[spec.pop("arch", "qwen3")]
+    if model_class is Qwen3ForCausalLM:
+        spec.update(attention_bias=False, use_sliding_window=False)
+    cfg = config_class(**spec, max_position_embeddings=4096, bos_token_id=None,
+                       eos_token_id=None, pad_token_id=None)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).float().eval()
+    model = model_class(cfg).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -62,9 +93,13 @@ def token_logprobs(model, ids):
     return logp[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
-def main(out_root):
+def main(out_root, only):
     g = torch.Generator().manual_seed(1234)
     for k, (name, spec) in enumerate(CASES.items()):
+        if only and name not in only:
+            continue
+        if only:
+            g = torch.Generator().manual_seed(1234 + k)
         out = os.path.join(out_root, name)
         os.makedirs(out, exist_ok=True)
         model = make_model(spec, seed=100 + k)
@@ -106,4 +141,4 @@ def main(out_root):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures")
+    main(sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures", set(sys.argv[2:]))

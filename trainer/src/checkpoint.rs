@@ -8,7 +8,7 @@
 //! then the folder is renamed into place; a crash mid-save leaves only a
 //! temporary folder, which resume ignores and the next save removes.
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::weights::{save_checkpoint as save_model, ShardPolicy, TensorMap};
 use candle_core::Device;
@@ -97,14 +97,20 @@ pub fn config_hash(value: &serde_json::Value) -> String {
     format!("{h:016x}")
 }
 
-/// Hash of the fields of a model config that determine its weights.
-pub fn arch_hash(cfg: &Qwen3Config) -> String {
-    config_hash(&serde_json::json!({
+/// Hash of the fields of a model config that determine its weights (the
+/// architecture enters only when it is not Qwen3, so Qwen3 checkpoints of
+/// earlier versions keep their hash).
+pub fn arch_hash(cfg: &ModelConfig) -> String {
+    let mut fields = serde_json::json!({
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim,
         "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": cfg.attention_bias,
-    }))
+    });
+    if cfg.architecture != crate::config::Architecture::Qwen3 {
+        fields["model_type"] = cfg.architecture.model_type().into();
+    }
+    config_hash(&fields)
 }
 
 /// `step_00000100`.
@@ -123,7 +129,7 @@ fn sync_file(path: &Path) -> Result<()> {
 /// Save a checkpoint atomically and keep the newest `keep_last` (0 = all).
 pub fn save(
     run_dir: &Path,
-    model_cfg: &Qwen3Config,
+    model_cfg: &ModelConfig,
     model: &TensorMap,
     optimizer: &TensorMap,
     state: &TrainState,

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::cache::{KvCache, Positions};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use crate::sampling::{DrawStreams, SamplerConfig};
 use candle_core::{IndexOp, Tensor};
 use kernels::sampling::{sample, Pick};
@@ -35,7 +35,7 @@ pub struct Generation {
 
 /// Continue every prompt; results are in prompt order. Sampling draws one
 /// seed from `rng` (greedy draws none); prompt `i` samples from stream `i`.
-pub fn generate<R: Rng>(model: &Qwen3, prompts: &[Vec<u32>], cfg: &GenerateConfig, rng: &mut R) -> Result<Vec<Generation>> {
+pub fn generate<R: Rng>(model: &CausalLm, prompts: &[Vec<u32>], cfg: &GenerateConfig, rng: &mut R) -> Result<Vec<Generation>> {
     if let Some(i) = prompts.iter().position(Vec::is_empty) {
         return Err(Error::invalid("generate", format!("prompt {i} is empty")));
     }
@@ -94,7 +94,7 @@ impl Draws<'_> {
 /// take what it needs from the cache (its last sampled token is not in it);
 /// the row then only pads until the next compaction.
 pub(crate) fn decode(
-    model: &Qwen3,
+    model: &CausalLm,
     cache: &mut KvCache,
     mut last: Tensor,
     mut next_pos: Vec<i64>,
@@ -150,7 +150,7 @@ pub(crate) fn decode(
 /// The tokens of the `live` batch rows of `last`: their logits only, sampled
 /// on the device, each with the uniform of `(out index, position)` from
 /// `at(batch row)`.
-fn sample_live(model: &Qwen3, last: &Tensor, live: &[usize], step: &DecodeStep<'_>, at: impl Fn(usize) -> (usize, i64)) -> Result<Vec<Pick>> {
+fn sample_live(model: &CausalLm, last: &Tensor, live: &[usize], step: &DecodeStep<'_>, at: impl Fn(usize) -> (usize, i64)) -> Result<Vec<Pick>> {
     let hidden = if live.len() == last.dim(0)? {
         last.clone()
     } else {
@@ -164,15 +164,15 @@ fn sample_live(model: &Qwen3, last: &Tensor, live: &[usize], step: &DecodeStep<'
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Qwen3Config;
+    use crate::ModelConfig;
     use candle_core::{DType, Device};
     use rand::SeedableRng;
 
-    fn tiny() -> Qwen3 {
-        let cfg = Qwen3Config::new_tiny(300, 32, 64, 2, 4, 2, 8, true);
+    fn tiny() -> CausalLm {
+        let cfg = ModelConfig::new_tiny(300, 32, 64, 2, 4, 2, 8, true);
         let w = crate::init::random_weights(&cfg, 3, DType::F32, &Device::Cpu).unwrap();
         let w = w.into_iter().map(|(k, t)| if k.ends_with("norm.weight") { (k, t) } else { (k, (t * 8.0).unwrap()) }).collect();
-        Qwen3::new(&cfg, &w).unwrap()
+        CausalLm::new(&cfg, &w).unwrap()
     }
 
     /// A prompt's sampled continuation is the same alone or batched with

@@ -1,7 +1,7 @@
 //! Random Qwen3 weights from a seed: tiny models for tests and CPU runs, and
 //! full-size architectures for memory and speed benchmarks.
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::params::{is_norm, parameter_shapes};
 use crate::weights::TensorMap;
@@ -15,7 +15,7 @@ pub const INIT_STD: f32 = 0.02;
 /// Random weights for `cfg`: normal(0, INIT_STD) matrices, RMSNorm scales at 1.
 /// Each tensor gets its own stream derived from `seed`, so the result does not
 /// depend on iteration order.
-pub fn random_weights(cfg: &Qwen3Config, seed: u64, dtype: DType, device: &Device) -> Result<TensorMap> {
+pub fn random_weights(cfg: &ModelConfig, seed: u64, dtype: DType, device: &Device) -> Result<TensorMap> {
     use rayon::prelude::*;
     let shapes: Vec<(usize, (String, Vec<usize>))> = parameter_shapes(cfg).into_iter().enumerate().collect();
     shapes
@@ -43,8 +43,8 @@ fn normal<R: Rng>(rng: &mut R) -> f32 {
 
 /// The published Qwen3-4B architecture (hidden 2560, 36 layers, 32 query
 /// heads of 128, 8 KV heads, vocab 151936, tied embeddings, theta 1e6).
-pub fn qwen3_4b_config() -> Qwen3Config {
-    let mut cfg = Qwen3Config::new_tiny(151_936, 2560, 9728, 36, 32, 8, 128, true);
+pub fn qwen3_4b_config() -> ModelConfig {
+    let mut cfg = ModelConfig::new_tiny(151_936, 2560, 9728, 36, 32, 8, 128, true);
     cfg.max_position_embeddings = 40_960;
     cfg.raw = cfg.to_raw();
     cfg

@@ -1,8 +1,8 @@
 //! `trainer`: the model and everything that learns.
 //!
-//! - [`config::Qwen3Config`]: the architecture, read from a Hugging Face
+//! - [`config::ModelConfig`]: the architecture, read from a Hugging Face
 //!   `config.json` and validated key by key.
-//! - [`model::Qwen3`]: Qwen3 in differentiable Candle ops,
+//! - [`model::CausalLm`]: Qwen3 in differentiable Candle ops,
 //!   `forward(tokens, positions, cache)` with a caller-owned
 //!   [`model::cache::KvCache`] and per-row [`model::cache::Positions`].
 //! - [`weights`]: load and save safetensors checkpoints (single file or
@@ -50,6 +50,6 @@ pub mod sft;
 pub mod train;
 pub mod weights;
 
-pub use config::Qwen3Config;
+pub use config::ModelConfig;
 pub use error::{Error, Result};
-pub use model::Qwen3;
+pub use model::CausalLm;

@@ -2,27 +2,27 @@
 //! GRPO's ratio and `fusegrpo score` are built on).
 
 use crate::error::Result;
-use crate::model::{cache::Positions, ops, Qwen3};
+use crate::model::{cache::Positions, ops, CausalLm};
 use candle_core::{DType, Tensor, D};
 
 /// Log-probs `[n]` (f32) of `targets` `[n]` given hidden states `[n, hidden]`,
 /// with the logits divided by `temperature` (1.0 for plain scoring).
 /// Differentiable; the fused kernel ([`kernels::logprobs::token_logprobs`]):
 /// the `[n, vocab]` logits are never materialized.
-pub fn token_logprobs(model: &Qwen3, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+pub fn token_logprobs(model: &CausalLm, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
     Ok(kernels::logprobs::token_logprobs(hidden, model.lm_head(), targets, temperature)?)
 }
 
 /// [`token_logprobs`] and the detached entropy `[n]` of each position's
 /// temperature-scaled distribution, from the same fused pass.
-pub fn token_logprobs_and_entropy(model: &Qwen3, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<(Tensor, Tensor)> {
+pub fn token_logprobs_and_entropy(model: &CausalLm, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<(Tensor, Tensor)> {
     Ok(kernels::logprobs::token_logprobs_and_entropy(hidden, model.lm_head(), targets, temperature)?)
 }
 
 /// [`token_logprobs`] through the full logits (matmul, `/ T`, log-softmax,
 /// gather): the differentiable composition the fused kernel replaces, kept
 /// for tests and benchmarks.
-pub fn token_logprobs_unfused(model: &Qwen3, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+pub fn token_logprobs_unfused(model: &CausalLm, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
     let logits = model.logits(hidden)?.to_dtype(DType::F32)?;
     let logits = if temperature == 1.0 { logits } else { (logits / temperature)? };
     let logp = ops::log_softmax_last(&logits)?;
@@ -31,7 +31,7 @@ pub fn token_logprobs_unfused(model: &Qwen3, hidden: &Tensor, targets: &Tensor, 
 
 /// Log-probability of every token of `ids` given its prefix; the first entry
 /// is `None` (nothing predicts it).
-pub fn score_sequence(model: &Qwen3, ids: &[u32]) -> Result<Vec<Option<f32>>> {
+pub fn score_sequence(model: &CausalLm, ids: &[u32]) -> Result<Vec<Option<f32>>> {
     if ids.len() < 2 {
         return Ok(vec![None; ids.len()]);
     }

@@ -1,12 +1,12 @@
-//! The parameter set of a Qwen3 checkpoint: every tensor name (Hugging Face
+//! The parameter set of a checkpoint (Qwen3, Qwen2 or Llama): every tensor name (Hugging Face
 //! naming) with its shape. The single source of truth for loading, saving,
 //! random init and gradient checks.
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 
 /// Name and shape of every parameter, in checkpoint order. `lm_head.weight`
 /// is listed only when embeddings are untied.
-pub fn parameter_shapes(cfg: &Qwen3Config) -> Vec<(String, Vec<usize>)> {
+pub fn parameter_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
     let q_out = cfg.num_attention_heads * hd;
     let kv_out = cfg.num_key_value_heads * hd;
@@ -17,14 +17,19 @@ pub fn parameter_shapes(cfg: &Qwen3Config) -> Vec<(String, Vec<usize>)> {
         out.push((p("self_attn.q_proj.weight"), vec![q_out, h]));
         out.push((p("self_attn.k_proj.weight"), vec![kv_out, h]));
         out.push((p("self_attn.v_proj.weight"), vec![kv_out, h]));
-        if cfg.attention_bias {
+        if cfg.qkv_bias() {
             out.push((p("self_attn.q_proj.bias"), vec![q_out]));
             out.push((p("self_attn.k_proj.bias"), vec![kv_out]));
             out.push((p("self_attn.v_proj.bias"), vec![kv_out]));
         }
         out.push((p("self_attn.o_proj.weight"), vec![h, q_out]));
-        out.push((p("self_attn.q_norm.weight"), vec![hd]));
-        out.push((p("self_attn.k_norm.weight"), vec![hd]));
+        if cfg.o_bias() {
+            out.push((p("self_attn.o_proj.bias"), vec![h]));
+        }
+        if cfg.architecture.has_qk_norm() {
+            out.push((p("self_attn.q_norm.weight"), vec![hd]));
+            out.push((p("self_attn.k_norm.weight"), vec![hd]));
+        }
         out.push((p("post_attention_layernorm.weight"), vec![h]));
         out.push((p("mlp.gate_proj.weight"), vec![i, h]));
         out.push((p("mlp.up_proj.weight"), vec![i, h]));
@@ -43,6 +48,6 @@ pub fn is_norm(name: &str) -> bool {
 }
 
 /// Number of scalar parameters.
-pub fn parameter_count(cfg: &Qwen3Config) -> usize {
+pub fn parameter_count(cfg: &ModelConfig) -> usize {
     parameter_shapes(cfg).iter().map(|(_, s)| s.iter().product::<usize>()).sum()
 }

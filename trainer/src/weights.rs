@@ -4,7 +4,7 @@
 //! the same names and layout with `{"format": "pt"}` metadata, so
 //! transformers loads what we write.
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::params::parameter_shapes;
 use candle_core::{DType, Device, Tensor};
@@ -74,7 +74,7 @@ fn open_shards(files: &[PathBuf]) -> Result<Vec<candle_core::safetensors::Mmaped
 }
 
 /// Load every parameter the config calls for, converted to `dtype`.
-pub fn load_weights(dir: &Path, cfg: &Qwen3Config, dtype: DType, device: &Device) -> Result<TensorMap> {
+pub fn load_weights(dir: &Path, cfg: &ModelConfig, dtype: DType, device: &Device) -> Result<TensorMap> {
     let layout = read_layout(dir)?;
     let shards = open_shards(&layout.files)?;
     let mut out = HashMap::new();
@@ -116,7 +116,7 @@ pub enum ShardPolicy {
 }
 
 /// Write `config.json` and the weights to `dir` (created if needed).
-pub fn save_checkpoint(dir: &Path, cfg: &Qwen3Config, tensors: &TensorMap, policy: ShardPolicy) -> Result<()> {
+pub fn save_checkpoint(dir: &Path, cfg: &ModelConfig, tensors: &TensorMap, policy: ShardPolicy) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let cfg_path = dir.join("config.json");
     let mut raw = cfg.to_raw();
@@ -128,7 +128,7 @@ pub fn save_checkpoint(dir: &Path, cfg: &Qwen3Config, tensors: &TensorMap, polic
 }
 
 /// Write the weights only (single file or shards + index).
-pub fn save_weights(dir: &Path, cfg: &Qwen3Config, tensors: &TensorMap, policy: ShardPolicy) -> Result<()> {
+pub fn save_weights(dir: &Path, cfg: &ModelConfig, tensors: &TensorMap, policy: ShardPolicy) -> Result<()> {
     let names: Vec<(String, usize)> = parameter_shapes(cfg)
         .into_iter()
         .map(|(name, _)| {

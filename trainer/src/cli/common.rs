@@ -5,7 +5,7 @@ use candle_core::Device;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use trainer::device::{DTypeKind, DeviceKind};
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 /// Where and in which precision a model runs.
 #[derive(clap::Args, Debug, Clone)]
@@ -33,13 +33,13 @@ pub fn copy_tokenizer(from: &Path, to: &Path, required: bool) -> Result<()> {
 }
 
 /// Load a model from a folder or hub id.
-pub fn load_model(spec: &str, on: &RunOn) -> Result<(Qwen3, Device)> {
+pub fn load_model(spec: &str, on: &RunOn) -> Result<(CausalLm, Device)> {
     let device = on.device.open()?;
     let dir = trainer::hub::resolve_model_dir(spec)?;
-    let cfg = trainer::Qwen3Config::from_file(&dir.join("config.json"))?;
+    let cfg = trainer::ModelConfig::from_file(&dir.join("config.json"))?;
     let t0 = std::time::Instant::now();
     let weights = trainer::weights::load_weights(&dir, &cfg, on.dtype.into(), &device)?;
-    let model = Qwen3::new(&cfg, &weights)?;
+    let model = CausalLm::new(&cfg, &weights)?;
     tracing::info!(model = %dir.display(), params = trainer::params::parameter_count(&cfg), secs = t0.elapsed().as_secs_f64(), "loaded");
     Ok((model, device))
 }

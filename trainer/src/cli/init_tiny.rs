@@ -1,10 +1,29 @@
-//! `fusegrpo init-tiny`: a random tiny Qwen3 in Hugging Face format, with a
-//! tokenizer (a copy of a real one, or a small BPE trained here).
+//! `fusegrpo init-tiny`: a random tiny model (Qwen3, or Llama / Qwen2 with
+//! `--architecture`) in Hugging Face format, with a tokenizer (a copy of a
+//! real one, or a small BPE trained here).
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
+use trainer::config::{Architecture, RopeScaling};
 use trainer::weights::{save_checkpoint, ShardPolicy};
-use trainer::Qwen3Config;
+use trainer::ModelConfig;
+
+/// `--architecture`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ArchArg {
+    Qwen3,
+    Qwen2,
+    Llama,
+}
+
+/// The llama3 rope scaling `--llama3-rope` writes (Llama 3.1's factors, with
+/// a short original context so tiny runs reach every band).
+const TINY_LLAMA3_ROPE: RopeScaling = RopeScaling::Llama3 {
+    factor: 8.0,
+    low_freq_factor: 1.0,
+    high_freq_factor: 4.0,
+    original_max_position_embeddings: 256.0,
+};
 
 /// Size of the vocabulary rows when a real Qwen3 tokenizer is used (the
 /// published checkpoints pad 151,669 tokens to 151,936 rows).
@@ -51,6 +70,12 @@ pub struct Args {
     /// Write this many safetensors shards plus an index (1 = model.safetensors).
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// The decoder family (Qwen3: q/k norm; Qwen2: q/k/v biases; Llama: neither).
+    #[arg(long, value_enum, default_value = "qwen3")]
+    pub architecture: ArchArg,
+    /// Llama only: llama3 rope scaling (factor 8, original context 256).
+    #[arg(long)]
+    pub llama3_rope: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -71,7 +96,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         (None, None) => anyhow::bail!("give --tokenizer DIR or --small-vocab N"),
     };
-    let cfg = Qwen3Config::new_tiny(
+    let cfg = ModelConfig::new_tiny(
         vocab,
         args.hidden_size,
         args.intermediate_size,
@@ -81,11 +106,18 @@ pub fn run(args: Args) -> Result<()> {
         args.head_dim,
         !args.untied,
     );
-    let cfg = Qwen3Config::from_raw(cfg.raw.clone(), Path::new("<init-tiny arguments>"))?;
+    let (arch, rope) = match (args.architecture, args.llama3_rope) {
+        (ArchArg::Llama, llama3) => (Architecture::Llama, if llama3 { TINY_LLAMA3_ROPE } else { RopeScaling::Default }),
+        (_, true) => anyhow::bail!("--llama3-rope needs --architecture llama"),
+        (ArchArg::Qwen3, false) => (Architecture::Qwen3, RopeScaling::Default),
+        (ArchArg::Qwen2, false) => (Architecture::Qwen2, RopeScaling::Default),
+    };
+    let cfg = if arch == Architecture::Qwen3 { cfg } else { cfg.with_architecture(arch, rope) };
+    let cfg = ModelConfig::from_raw(cfg.raw.clone(), Path::new("<init-tiny arguments>"))?;
     let weights = trainer::init::random_weights(&cfg, args.seed, candle_core::DType::F32, &candle_core::Device::Cpu)?;
     let policy = if args.shards > 1 { ShardPolicy::Count(args.shards) } else { ShardPolicy::Single };
     save_checkpoint(&args.out, &cfg, &weights, policy)?;
-    tracing::info!(out = %args.out.display(), params = trainer::params::parameter_count(&cfg), vocab, "wrote tiny Qwen3");
+    tracing::info!(out = %args.out.display(), params = trainer::params::parameter_count(&cfg), vocab, "wrote a tiny model");
     println!("{}", args.out.display());
     Ok(())
 }

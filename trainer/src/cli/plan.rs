@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use trainer::plan::{bytes, run::for_run};
 use trainer::run_config::RunConfig;
-use trainer::Qwen3Config;
+use trainer::ModelConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -41,18 +41,18 @@ pub fn run(a: Args) -> Result<()> {
 
 /// The model's shape: `--model-config`, else the config's model folder (or
 /// its hub cache), else the published shape of a known hub id.
-pub fn model_config(cfg: &RunConfig, explicit: Option<&Path>) -> Result<Qwen3Config> {
+pub fn model_config(cfg: &RunConfig, explicit: Option<&Path>) -> Result<ModelConfig> {
     if let Some(path) = explicit {
-        return Ok(Qwen3Config::from_file(path)?);
+        return Ok(ModelConfig::from_file(path)?);
     }
     let local = Path::new(&cfg.model.path).join("config.json");
     if local.is_file() {
-        return Ok(Qwen3Config::from_file(&local)?);
+        return Ok(ModelConfig::from_file(&local)?);
     }
     if let Some(known) = trainer::plan::known::published(&cfg.model.path) {
         return Ok(known);
     }
     let dir = trainer::hub::resolve_model_dir(&cfg.model.path)
         .with_context(|| format!("[model] path = {:?}: no config.json to plan from; pass --model-config", cfg.model.path))?;
-    Ok(Qwen3Config::from_file(&dir.join("config.json"))?)
+    Ok(ModelConfig::from_file(&dir.join("config.json"))?)
 }

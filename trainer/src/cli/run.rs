@@ -12,7 +12,7 @@ use trainer::optim::AdamW;
 use trainer::plan::PhaseKind;
 use trainer::run_config::RunConfig;
 use trainer::weights::{load_weights, TensorMap};
-use trainer::Qwen3Config;
+use trainer::ModelConfig;
 
 /// How a training run (GRPO or SFT) starts and stops.
 #[derive(Debug, Clone, Default)]
@@ -90,7 +90,7 @@ pub struct Run {
     pub resume_dir: Option<PathBuf>,
     /// The config's model (the starting point of a fresh run).
     pub base_dir: PathBuf,
-    pub model_cfg: Qwen3Config,
+    pub model_cfg: ModelConfig,
     pub device: Device,
     cfg_json: serde_json::Value,
     cfg_hash: String,
@@ -101,7 +101,7 @@ pub struct Run {
 /// The memory plan of `stage` against the device (or `--gpu-memory`),
 /// before anything large is allocated: a clear error naming the setting to
 /// lower instead of an out-of-memory failure deep inside a step.
-fn check_memory(cfg: &RunConfig, model: &Qwen3Config, device: &Device, check: MemoryCheck, stage: Stage) -> Result<()> {
+fn check_memory(cfg: &RunConfig, model: &ModelConfig, device: &Device, check: MemoryCheck, stage: Stage) -> Result<()> {
     let (limit, what) = match check {
         MemoryCheck::Off => return Ok(()),
         MemoryCheck::Limit(b) => (b, "--gpu-memory"),
@@ -129,7 +129,7 @@ impl Run {
         };
         let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
         let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
-        let model_cfg = Qwen3Config::from_file(&model_dir.join("config.json"))?;
+        let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
         let device = cfg.model.device.open()?;
         check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
         let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;

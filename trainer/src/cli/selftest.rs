@@ -51,6 +51,7 @@ mod cuda {
     use candle_core::{DType, Device, Tensor, Var};
     use rand::{Rng, SeedableRng};
     use trainer::model::{ops, rope::RopeTables};
+    use trainer::config::default_inv_freq;
 
     /// Checks run and the names of those that failed.
     #[derive(Default)]
@@ -351,11 +352,11 @@ mod cuda {
         let positions: Vec<i64> = (0..b * t).map(|_| rng.random_range(-1..4096)).collect();
         let x = random(rng, &[b, h, t, hd], 1.0)?.to_dtype(dtype)?;
         let dy = random(rng, &[b, h, t, hd], 1.0)?.to_dtype(dtype)?;
-        let tables = RopeTables::new(&positions, b, t, hd, 1e6, DType::F32, &Device::Cpu)?;
+        let tables = RopeTables::new(&positions, b, t, &default_inv_freq(hd, 1e6), DType::F32, &Device::Cpu)?;
         let xv = Var::from_tensor(&x.to_dtype(DType::F32)?)?;
         let want = tables.apply(xv.as_tensor())?;
         let grads = (&want * dy.to_dtype(DType::F32)?)?.sum_all()?.backward()?;
-        let gt = RopeTables::new(&positions, b, t, hd, 1e6, dtype, dev)?;
+        let gt = RopeTables::new(&positions, b, t, &default_inv_freq(hd, 1e6), dtype, dev)?;
         let (xc, dyc) = (x.to_device(dev)?, dy.to_device(dev)?);
         report.check(&format!("{name} fwd"), &kernels::cuda_ops::rope(&xc, &gt.cos, &gt.sin)?, &want, tf)?;
         let dx = kernels::cuda_ops::rope_op(&dyc, &gt.cos, &gt.sin, true)?;

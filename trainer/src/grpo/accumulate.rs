@@ -13,7 +13,7 @@ use super::{hidden_logprobs, sequence_logprobs};
 use crate::error::{Error, Result};
 use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use crate::optim::Gradients;
 use crate::packing::{lengths_of_rows, plan, trained_lengths, MicroBatching, Pack, Padding};
 use candle_core::backprop::GradStore;
@@ -150,7 +150,7 @@ pub fn micro_batches(rows: usize, micro_rows: usize) -> Result<Vec<Range<usize>>
 /// is computed; with [`MicroBatching::Tokens`] each row up to its last
 /// `mask` column, and 0 past it (columns the loss never reads).
 pub fn detached_logprobs(
-    model: &Qwen3,
+    model: &CausalLm,
     tokens: &Tensor,
     mask: &Tensor,
     temperature: f64,
@@ -192,9 +192,9 @@ pub fn detached_logprobs(
 /// the same loss and gradients up to float rounding. With
 /// [`Recompute::PerLayer`] (`cfg.recompute`) the decoder layers keep only
 /// their inputs in the forward pass and are recomputed one at a time in the
-/// backward pass ([`Qwen3::backward_layers`]): same gradients, less memory.
+/// backward pass ([`CausalLm::backward_layers`]): same gradients, less memory.
 pub fn accumulate_gradients(
-    model: &Qwen3,
+    model: &CausalLm,
     params: &BTreeMap<String, Var>,
     batch: &GrpoBatch,
     cfg: &GrpoLossConfig,
@@ -291,7 +291,7 @@ fn micro_loss(
 
 /// One micro-batch of right-padded rows: the aggregation's own formula with
 /// the whole batch's totals.
-fn padded_micro_batch(model: &Qwen3, params: &BTreeMap<String, Var>, mb: &GrpoBatch, cfg: &GrpoLossConfig, totals: BatchTotals, acc: &mut Accumulated) -> Result<()> {
+fn padded_micro_batch(model: &CausalLm, params: &BTreeMap<String, Var>, mb: &GrpoBatch, cfg: &GrpoLossConfig, totals: BatchTotals, acc: &mut Accumulated) -> Result<()> {
     let (rows, cols) = mb.tokens.dims2()?;
     let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
     let mask = mb.mask.to_dtype(DType::F32)?;
@@ -311,7 +311,7 @@ fn padded_micro_batch(model: &Qwen3, params: &BTreeMap<String, Var>, mb: &GrpoBa
 /// token weighted by its episode's share of the aggregation ([`token_weight`]).
 #[allow(clippy::too_many_arguments)]
 fn packed_micro_batch(
-    model: &Qwen3,
+    model: &CausalLm,
     params: &BTreeMap<String, Var>,
     batch: &GrpoBatch,
     pack: &Pack,
@@ -360,9 +360,9 @@ pub struct LogprobPass {
 /// at `positions` (see [`sequence_logprobs`]) go to `loss_of`, whose scalar loss is
 /// backpropagated; the gradients of `params` are added into `grads`. With
 /// [`Recompute::PerLayer`] the decoder layers are recomputed one at a time
-/// in the backward pass ([`Qwen3::backward_layers`]). GRPO and SFT share it.
+/// in the backward pass ([`CausalLm::backward_layers`]). GRPO and SFT share it.
 pub fn backward_micro_batch(
-    model: &Qwen3,
+    model: &CausalLm,
     params: &BTreeMap<String, Var>,
     tokens: &Tensor,
     positions: &Positions,

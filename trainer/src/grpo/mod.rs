@@ -28,7 +28,7 @@ pub use loss::{
 
 use crate::error::Result;
 use crate::logprobs::{token_logprobs, token_logprobs_and_entropy};
-use crate::model::{cache::Positions, Qwen3};
+use crate::model::{cache::Positions, CausalLm};
 use candle_core::{DType, Tensor};
 
 /// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under
@@ -40,7 +40,7 @@ use candle_core::{DType, Tensor};
 /// `entropy`, also the detached per-position entropy `[b, t]` of the
 /// temperature-scaled distribution that predicts each token (0 in column 0).
 pub fn sequence_logprobs(
-    model: &Qwen3,
+    model: &CausalLm,
     tokens: &Tensor,
     positions: &Positions,
     temperature: f64,
@@ -55,10 +55,10 @@ pub fn sequence_logprobs(
 }
 
 /// [`sequence_logprobs`] from the final hidden states `[b, t, hidden]` of
-/// `tokens` `[b, t]` (as [`Qwen3::forward`] returns them, or as rebuilt by
+/// `tokens` `[b, t]` (as [`CausalLm::forward`] returns them, or as rebuilt by
 /// activation recomputation); differentiable with respect to `hidden`.
 pub fn hidden_logprobs(
-    model: &Qwen3,
+    model: &CausalLm,
     hidden: &Tensor,
     tokens: &Tensor,
     temperature: f64,

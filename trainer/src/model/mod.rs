@@ -1,16 +1,19 @@
-//! Qwen3 for training and generation, in plain differentiable Candle ops.
+//! A decoder-only causal LM (Qwen3, Qwen2 or Llama) for training and
+//! generation, in plain differentiable Candle ops.
 //!
 //! One set of weights serves both uses: `forward(tokens, positions, cache)`
 //! takes per-row positions (padding = -1) and an optional KV cache owned by
-//! the caller. Supports GQA, q/k RMSNorm, a head_dim independent of
-//! hidden_size, rope_theta, tied or untied embeddings and optional q/k/v bias.
+//! the caller. The architectures differ only in the attention block: q/k
+//! RMSNorm (Qwen3), q/k/v biases (Qwen2, or `attention_bias`, which also
+//! biases o), rope frequencies (llama3 scaling). All share GQA, a head_dim
+//! independent of hidden_size, SwiGLU, and tied or untied embeddings.
 
 pub mod cache;
 pub mod ops;
 pub mod recompute;
 pub mod rope;
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::params::parameter_shapes;
 use crate::weights::TensorMap;
@@ -29,8 +32,10 @@ struct Attention {
     q_bias: Option<Tensor>,
     k_bias: Option<Tensor>,
     v_bias: Option<Tensor>,
-    q_norm: Tensor,
-    k_norm: Tensor,
+    o_bias: Option<Tensor>,
+    /// Per-head RMSNorm scales of queries and keys (Qwen3 only).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
 }
 
 struct Layer {
@@ -42,9 +47,11 @@ struct Layer {
     down: Tensor,
 }
 
-/// A Qwen3 causal language model.
-pub struct Qwen3 {
-    cfg: Qwen3Config,
+/// A causal language model of one of the [`crate::config::Architecture`]s.
+pub struct CausalLm {
+    cfg: ModelConfig,
+    /// Rotary inverse frequencies, from the config.
+    inv_freq: Vec<f32>,
     embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
@@ -55,9 +62,9 @@ fn take(map: &TensorMap, name: &str) -> Result<Tensor> {
     map.get(name).cloned().ok_or_else(|| Error::invalid("model weights", format!("tensor `{name}` is missing")))
 }
 
-impl Qwen3 {
+impl CausalLm {
     /// Build from named tensors (Hugging Face names); shapes are checked.
-    pub fn new(cfg: &Qwen3Config, map: &TensorMap) -> Result<Self> {
+    pub fn new(cfg: &ModelConfig, map: &TensorMap) -> Result<Self> {
         for (name, shape) in parameter_shapes(cfg) {
             let t = take(map, &name)?;
             if t.dims() != shape.as_slice() {
@@ -70,7 +77,8 @@ impl Qwen3 {
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
                 let g = |s: &str| take(map, &format!("model.layers.{l}.{s}"));
-                let bias = |s: &str| if cfg.attention_bias { g(s).map(Some) } else { Ok(None) };
+                let bias = |s: &str| if cfg.qkv_bias() { g(s).map(Some) } else { Ok(None) };
+                let norm = |s: &str| if cfg.architecture.has_qk_norm() { g(s).map(Some) } else { Ok(None) };
                 Ok(Layer {
                     input_norm: g("input_layernorm.weight")?,
                     attn: Attention {
@@ -81,8 +89,9 @@ impl Qwen3 {
                         q_bias: bias("self_attn.q_proj.bias")?,
                         k_bias: bias("self_attn.k_proj.bias")?,
                         v_bias: bias("self_attn.v_proj.bias")?,
-                        q_norm: g("self_attn.q_norm.weight")?,
-                        k_norm: g("self_attn.k_norm.weight")?,
+                        o_bias: if cfg.o_bias() { Some(g("self_attn.o_proj.bias")?) } else { None },
+                        q_norm: norm("self_attn.q_norm.weight")?,
+                        k_norm: norm("self_attn.k_norm.weight")?,
                     },
                     post_norm: g("post_attention_layernorm.weight")?,
                     gate: g("mlp.gate_proj.weight")?,
@@ -93,12 +102,13 @@ impl Qwen3 {
             .collect::<Result<Vec<_>>>()?;
         let embed = take(map, "model.embed_tokens.weight")?;
         let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { take(map, "lm_head.weight")? };
-        Ok(Qwen3 { cfg: cfg.clone(), embed, layers, norm: take(map, "model.norm.weight")?, lm_head })
+        let norm = take(map, "model.norm.weight")?;
+        Ok(CausalLm { cfg: cfg.clone(), inv_freq: cfg.inv_freq(), embed, layers, norm, lm_head })
     }
 
     /// Build a trainable model: every parameter becomes a `Var` whose
     /// gradient `backward()` fills. Tied embeddings share one `Var`.
-    pub fn trainable(cfg: &Qwen3Config, map: &TensorMap) -> Result<(Self, BTreeMap<String, Var>)> {
+    pub fn trainable(cfg: &ModelConfig, map: &TensorMap) -> Result<(Self, BTreeMap<String, Var>)> {
         let mut vars = BTreeMap::new();
         let mut tensors = TensorMap::new();
         for (name, _) in parameter_shapes(cfg) {
@@ -106,10 +116,10 @@ impl Qwen3 {
             tensors.insert(name.clone(), var.as_tensor().clone());
             vars.insert(name, var);
         }
-        Ok((Qwen3::new(cfg, &tensors)?, vars))
+        Ok((CausalLm::new(cfg, &tensors)?, vars))
     }
 
-    pub fn config(&self) -> &Qwen3Config {
+    pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -134,13 +144,20 @@ impl Qwen3 {
             put("self_attn.k_proj.weight", &layer.attn.k);
             put("self_attn.v_proj.weight", &layer.attn.v);
             put("self_attn.o_proj.weight", &layer.attn.o);
-            for (s, b) in [("q", &layer.attn.q_bias), ("k", &layer.attn.k_bias), ("v", &layer.attn.v_bias)] {
-                if let Some(b) = b {
-                    put(&format!("self_attn.{s}_proj.bias"), b);
+            let a = &layer.attn;
+            let optional = [
+                ("self_attn.q_proj.bias", &a.q_bias),
+                ("self_attn.k_proj.bias", &a.k_bias),
+                ("self_attn.v_proj.bias", &a.v_bias),
+                ("self_attn.o_proj.bias", &a.o_bias),
+                ("self_attn.q_norm.weight", &a.q_norm),
+                ("self_attn.k_norm.weight", &a.k_norm),
+            ];
+            for (s, t) in optional {
+                if let Some(t) = t {
+                    put(s, t);
                 }
             }
-            put("self_attn.q_norm.weight", &layer.attn.q_norm);
-            put("self_attn.k_norm.weight", &layer.attn.k_norm);
             put("post_attention_layernorm.weight", &layer.post_norm);
             put("mlp.gate_proj.weight", &layer.gate);
             put("mlp.up_proj.weight", &layer.up);
@@ -173,7 +190,7 @@ impl Qwen3 {
         };
         let device = tokens.device();
         let vis = visibility(positions, &keys)?;
-        let rope = RopeTables::new(&positions.data, b, t, self.cfg.head_dim, self.cfg.rope_theta, self.dtype(), device)?;
+        let rope = RopeTables::new(&positions.data, b, t, &self.inv_freq, self.dtype(), device)?;
         let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
         for (l, layer) in self.layers.iter().enumerate() {
             x = self.layer_forward(l, layer, &x, &rope, &vis, cache.as_deref_mut())?;
@@ -230,8 +247,8 @@ impl Qwen3 {
             };
             Ok(y.transpose(1, 2)?.contiguous()?)
         };
-        let q = rope.apply(&heads(&a.q, &a.q_bias, c.num_attention_heads, Some(&a.q_norm))?)?;
-        let k = rope.apply(&heads(&a.k, &a.k_bias, c.num_key_value_heads, Some(&a.k_norm))?)?;
+        let q = rope.apply(&heads(&a.q, &a.q_bias, c.num_attention_heads, a.q_norm.as_ref())?)?;
+        let k = rope.apply(&heads(&a.k, &a.k_bias, c.num_key_value_heads, a.k_norm.as_ref())?)?;
         let v = heads(&a.v, &a.v_bias, c.num_key_value_heads, None)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(l, &k, &v)?,
@@ -242,6 +259,6 @@ impl Qwen3 {
         // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let out = kernels::attention::attention(&q, &k, &v, vis, scale)?;
-        Ok(ops::linear(&out, &a.o, None)?)
+        Ok(ops::linear(&out, &a.o, a.o_bias.as_ref())?)
     }
 }

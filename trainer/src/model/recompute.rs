@@ -1,10 +1,10 @@
 //! Activation recomputation (gradient checkpointing) per decoder layer.
 //!
-//! [`Qwen3::forward_layer_inputs`] runs the decoder layers without keeping
+//! [`CausalLm::forward_layer_inputs`] runs the decoder layers without keeping
 //! their graphs: only each layer's input `x_l` survives (detached), and the
 //! last layer's output is handed back as a [`Var`] ([`LayerInputs::top`]) so
 //! that the caller's loss (final norm, head, log-probs) can be differentiated
-//! down to it. [`Qwen3::backward_layers`] then walks the layers from the last
+//! down to it. [`CausalLm::backward_layers`] then walks the layers from the last
 //! to the first: it recomputes layer `l` from `x_l` with a graph, backpropagates
 //! `sum(out * grad_out)` (the vector-Jacobian product with the incoming
 //! gradient), hands the layer's weight gradients to the caller and passes the
@@ -14,7 +14,7 @@
 
 use super::cache::{visibility, Positions};
 use super::rope::RopeTables;
-use super::{ops, Qwen3};
+use super::{ops, CausalLm};
 use crate::error::{Error, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
@@ -44,7 +44,7 @@ impl Recompute {
     }
 }
 
-/// What [`Qwen3::forward_layer_inputs`] keeps: the tokens, each decoder
+/// What [`CausalLm::forward_layer_inputs`] keeps: the tokens, each decoder
 /// layer's (detached) input, the rope tables and attention visibility of the pass, and the
 /// last layer's output as a [`Var`].
 pub struct LayerInputs {
@@ -60,14 +60,14 @@ pub struct LayerInputs {
 impl LayerInputs {
     /// The last decoder layer's output `[b, t, hidden]` before the final
     /// norm; differentiate the loss with respect to it and pass that
-    /// gradient to [`Qwen3::backward_layers`].
+    /// gradient to [`CausalLm::backward_layers`].
     pub fn top(&self) -> &Var {
         &self.top
     }
 }
 
-impl Qwen3 {
-    /// The final RMSNorm (what [`Qwen3::forward`] applies after the layers).
+impl CausalLm {
+    /// The final RMSNorm (what [`CausalLm::forward`] applies after the layers).
     pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
         Ok(ops::rms_norm(x, &self.norm, self.cfg.rms_norm_eps)?)
     }
@@ -75,7 +75,7 @@ impl Qwen3 {
     /// Forward through the embedding and the decoder layers for `tokens`
     /// `[b, t]` (no KV cache), keeping only each layer's input. No graph
     /// survives the call: `self.final_norm(out.top().as_tensor())` equals
-    /// [`Qwen3::forward`]'s result in value.
+    /// [`CausalLm::forward`]'s result in value.
     pub fn forward_layer_inputs(&self, tokens: &Tensor, positions: &Positions) -> Result<LayerInputs> {
         let (b, t) = tokens.dims2()?;
         if positions.batch != b || positions.len != t {
@@ -87,7 +87,7 @@ impl Qwen3 {
         let device = tokens.device();
         let keys: Vec<Vec<i64>> = (0..b).map(|r| positions.row(r).to_vec()).collect();
         let vis = visibility(positions, &keys)?;
-        let rope = RopeTables::new(&positions.data, b, t, self.cfg.head_dim, self.cfg.rope_theta, self.dtype(), device)?;
+        let rope = RopeTables::new(&positions.data, b, t, &self.inv_freq, self.dtype(), device)?;
         let tokens = tokens.flatten_all()?;
         let mut x = self.embed.index_select(&tokens, 0)?.reshape((b, t, self.cfg.hidden_size))?.detach();
         let mut inputs = Vec::with_capacity(self.layers.len());

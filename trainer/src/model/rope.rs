@@ -1,6 +1,7 @@
 //! Rotary position embeddings with per-row positions (rotate-half layout, as
-//! transformers' Qwen3). Angles are computed in f32 exactly as transformers
-//! does (`inv_freq = 1 / theta^(2i/d)`, `freqs = pos * inv_freq`).
+//! transformers' Qwen3 and Llama). Angles are computed in f32 exactly as
+//! transformers does (`freqs = pos * inv_freq`, `inv_freq` from
+//! [`crate::config::ModelConfig::inv_freq`]: `1 / theta^(2i/d)`, or llama3-scaled).
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -11,18 +12,16 @@ pub struct RopeTables {
 }
 
 impl RopeTables {
-    /// Tables for `positions` (row-major `[b, t]`; negative = padding, treated as 0).
-    pub fn new(positions: &[i64], b: usize, t: usize, head_dim: usize, theta: f64, dtype: DType, device: &Device) -> Result<Self> {
-        let half = head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0f32 / (theta as f32).powf((2 * i) as f32 / head_dim as f32))
-            .collect();
+    /// Tables for `positions` (row-major `[b, t]`; negative = padding, treated
+    /// as 0) and a head's `inv_freq` (head_dim / 2 values).
+    pub fn new(positions: &[i64], b: usize, t: usize, inv_freq: &[f32], dtype: DType, device: &Device) -> Result<Self> {
+        let head_dim = 2 * inv_freq.len();
         let mut cos = Vec::with_capacity(b * t * head_dim);
         let mut sin = Vec::with_capacity(b * t * head_dim);
         for &p in positions {
             let p = p.max(0) as f32;
             for _ in 0..2 {
-                for f in &inv_freq {
+                for f in inv_freq {
                     let angle = p * f;
                     cos.push(angle.cos());
                     sin.push(angle.sin());

@@ -6,7 +6,7 @@
 //! are checked against measured peaks in BENCHMARKS.md ("The memory
 //! planner").
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::params::parameter_shapes;
 use candle_core::DType;
 
@@ -25,7 +25,7 @@ pub struct ParamSizes {
 }
 
 impl ParamSizes {
-    pub fn of(cfg: &Qwen3Config) -> Self {
+    pub fn of(cfg: &ModelConfig) -> Self {
         let shapes = parameter_shapes(cfg);
         let sizes = || shapes.iter().map(|(_, s)| s.iter().product::<usize>() as u64);
         let per_layer = shapes
@@ -38,7 +38,7 @@ impl ParamSizes {
 }
 
 /// Key and value bytes one cached token (slot) takes in every layer.
-pub fn kv_bytes_per_slot(cfg: &Qwen3Config, dtype: DType) -> u64 {
+pub fn kv_bytes_per_slot(cfg: &ModelConfig, dtype: DType) -> u64 {
     (cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim) as u64 * elem(dtype)
 }
 
@@ -51,7 +51,7 @@ pub fn kv_bytes_per_slot(cfg: &Qwen3Config, dtype: DType) -> u64 {
 ///   attention's output (5 q);
 /// - keys: projection, k-norm, copy, rope; values: projection, copy (6 k);
 /// - the MLP: gate, up and silu(gate) x up (3 i).
-pub fn layer_activation_elems(cfg: &Qwen3Config) -> u64 {
+pub fn layer_activation_elems(cfg: &ModelConfig) -> u64 {
     let h = cfg.hidden_size as u64;
     let q = (cfg.num_attention_heads * cfg.head_dim) as u64;
     let k = (cfg.num_key_value_heads * cfg.head_dim) as u64;
@@ -61,14 +61,14 @@ pub fn layer_activation_elems(cfg: &Qwen3Config) -> u64 {
 
 /// Bytes per token of one layer's activations: the elements above in the
 /// model's dtype plus the attention's f32 log-sum-exp per query head.
-pub fn layer_activation_bytes(cfg: &Qwen3Config, dtype: DType) -> u64 {
+pub fn layer_activation_bytes(cfg: &ModelConfig, dtype: DType) -> u64 {
     layer_activation_elems(cfg) * elem(dtype) + cfg.num_attention_heads as u64 * 4
 }
 
 /// Bytes per token outside the decoder layers in a training pass: the
 /// embedded tokens, the final norm, its output and the fused log-probs'
 /// gradient of it (f32), each `hidden` wide.
-pub fn head_activation_bytes(cfg: &Qwen3Config, dtype: DType) -> u64 {
+pub fn head_activation_bytes(cfg: &ModelConfig, dtype: DType) -> u64 {
     let h = cfg.hidden_size as u64;
     3 * h * elem(dtype) + h * 4
 }
@@ -77,6 +77,6 @@ pub fn head_activation_bytes(cfg: &Qwen3Config, dtype: DType) -> u64 {
 /// (kernels::logprobs): 4 tasks per thread, each with a block of 1,024
 /// tokens x 1,024 vocabulary entries of f32 logits and a partial `[1,024,
 /// hidden]` f32 gradient of the hidden states, whatever the vocabulary.
-pub fn logprob_workspace_bytes(cfg: &Qwen3Config, threads: usize) -> u64 {
+pub fn logprob_workspace_bytes(cfg: &ModelConfig, threads: usize) -> u64 {
     (threads * 4 * 1024 * (1024 + cfg.hidden_size) * 4) as u64
 }

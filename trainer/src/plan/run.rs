@@ -2,7 +2,7 @@
 
 use super::footprint::{elem, head_activation_bytes, kv_bytes_per_slot, layer_activation_bytes, logprob_workspace_bytes, ParamSizes};
 use super::{MemoryPlan, Part, Phase, PhaseKind};
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::device::DeviceKind;
 use crate::model::recompute::Recompute;
 use crate::packing::MicroBatching;
@@ -25,7 +25,7 @@ fn part(name: &'static str, bytes: u64, detail: impl Into<String>, setting: Opti
 /// The model and device a plan is for.
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
-    pub model: &'a Qwen3Config,
+    pub model: &'a ModelConfig,
     pub dtype: DType,
     pub device: DeviceKind,
     /// CPU threads (the fused log-probs keep working memory per thread).
@@ -113,7 +113,7 @@ fn micro_batch_tokens(micro: MicroBatching, longest: usize) -> u64 {
 }
 
 /// Every phase of a GRPO run (rollout, update) and of its SFT stage.
-pub fn for_run(cfg: &RunConfig, model: &Qwen3Config, threads: usize) -> crate::Result<MemoryPlan> {
+pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize) -> crate::Result<MemoryPlan> {
     let t = Target { model, dtype: cfg.model.dtype.into(), device: cfg.model.device, threads };
     let episodes = (cfg.train.tasks_per_step * cfg.rollout.group) as u64;
     let longest = cfg.episode.max_total_tokens;

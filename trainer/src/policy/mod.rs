@@ -26,7 +26,7 @@ mod prefill;
 
 use crate::generate::{decode, DecodeStep, Draws, Generation};
 use crate::model::cache::{KvCache, Positions};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use crate::sampling::{DrawStreams, SamplerConfig};
 use candle_core::{IndexOp, Tensor};
 pub use limits::RolloutLimits;
@@ -61,7 +61,7 @@ pub struct PolicyStats {
 
 /// Qwen3 generating assistant turns.
 pub struct ModelPolicy<'m, R: Rng> {
-    model: &'m Qwen3,
+    model: &'m CausalLm,
     sampler: SamplerConfig,
     rng: R,
     stop_tokens: Vec<u32>,
@@ -72,7 +72,7 @@ pub struct ModelPolicy<'m, R: Rng> {
 
 impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
-    pub fn new(model: &'m Qwen3, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
+    pub fn new(model: &'m CausalLm, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
         let limits = RolloutLimits { max_batch_tokens: limits.max_batch_tokens.max(1), max_prefill_tokens: limits.max_prefill_tokens.max(1), ..limits };
         ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default() }
     }

@@ -20,7 +20,7 @@
 pub mod request;
 
 use crate::generate::{generate, GenerateConfig};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use rand::{Rng, SeedableRng};
 use request::{parse_request, ApiError, ApiErrorKind};
 use rollout::chat::{ChatRequest, ChatTokenizer};
@@ -55,7 +55,7 @@ pub enum ServeError {
 
 /// The model, its tokenizer and the server's state.
 pub struct ChatServer {
-    model: Qwen3,
+    model: CausalLm,
     tokenizer: ChatTokenizer,
     config: ServeConfig,
     rng: rand_chacha::ChaCha8Rng,
@@ -67,7 +67,7 @@ pub struct ChatServer {
 impl ChatServer {
     /// Check that the tokenizer fits the model.
     pub fn new(
-        model: Qwen3,
+        model: CausalLm,
         tokenizer: ChatTokenizer,
         config: ServeConfig,
     ) -> Result<Self, ServeError> {
@@ -310,7 +310,7 @@ pub fn bind(host: &str, port: u16) -> Result<(tiny_http::Server, SocketAddr), Se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Qwen3Config;
+    use crate::config::ModelConfig;
     use candle_core::{DType, Device, Tensor};
     use rollout::chat::write_small_tokenizer;
     use std::collections::HashMap;
@@ -323,7 +323,7 @@ mod tests {
         tok: &ChatTokenizer,
         after: u32,
         script: &[u32],
-    ) -> Option<(Qwen3Config, crate::weights::TensorMap)> {
+    ) -> Option<(ModelConfig, crate::weights::TensorMap)> {
         let chain: Vec<u32> = std::iter::once(after)
             .chain(script.iter().copied())
             .collect();
@@ -339,7 +339,7 @@ mod tests {
                 return None;
             }
         }
-        let cfg = Qwen3Config::new_tiny(tok.vocab_size(), 64, 128, 1, 4, 2, 32, false);
+        let cfg = ModelConfig::new_tiny(tok.vocab_size(), 64, 128, 1, 4, 2, 32, false);
         let mut w = crate::init::random_weights(&cfg, 1, DType::F32, &Device::Cpu).unwrap();
         let emb = w["model.embed_tokens.weight"].to_vec2::<f32>().unwrap();
         let mut head = vec![vec![0f32; 64]; cfg.vocab_size];
@@ -425,7 +425,7 @@ mod tests {
             .unwrap();
             write_small_tokenizer(&out, 2048).unwrap();
         }
-        let model = Qwen3::new(&cfg, &weights).unwrap();
+        let model = CausalLm::new(&cfg, &weights).unwrap();
         let config = ServeConfig {
             model_name: "scripted".into(),
             default_max_tokens: 64,

@@ -12,7 +12,7 @@ use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetr
 use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
 use crate::packing::{plan, trained_lengths, MicroBatching};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig, Gradients};
 use crate::run_config::RunConfig;
 use crate::weights::TensorMap;
@@ -86,7 +86,7 @@ impl SftBatch {
 /// micro-batched as `micro` (each micro-batch's share is its token sum over
 /// the whole batch's token count, so the split does not change them).
 pub fn sft_gradients(
-    model: &Qwen3,
+    model: &CausalLm,
     params: &BTreeMap<String, Var>,
     batch: &SftBatch,
     micro: MicroBatching,
@@ -111,7 +111,7 @@ pub fn sft_gradients(
 
 /// Mean cross-entropy over the policy tokens of `rows` (no gradients),
 /// micro-batched as `micro`.
-pub fn heldout_loss(model: &Qwen3, examples: &[SftExample], rows: &[usize], micro: MicroBatching) -> Result<f64> {
+pub fn heldout_loss(model: &CausalLm, examples: &[SftExample], rows: &[usize], micro: MicroBatching) -> Result<f64> {
     let (mut nll, mut count) = (0.0, 0.0);
     let chunk = match micro {
         MicroBatching::Rows(n) => n.max(1),
@@ -149,7 +149,7 @@ pub struct SftStepMetrics {
 /// The weights being fine-tuned and their optimizer.
 pub struct SftTrainer {
     pub vars: BTreeMap<String, Var>,
-    pub model: Qwen3,
+    pub model: CausalLm,
     pub optimizer: AdamW,
     pub step: u64,
     lr: f64,
@@ -162,8 +162,8 @@ pub struct SftTrainer {
 impl SftTrainer {
     /// `run_steps` is the run's length in updates (all epochs), which a
     /// schedule with `total_steps = 0` runs over.
-    pub fn new(cfg: &RunConfig, model_cfg: &crate::Qwen3Config, weights: &TensorMap, run_steps: u64) -> Result<Self> {
-        let (model, vars) = Qwen3::trainable(model_cfg, weights)?;
+    pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, run_steps: u64) -> Result<Self> {
+        let (model, vars) = CausalLm::trainable(model_cfg, weights)?;
         let o = &cfg.optim;
         let optimizer = AdamW::new(
             &vars,

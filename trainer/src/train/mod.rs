@@ -9,7 +9,7 @@ pub mod sampler;
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
 use crate::grpo::{accumulate_gradients, detached_logprobs, group_advantages, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics, OldLogprobs};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
 use crate::run_config::RunConfig;
@@ -80,10 +80,10 @@ pub struct Trainer {
     pub cfg: RunConfig,
     pub vars: BTreeMap<String, Var>,
     /// Trainable model (its tensors are the `Var`s).
-    pub model: Qwen3,
+    pub model: CausalLm,
     /// The same weights, detached, for generation (no autograd graph).
-    pub sampler_view: Qwen3,
-    pub reference: Option<Qwen3>,
+    pub sampler_view: CausalLm,
+    pub reference: Option<CausalLm>,
     pub optimizer: AdamW,
     pub sampling_rng: ChaCha8Rng,
     pub step: u64,
@@ -95,18 +95,18 @@ impl Trainer {
     /// copy of `weights`.
     pub fn new(
         cfg: RunConfig,
-        model_cfg: &crate::Qwen3Config,
+        model_cfg: &crate::ModelConfig,
         weights: &TensorMap,
         reference: Option<&TensorMap>,
         sampling_rng: ChaCha8Rng,
     ) -> Result<Self> {
-        let (model, vars) = Qwen3::trainable(model_cfg, weights)?;
+        let (model, vars) = CausalLm::trainable(model_cfg, weights)?;
         let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
-        let sampler_view = Qwen3::new(model_cfg, &detached)?;
+        let sampler_view = CausalLm::new(model_cfg, &detached)?;
         let reference = if cfg.grpo.beta > 0.0 {
             let source = reference.unwrap_or(weights);
             let frozen: TensorMap = source.iter().map(|(k, t)| Ok((k.clone(), t.copy()?))).collect::<Result<_>>()?;
-            Some(Qwen3::new(model_cfg, &frozen)?)
+            Some(CausalLm::new(model_cfg, &frozen)?)
         } else {
             None
         };

@@ -6,7 +6,7 @@ use crate::common;
 use candle_core::{DType, Device};
 use std::path::Path;
 use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, TensorMap, INDEX_FILE};
-use trainer::{Error, Qwen3Config};
+use trainer::{Error, ModelConfig};
 
 fn max_abs_diff(a: &TensorMap, b: &TensorMap) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -18,8 +18,8 @@ fn max_abs_diff(a: &TensorMap, b: &TensorMap) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn reload(dir: &Path, dtype: DType) -> (Qwen3Config, TensorMap) {
-    let cfg = Qwen3Config::from_file(&dir.join("config.json")).unwrap();
+fn reload(dir: &Path, dtype: DType) -> (ModelConfig, TensorMap) {
+    let cfg = ModelConfig::from_file(&dir.join("config.json")).unwrap();
     let w = load_weights(dir, &cfg, dtype, &Device::Cpu).unwrap();
     (cfg, w)
 }
@@ -34,6 +34,9 @@ fn round_trip_single_and_sharded_is_exact() {
             let (cfg2, w2) = reload(tmp.path(), DType::F32);
             assert_eq!(cfg2.hidden_size, cfg.hidden_size);
             assert_eq!(cfg2.rope_theta, cfg.rope_theta, "{case}: rope_theta survives the round trip");
+            assert_eq!(cfg2.architecture, cfg.architecture, "{case}: the architecture survives the round trip");
+            assert_eq!(cfg2.rope_scaling, cfg.rope_scaling, "{case}: rope scaling survives the round trip");
+            assert_eq!(cfg2.inv_freq(), cfg.inv_freq(), "{case}");
             assert_eq!(max_abs_diff(&w, &w2), 0.0, "{case} {policy:?}");
             let index = tmp.path().join(INDEX_FILE);
             match policy {
@@ -68,7 +71,7 @@ fn bf16_checkpoints_convert_to_the_run_dtype() {
 }
 
 fn expect_err(dir: &Path) -> Error {
-    let cfg = Qwen3Config::from_file(&dir.join("config.json"));
+    let cfg = ModelConfig::from_file(&dir.join("config.json"));
     match cfg {
         Err(e) => e,
         Ok(cfg) => load_weights(dir, &cfg, DType::F32, &Device::Cpu).err().expect("loading should fail"),

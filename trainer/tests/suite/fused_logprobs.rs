@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use trainer::grpo::{aggregate, hidden_logprobs, per_token_loss, BatchTotals, ClipRange, EntropyMetric, LossAggregation};
 use trainer::logprobs::token_logprobs_unfused;
 use trainer::model::cache::Positions;
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 const ROWS: usize = 3;
 const COLS: usize = 11;
@@ -27,7 +27,7 @@ const LOSS_FLOOR: f64 = 0.1;
 const GRAD_REL: f64 = 1e-4;
 
 /// Unfused log-probs `[b, t]` laid out as `hidden_logprobs` lays them out.
-fn unfused_logprobs(model: &Qwen3, hidden: &Tensor, tokens: &Tensor) -> Tensor {
+fn unfused_logprobs(model: &CausalLm, hidden: &Tensor, tokens: &Tensor) -> Tensor {
     let (b, t) = tokens.dims2().unwrap();
     let h = hidden.narrow(1, 0, t - 1).unwrap().reshape((b * (t - 1), ())).unwrap();
     let targets = tokens.narrow(1, 1, t - 1).unwrap().flatten_all().unwrap();
@@ -52,7 +52,7 @@ fn max_abs(t: &Tensor) -> f64 {
 fn grpo_loss_and_gradients_match_the_unfused_path() {
     for case in common::CASES {
         let (c, w) = common::load(case);
-        let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+        let (model, params) = CausalLm::trainable(&c, &w).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let ids: Vec<u32> = (0..ROWS * COLS).map(|_| rng.random_range(0..c.vocab_size as u32)).collect();
         let tokens = Tensor::from_vec(ids, (ROWS, COLS), &Device::Cpu).unwrap();

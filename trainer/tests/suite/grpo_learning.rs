@@ -11,7 +11,7 @@ use trainer::grpo::{accumulate_gradients, group_advantages, AdvantageScaling, Cl
 use trainer::optim::{AdamW, AdamWConfig};
 use trainer::sampling::SamplerConfig;
 use trainer::weights::TensorMap;
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
 const VOCAB: usize = 64;
 const TARGET: u32 = 8; // tokens 0..8 are rewarded: 1/8 of a uniform vocabulary
@@ -22,11 +22,11 @@ const STEPS: usize = 30;
 
 #[test]
 fn mean_reward_rises_with_grpo() {
-    let cfg = Qwen3Config::new_tiny(VOCAB, 32, 64, 2, 4, 2, 8, true);
+    let cfg = ModelConfig::new_tiny(VOCAB, 32, 64, 2, 4, 2, 8, true);
     let weights = trainer::init::random_weights(&cfg, 0, DType::F32, &Device::Cpu).unwrap();
-    let (model, vars) = Qwen3::trainable(&cfg, &weights).unwrap();
+    let (model, vars) = CausalLm::trainable(&cfg, &weights).unwrap();
     let view: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
-    let sampler_model = Qwen3::new(&cfg, &view).unwrap();
+    let sampler_model = CausalLm::new(&cfg, &view).unwrap();
     let mut opt = AdamW::new(&vars, AdamWConfig { weight_decay: 0.0, ..Default::default() }).unwrap();
     let loss_cfg = GrpoLossConfig {
         clip: ClipRange { low: 0.2, high: 0.2 },

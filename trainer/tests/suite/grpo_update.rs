@@ -15,7 +15,7 @@ use trainer::grpo::{
 };
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
 const ROWS: usize = 5;
 const COLS: usize = 14;
@@ -40,17 +40,17 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
 
 /// A reference model: the fixture weights scaled by 1.03 (so the KL has a
 /// nonzero gradient), built from `Var`s so a stray gradient would show.
-fn reference(c: &Qwen3Config, w: &TensorMap) -> (Qwen3, BTreeMap<String, Var>) {
+fn reference(c: &ModelConfig, w: &TensorMap) -> (CausalLm, BTreeMap<String, Var>) {
     let scaled: TensorMap = w
         .iter()
         .map(|(n, t)| (n.clone(), (t * 1.03).unwrap()))
         .collect();
-    Qwen3::trainable(c, &scaled).unwrap()
+    CausalLm::trainable(c, &scaled).unwrap()
 }
 
 /// Right-padded rows of different lengths; the mask has prompt tokens, a
 /// masked "tool response" span and padding at 0.
-fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize, seed: u64, temperature: f64) -> GrpoBatch {
+fn batch(model: &CausalLm, reference: &CausalLm, vocab: usize, seed: u64, temperature: f64) -> GrpoBatch {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let lens = [14, 9, 12, 6, 11];
     let mut tokens = vec![0u32; ROWS * COLS];
@@ -118,7 +118,7 @@ fn max_rel_diff(a: &Gradients, b: &Gradients) -> f64 {
 fn micro_batches_give_the_big_batch_gradients_for_every_aggregation() {
     for case in common::CASES {
         let (c, w) = common::load(case);
-        let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+        let (model, params) = CausalLm::trainable(&c, &w).unwrap();
         let (ref_model, _) = reference(&c, &w);
         let b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
         for agg in [
@@ -180,7 +180,7 @@ fn micro_batches_give_the_big_batch_gradients_for_every_aggregation() {
 fn packed_detached_logprobs_equal_the_padded_ones_on_trained_columns() {
     for case in common::CASES {
         let (c, w) = common::load(case);
-        let (model, _) = Qwen3::trainable(&c, &w).unwrap();
+        let (model, _) = CausalLm::trainable(&c, &w).unwrap();
         let (ref_model, _) = reference(&c, &w);
         let b = batch(&model, &ref_model, c.vocab_size, 5, 0.7);
         let padded = detached_logprobs(&model, &b.tokens, &b.mask, 0.7, MicroBatching::Rows(ROWS)).unwrap();
@@ -203,7 +203,7 @@ fn aggregations_differ_so_the_equivalence_test_can_fail() {
     // A split-unaware normalizer (each micro-batch by its own token count)
     // would change the gradient: the variants must differ on this batch.
     let (c, w) = common::load("untied");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
     let g = |agg| {
@@ -218,7 +218,7 @@ fn aggregations_differ_so_the_equivalence_test_can_fail() {
 #[test]
 fn one_update_lowers_the_loss_and_the_reference_gets_no_gradient() {
     let (c, w) = common::load("tied_sharded");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, ref_params) = reference(&c, &w);
     let ref_before: Vec<Tensor> = ref_params
         .values()
@@ -276,7 +276,7 @@ fn one_update_lowers_the_loss_and_the_reference_gets_no_gradient() {
 #[test]
 fn bad_batches_are_errors() {
     let (c, w) = common::load("untied");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let good = batch(&model, &ref_model, c.vocab_size, 3, 1.0);
     let mut no_ref = good.clone();
@@ -373,7 +373,7 @@ fn one_update_matches_pytorch_and_trl() {
     let want =
         candle_core::safetensors::load(dir.join("update.safetensors"), &Device::Cpu).unwrap();
     let (c, w) = common::load("untied");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let num = |k: &str| f[k].as_f64().unwrap();
     let tokens: Vec<u32> = json_matrix(&f["tokens"])
@@ -465,7 +465,7 @@ fn one_update_matches_pytorch_and_trl() {
 #[test]
 fn zero_advantage_rows_skip_the_pass_and_leave_the_update_unchanged() {
     let (c, w) = common::load("untied");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let mut b = batch(&model, &ref_model, c.vocab_size, 9, 0.7);
     b.advantages = Tensor::new(&[1.1f32, 0.0, 0.4, 0.0, -0.9], &Device::Cpu).unwrap();
@@ -494,7 +494,7 @@ fn zero_advantage_rows_skip_the_pass_and_leave_the_update_unchanged() {
 #[test]
 fn drift_against_the_rollout_is_measured_and_tis_only_reweights() {
     let (c, w) = common::load("tied_sharded");
-    let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
     let (ref_model, _) = reference(&c, &w);
     let mut b = batch(&model, &ref_model, c.vocab_size, 4, 0.7);
     b.old_logprobs = OldLogprobs::Current;

@@ -2,6 +2,7 @@
 
 mod chat_render_cli;
 mod common;
+mod architectures;
 mod checkpoint_io;
 mod checkpoints;
 mod configs;

@@ -17,7 +17,7 @@ use std::process::Command;
 use trainer::logprobs::score_sequence;
 use trainer::policy::{ModelPolicy, PolicyStats, RolloutLimits};
 use trainer::sampling::SamplerConfig;
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
 /// Max |stored log-prob - score| on CPU f32 (issue 4: within 1e-4).
 const LOGPROB_TOL: f32 = 1e-4;
@@ -32,7 +32,7 @@ struct World {
     _dir: tempfile::TempDir,
     store: SnapshotStore,
     tok: ChatTokenizer,
-    model: Qwen3,
+    model: CausalLm,
     tasks: Vec<Task>,
 }
 
@@ -48,7 +48,7 @@ fn world() -> World {
     let tok_dir = dir.path().join("tok");
     write_small_tokenizer(&tok_dir, 512).unwrap();
     let tok = ChatTokenizer::from_dir(&tok_dir).unwrap();
-    let cfg = Qwen3Config::new_tiny(512, 48, 96, 2, 4, 2, 16, true);
+    let cfg = ModelConfig::new_tiny(512, 48, 96, 2, 4, 2, 16, true);
     // Larger weights than the default init so the model is far from uniform.
     let w = trainer::init::random_weights(&cfg, 11, DType::F32, &Device::Cpu).unwrap();
     let w = w
@@ -58,7 +58,7 @@ fn world() -> World {
             (k, t)
         })
         .collect();
-    let model = Qwen3::new(&cfg, &w).unwrap();
+    let model = CausalLm::new(&cfg, &w).unwrap();
     let task = |id: &str, text: &str| -> Task {
         serde_json::from_value(serde_json::json!({
             "instance_id": id, "repo": "acme/tiny", "base_commit": commit,

@@ -10,7 +10,7 @@ use trainer::generate::{generate, GenerateConfig};
 use trainer::logprobs::{score_sequence, token_logprobs};
 use trainer::model::cache::Positions;
 use trainer::sampling::SamplerConfig;
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 /// Absolute tolerance on log-probs (issue 2: within 1e-4).
 const LOGPROB_TOL: f32 = 1e-4;
@@ -54,7 +54,7 @@ fn batched_greedy_generation_matches_transformers() {
     }
 }
 
-fn mean_nll(m: &Qwen3, ids: &[u32]) -> Tensor {
+fn mean_nll(m: &CausalLm, ids: &[u32]) -> Tensor {
     let n = ids.len();
     let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
     let hidden = m.forward(&tokens, &Positions::sequential(1, n), None).unwrap();
@@ -67,7 +67,7 @@ fn mean_nll(m: &Qwen3, ids: &[u32]) -> Tensor {
 fn gradients_match_pytorch_and_reach_every_parameter() {
     for case in CASES {
         let (cfg, weights) = load(case);
-        let (m, vars) = Qwen3::trainable(&cfg, &weights).unwrap();
+        let (m, vars) = CausalLm::trainable(&cfg, &weights).unwrap();
         let exp = expected(case);
         let loss = mean_nll(&m, &ids(&exp["grad"]["ids"]));
         let want_loss = exp["grad"]["loss"].as_f64().unwrap() as f32;

@@ -19,7 +19,7 @@ use trainer::model::cache::Positions;
 use trainer::optim::Gradients;
 use trainer::train::config::TrainSection;
 use trainer::weights::TensorMap;
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
 const ROWS: usize = 4;
 const COLS: usize = 13;
@@ -40,14 +40,14 @@ fn cfg(aggregation: LossAggregation, recompute: Recompute) -> GrpoLossConfig {
     }
 }
 
-fn reference(c: &Qwen3Config, w: &TensorMap) -> (Qwen3, BTreeMap<String, Var>) {
+fn reference(c: &ModelConfig, w: &TensorMap) -> (CausalLm, BTreeMap<String, Var>) {
     let scaled: TensorMap = w.iter().map(|(n, t)| (n.clone(), (t * 0.97).unwrap())).collect();
-    Qwen3::trainable(c, &scaled).unwrap()
+    CausalLm::trainable(c, &scaled).unwrap()
 }
 
 /// Right-padded rows with prompt, masked tool span and padding; stored old
 /// log-probs shifted by up to +-0.4 so the ratio is clipped on both sides.
-fn batch(model: &Qwen3, reference: &Qwen3, vocab: usize) -> GrpoBatch {
+fn batch(model: &CausalLm, reference: &CausalLm, vocab: usize) -> GrpoBatch {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let lens = [13, 8, 11, 5];
     let mut tokens = vec![0u32; ROWS * COLS];
@@ -97,7 +97,7 @@ fn worst_rel_diff(on: &Gradients, off: &Gradients) -> (f64, String) {
 fn per_layer_recomputation_gives_the_same_gradients_for_every_parameter() {
     for case in common::CASES {
         let (c, w) = common::load(case);
-        let (model, params) = Qwen3::trainable(&c, &w).unwrap();
+        let (model, params) = CausalLm::trainable(&c, &w).unwrap();
         let (ref_model, _) = reference(&c, &w);
         let b = batch(&model, &ref_model, c.vocab_size);
         for agg in [LossAggregation::Grpo, LossAggregation::Dapo] {
@@ -128,7 +128,7 @@ fn per_layer_recomputation_gives_the_same_gradients_for_every_parameter() {
 fn layer_inputs_rebuild_the_forward_hidden_states() {
     for case in common::CASES {
         let (c, w) = common::load(case);
-        let (model, _) = Qwen3::trainable(&c, &w).unwrap();
+        let (model, _) = CausalLm::trainable(&c, &w).unwrap();
         let ids: Vec<u32> = (0..2 * 9).map(|i| (i * 37 % c.vocab_size) as u32).collect();
         let tokens = Tensor::from_vec(ids, (2, 9), &Device::Cpu).unwrap();
         let pos = Positions::sequential(2, 9);

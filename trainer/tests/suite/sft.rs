@@ -10,7 +10,7 @@ use candle_core::Device;
 use rollout::episode::filter::SftExample;
 use trainer::model::recompute::Recompute;
 use trainer::sft::{sft_gradients, SftBatch};
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 /// Relative tolerance on gradients: max |g - g_ref| / max |g_ref| per tensor.
 const GRAD_REL_TOL: f32 = 1e-4;
@@ -28,7 +28,7 @@ fn max_rel(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
 fn sft_loss_and_gradients_match_transformers_mean_nll() {
     for case in CASES {
         let (cfg, w) = load(case);
-        let (m, vars) = Qwen3::trainable(&cfg, &w).unwrap();
+        let (m, vars) = CausalLm::trainable(&cfg, &w).unwrap();
         let exp = expected(case);
         let seq = ids(&exp["grad"]["ids"]);
         let examples = vec![example(&seq, vec![1; seq.len()])];
@@ -50,7 +50,7 @@ fn sft_loss_and_gradients_match_transformers_mean_nll() {
 #[test]
 fn masked_tokens_padding_and_micro_batches_change_nothing() {
     let (cfg, w) = load("untied");
-    let (m, vars) = Qwen3::trainable(&cfg, &w).unwrap();
+    let (m, vars) = CausalLm::trainable(&cfg, &w).unwrap();
     let seq = ids(&expected("untied")["grad"]["ids"]);
     let n = seq.len();
     // Row 0: trains on its second half; row 1: shorter, trains on a middle span

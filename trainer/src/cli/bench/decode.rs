@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use trainer::generate::{generate, GenerateConfig};
 use trainer::sampling::SamplerConfig;
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,7 +67,7 @@ pub fn run(a: Args) -> Result<()> {
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.device.open()?)?;
-            Qwen3::new(&cfg, &w)?
+            CausalLm::new(&cfg, &w)?
         }
     };
     let vocab = model.config().vocab_size;

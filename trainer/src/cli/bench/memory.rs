@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use std::process::Command;
 use std::time::Instant;
 use trainer::grpo::{accumulate_gradients, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, Recompute};
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
 /// The recomputation mode of a child run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -76,8 +76,8 @@ fn status_kib(field: &str) -> Result<u64> {
     line.split_whitespace().nth(1).context("empty status field")?.parse().with_context(|| format!("parsing `{line}`"))
 }
 
-fn config(a: &Args) -> Qwen3Config {
-    let mut cfg = Qwen3Config::new_tiny(a.vocab, a.hidden, a.intermediate, a.layers, a.heads, a.kv_heads, a.head_dim, false);
+fn config(a: &Args) -> ModelConfig {
+    let mut cfg = ModelConfig::new_tiny(a.vocab, a.hidden, a.intermediate, a.layers, a.heads, a.kv_heads, a.head_dim, false);
     cfg.max_position_embeddings = a.tokens.max(1);
     cfg.raw = cfg.to_raw();
     cfg
@@ -87,7 +87,7 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
     let cfg = config(a);
     let dev = Device::Cpu;
     let w = trainer::init::random_weights(&cfg, 0, DType::F32, &dev)?;
-    let (model, params) = Qwen3::trainable(&cfg, &w)?;
+    let (model, params) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     let (b, t) = (a.rows, a.tokens);
     let ids: Vec<u32> = (0..b * t).map(|i| ((i as u64 * 7919 + 13) % a.vocab as u64) as u32).collect();

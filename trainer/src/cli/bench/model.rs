@@ -49,9 +49,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let rss_before = rss_kib("VmRSS");
     let t0 = Instant::now();
-    let cfg = trainer::Qwen3Config::from_file(&args.dir.join("config.json"))?;
+    let cfg = trainer::ModelConfig::from_file(&args.dir.join("config.json"))?;
     let w = load_weights(&args.dir, &cfg, dtype, &Device::Cpu)?;
-    let model = trainer::Qwen3::new(&cfg, &w)?;
+    let model = trainer::CausalLm::new(&cfg, &w)?;
     drop(w);
     let load_s = t0.elapsed().as_secs_f64();
     let rss_loaded = rss_kib("VmRSS");

@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
 use trainer::model::{ops, rope::RopeTables};
+use trainer::config::default_inv_freq;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,7 +35,7 @@ pub fn run(args: Args) -> Result<()> {
     let w = Var::from_tensor(&random(&mut rng, &[args.hidden])?)?;
     let q = Var::from_tensor(&random(&mut rng, &[1, args.heads, args.tokens, args.head_dim])?)?;
     let positions: Vec<i64> = (0..args.tokens as i64).collect();
-    let tabs = RopeTables::new(&positions, 1, args.tokens, args.head_dim, 1e6, DType::F32, &Device::Cpu)?;
+    let tabs = RopeTables::new(&positions, 1, args.tokens, &default_inv_freq(args.head_dim, 1e6), DType::F32, &Device::Cpu)?;
     let eps = 1e-6;
     let norm_composed = median(args.reps, || backward(ops::rms_norm_composed(&x, &w, eps)?))?;
     let norm_fused = median(args.reps, || backward(kernels::norm::rms_norm(&x, &w, eps)?))?;

@@ -2,7 +2,7 @@
 //! are SmolLM2-135M's shape as a Qwen3 (tied embeddings).
 
 use anyhow::{ensure, Result};
-use trainer::Qwen3Config;
+use trainer::ModelConfig;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Shape {
@@ -27,7 +27,7 @@ pub struct Shape {
 
 impl Shape {
     /// The config, with room for `max_tokens` positions.
-    pub fn config(&self, max_tokens: usize) -> Result<Qwen3Config> {
+    pub fn config(&self, max_tokens: usize) -> Result<ModelConfig> {
         ensure!(
             self.hidden > 0 && self.intermediate > 0 && self.layers > 0 && self.vocab > 0 && self.head_dim > 0,
             "--hidden, --intermediate, --layers, --vocab and --head-dim must be positive"
@@ -38,7 +38,7 @@ impl Shape {
             self.heads,
             self.kv_heads
         );
-        let mut cfg = Qwen3Config::new_tiny(
+        let mut cfg = ModelConfig::new_tiny(
             self.vocab,
             self.hidden,
             self.intermediate,

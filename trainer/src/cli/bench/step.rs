@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 use std::time::Instant;
 use trainer::grpo::{backward_micro_batch, EntropyMetric, LogprobPass};
 use trainer::optim::Gradients;
-use trainer::Qwen3;
+use trainer::CausalLm;
 
 /// How the backward pass gets the layers' activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<()> {
     let dev = a.on.device.open()?;
     let dtype = DType::from(a.on.dtype);
     let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
-    let (model, params) = Qwen3::trainable(&cfg, &w)?;
+    let (model, params) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     trainer::malloc::release_free_memory();
     // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.

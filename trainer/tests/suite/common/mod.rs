@@ -1,13 +1,16 @@
 //! Shared helpers for the trainer's integration tests: the golden fixtures
-//! made by scripts/make_model_fixtures.py (transformers, f32, CPU).
+//! made by scripts/make_model_fixtures.py (transformers, f32, CPU):
+//! Qwen3, Llama and Qwen2 checkpoints.
 #![allow(dead_code)]
 
 use candle_core::{DType, Device};
 use std::path::PathBuf;
 use trainer::weights::{load_weights, TensorMap};
-use trainer::{Qwen3, Qwen3Config};
+use trainer::{CausalLm, ModelConfig};
 
-pub const CASES: [&str; 2] = ["tied_sharded", "untied"];
+/// Qwen3 tied and sharded, Qwen3 untied, Llama tied with llama3 rope
+/// scaling, Qwen2 with q/k/v biases.
+pub const CASES: [&str; 4] = ["tied_sharded", "untied", "llama_tied_rope3", "qwen2_bias"];
 
 pub fn fixture_dir(case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,16 +18,16 @@ pub fn fixture_dir(case: &str) -> PathBuf {
         .join(case)
 }
 
-pub fn load(case: &str) -> (Qwen3Config, TensorMap) {
+pub fn load(case: &str) -> (ModelConfig, TensorMap) {
     let dir = fixture_dir(case);
-    let cfg = Qwen3Config::from_file(&dir.join("config.json")).expect("fixture config");
+    let cfg = ModelConfig::from_file(&dir.join("config.json")).expect("fixture config");
     let w = load_weights(&dir, &cfg, DType::F32, &Device::Cpu).expect("fixture weights");
     (cfg, w)
 }
 
-pub fn model(case: &str) -> Qwen3 {
+pub fn model(case: &str) -> CausalLm {
     let (cfg, w) = load(case);
-    Qwen3::new(&cfg, &w).expect("model")
+    CausalLm::new(&cfg, &w).expect("model")
 }
 
 pub fn expected(case: &str) -> serde_json::Value {

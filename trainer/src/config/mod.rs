@@ -1,17 +1,24 @@
-//! Qwen3 architecture from a Hugging Face `config.json`.
+//! The model's architecture from a Hugging Face `config.json`: Qwen3, Qwen2
+//! or Llama ([`Architecture`]) and its hyper-parameters.
 //!
 //! The raw JSON is kept beside the parsed fields so a saved checkpoint writes
 //! back every key it was given (transformers reads them). Values we cannot
-//! honour (another activation, rope scaling, sliding windows) are rejected by
-//! key rather than silently ignored.
+//! honour (another activation, another rope scaling, sliding windows, MLP
+//! biases) are rejected by key rather than silently ignored.
 
+mod architecture;
+mod reader;
+
+pub use architecture::{default_inv_freq, Architecture, RopeScaling};
 use crate::error::{Error, Result};
+use reader::Reader;
 use serde_json::{Map, Value};
 use std::path::Path;
 
 /// The architecture hyper-parameters the model needs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Qwen3Config {
+pub struct ModelConfig {
+    pub architecture: Architecture,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -20,15 +27,18 @@ pub struct Qwen3Config {
     pub num_key_value_heads: usize,
     pub head_dim: usize,
     pub rope_theta: f64,
+    pub rope_scaling: RopeScaling,
     pub rms_norm_eps: f64,
     pub tie_word_embeddings: bool,
+    /// The `attention_bias` key (Qwen3, Llama: biases on q, k, v and o);
+    /// false for Qwen2, whose q/k/v biases are fixed ([`ModelConfig::qkv_bias`]).
     pub attention_bias: bool,
     pub max_position_embeddings: usize,
     /// Every key of config.json, as read (written back on save).
     pub raw: Map<String, Value>,
 }
 
-impl Qwen3Config {
+impl ModelConfig {
     /// Read and validate `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -43,17 +53,19 @@ impl Qwen3Config {
     /// Validate an already-parsed config object; `path` is used in errors.
     pub fn from_raw(raw: Map<String, Value>, path: &Path) -> Result<Self> {
         let r = Reader { raw: &raw, path };
-        r.expect_str_if_present("model_type", &["qwen3"])?;
+        let architecture = Architecture::read(&r)?;
         r.expect_str_if_present("hidden_act", &["silu"])?;
         r.expect_false_if_present("use_sliding_window")?;
-        r.expect_default_rope()?;
+        r.expect_false_if_present("mlp_bias")?;
+        let rope_scaling = RopeScaling::read(&r, architecture)?;
         let hidden_size = r.usize("hidden_size")?;
         let num_attention_heads = r.usize("num_attention_heads")?;
         let head_dim = match raw.get("head_dim") {
             Some(Value::Null) | None => hidden_size / num_attention_heads.max(1),
             Some(_) => r.usize("head_dim")?,
         };
-        let cfg = Qwen3Config {
+        let cfg = ModelConfig {
+            architecture,
             vocab_size: r.usize("vocab_size")?,
             hidden_size,
             intermediate_size: r.usize("intermediate_size")?,
@@ -62,10 +74,14 @@ impl Qwen3Config {
             num_key_value_heads: r.usize_or("num_key_value_heads", num_attention_heads)?,
             head_dim,
             rope_theta: r.rope_theta()?,
+            rope_scaling,
             rms_norm_eps: r.f64_or("rms_norm_eps", 1e-6)?,
             tie_word_embeddings: r.bool_or("tie_word_embeddings", false)?,
-            attention_bias: r.bool_or("attention_bias", false)?,
-            max_position_embeddings: r.usize_or("max_position_embeddings", 40960)?,
+            attention_bias: match architecture {
+                Architecture::Qwen2 => false,
+                _ => r.bool_or("attention_bias", false)?,
+            },
+            max_position_embeddings: r.usize_or("max_position_embeddings", architecture.default_max_positions())?,
             raw: raw.clone(),
         };
         cfg.check(path)?;
@@ -116,7 +132,8 @@ impl Qwen3Config {
         head_dim: usize,
         tie_word_embeddings: bool,
     ) -> Self {
-        let mut cfg = Qwen3Config {
+        let mut cfg = ModelConfig {
+            architecture: Architecture::Qwen3,
             vocab_size,
             hidden_size,
             intermediate_size,
@@ -125,6 +142,7 @@ impl Qwen3Config {
             num_key_value_heads,
             head_dim,
             rope_theta: 1_000_000.0,
+            rope_scaling: RopeScaling::Default,
             rms_norm_eps: 1e-6,
             tie_word_embeddings,
             attention_bias: false,
@@ -135,14 +153,27 @@ impl Qwen3Config {
         cfg
     }
 
+    /// The same shape as another architecture (init-tiny, tests): its
+    /// config.json is rebuilt from scratch, so no key of the old family stays.
+    pub fn with_architecture(mut self, architecture: Architecture, rope_scaling: RopeScaling) -> Self {
+        self.architecture = architecture;
+        self.rope_scaling = rope_scaling;
+        if architecture == Architecture::Qwen2 {
+            self.attention_bias = false;
+        }
+        self.raw = Map::new();
+        self.raw = self.to_raw();
+        self
+    }
+
     /// The config.json object for this architecture (keeps unknown raw keys).
     pub fn to_raw(&self) -> Map<String, Value> {
         let mut m = self.raw.clone();
         let mut set = |k: &str, v: Value| {
             m.insert(k.to_string(), v);
         };
-        set("architectures", serde_json::json!(["Qwen3ForCausalLM"]));
-        set("model_type", "qwen3".into());
+        set("architectures", serde_json::json!([self.architecture.class_name()]));
+        set("model_type", self.architecture.model_type().into());
         set("hidden_act", "silu".into());
         set("vocab_size", self.vocab_size.into());
         set("hidden_size", self.hidden_size.into());
@@ -153,12 +184,44 @@ impl Qwen3Config {
         set("head_dim", self.head_dim.into());
         set("rms_norm_eps", self.rms_norm_eps.into());
         set("tie_word_embeddings", self.tie_word_embeddings.into());
-        set("attention_bias", self.attention_bias.into());
+        match self.architecture {
+            Architecture::Qwen2 => {}
+            Architecture::Qwen3 => set("attention_bias", self.attention_bias.into()),
+            Architecture::Llama => {
+                set("attention_bias", self.attention_bias.into());
+                set("mlp_bias", false.into());
+            }
+        }
         set("max_position_embeddings", self.max_position_embeddings.into());
         if !m.contains_key("rope_parameters") {
             m.insert("rope_theta".into(), self.rope_theta.into());
+            if let RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } =
+                self.rope_scaling
+            {
+                let scaling = serde_json::json!({
+                    "rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
+                    "high_freq_factor": high_freq_factor,
+                    "original_max_position_embeddings": original_max_position_embeddings as u64,
+                });
+                m.entry("rope_scaling").or_insert(scaling);
+            }
         }
         m
+    }
+
+    /// Biases on the q, k and v projections.
+    pub fn qkv_bias(&self) -> bool {
+        self.architecture == Architecture::Qwen2 || self.attention_bias
+    }
+
+    /// A bias on the output projection.
+    pub fn o_bias(&self) -> bool {
+        self.architecture != Architecture::Qwen2 && self.attention_bias
+    }
+
+    /// Rotary inverse frequencies (rope_theta, scaled as the config says).
+    pub fn inv_freq(&self) -> Vec<f32> {
+        self.rope_scaling.inv_freq(self.head_dim, self.rope_theta)
     }
 
     /// Query heads per key/value head (GQA group size).
@@ -171,87 +234,3 @@ fn config_err(path: &Path, key: &str, message: &str) -> Error {
     Error::Config { path: path.into(), key: key.into(), message: message.into() }
 }
 
-/// Typed field access on the raw config with errors that name the key.
-struct Reader<'a> {
-    raw: &'a Map<String, Value>,
-    path: &'a Path,
-}
-
-impl Reader<'_> {
-    fn err(&self, key: &str, message: &str) -> Error {
-        config_err(self.path, key, message)
-    }
-    fn usize(&self, key: &str) -> Result<usize> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Err(self.err(key, "missing")),
-            Some(v) => v
-                .as_u64()
-                .map(|x| x as usize)
-                .ok_or_else(|| self.err(key, &format!("expected a non-negative integer, found {v}"))),
-        }
-    }
-    fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(_) => self.usize(key),
-        }
-    }
-    fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_f64().ok_or_else(|| self.err(key, &format!("expected a number, found {v}"))),
-        }
-    }
-    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| self.err(key, &format!("expected true or false, found {v}"))),
-        }
-    }
-    fn expect_str_if_present(&self, key: &str, allowed: &[&str]) -> Result<()> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::String(s)) if allowed.contains(&s.as_str()) => Ok(()),
-            Some(v) => Err(self.err(key, &format!("unsupported value {v}; supported: {allowed:?}"))),
-        }
-    }
-    fn expect_false_if_present(&self, key: &str) -> Result<()> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(()),
-            Some(v) => Err(self.err(key, &format!("unsupported value {v}; only false is supported"))),
-        }
-    }
-    /// rope_scaling (old configs) or rope_parameters (transformers >= 5) must
-    /// describe plain rotary embeddings.
-    fn expect_default_rope(&self) -> Result<()> {
-        for key in ["rope_scaling", "rope_parameters"] {
-            match self.raw.get(key) {
-                None | Some(Value::Null) => {}
-                Some(Value::Object(m)) => {
-                    let kind = m.get("rope_type").or_else(|| m.get("type"));
-                    match kind.and_then(Value::as_str) {
-                        None | Some("default") => {}
-                        Some(other) => {
-                            return Err(self.err(
-                                key,
-                                &format!("rope_type `{other}` is not supported (only default)"),
-                            ))
-                        }
-                    }
-                }
-                Some(v) => return Err(self.err(key, &format!("expected an object, found {v}"))),
-            }
-        }
-        Ok(())
-    }
-    fn rope_theta(&self) -> Result<f64> {
-        if let Some(Value::Object(m)) = self.raw.get("rope_parameters") {
-            if let Some(v) = m.get("rope_theta") {
-                return v
-                    .as_f64()
-                    .ok_or_else(|| self.err("rope_parameters.rope_theta", "expected a number"));
-            }
-        }
-        self.f64_or("rope_theta", 10_000.0)
-    }
-}
