@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "fusegrpo",
     version,
-    about = "A GRPO trainer for tool-using code-localization agents (CausalLm on Candle)",
-    long_about = "A GRPO trainer for tool-using code-localization agents (CausalLm on Candle).\n\n\
+    about = "A GRPO trainer for tool-using code-localization agents (Qwen3, Llama and Qwen2 on Candle)",
+    long_about = "A GRPO trainer for tool-using code-localization agents (Qwen3, Llama and Qwen2 on Candle).\n\n\
 Quick start on the CPU (what scripts/smoke.sh does):\n  \
 fusegrpo practice-repo --out checkpoints/smoke/repos\n  \
 fusegrpo tasks from-history --repo practice/shop --repos-dir checkpoints/smoke/repos --out checkpoints/smoke/tasks.jsonl\n  \

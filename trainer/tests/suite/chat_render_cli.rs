@@ -15,7 +15,7 @@ fn qwen_tokenizer_dir() -> PathBuf {
     };
     assert!(
         dir.join("tokenizer.json").is_file() && dir.join("tokenizer_config.json").is_file(),
-        "the real CausalLm tokenizer is missing from {}. Run `scripts/fetch-qwen-tokenizer.sh` \
+        "the real Qwen3 tokenizer is missing from {}. Run `scripts/fetch-qwen-tokenizer.sh` \
          (or set FUSEGRPO_QWEN_TOKENIZER to its folder).",
         dir.display()
     );
