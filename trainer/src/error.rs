@@ -47,6 +47,8 @@ pub enum Error {
     },
     #[error("model `{id}`: {message}")]
     Hub { id: String, message: String },
+    #[error("{path}: GGUF: {message}")]
+    Gguf { path: PathBuf, message: String },
     #[error("{what}: {message}")]
     Invalid { what: String, message: String },
     #[error("optimizer state: tensor `{name}` {message}")]

@@ -30,6 +30,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod generate;
+pub mod gguf;
 pub mod grpo;
 pub mod malloc;
 pub mod hub;

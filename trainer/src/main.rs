@@ -5,7 +5,7 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
-/// A GRPO trainer for tool-using code-localization agents (Qwen3 on Candle).
+/// A GRPO trainer for tool-using code-localization agents (Qwen3, Llama and Qwen2 on Candle).
 #[derive(Parser)]
 #[command(
     name = "fusegrpo",
@@ -31,8 +31,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Write a random tiny Qwen3 in Hugging Face format, with a tokenizer.
+    /// Write a random tiny model (Qwen3, Qwen2 or Llama) in Hugging Face format, with a tokenizer.
     InitTiny(cli::init_tiny::Args),
+    /// Convert a GGUF file (llama.cpp) into a Hugging Face model folder: weights dequantized, tokenizer rebuilt.
+    ImportGguf(cli::import_gguf::Args),
     /// Log-probability of every token of each input sequence given its prefix.
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
@@ -88,6 +90,7 @@ fn main() -> anyhow::Result<()> {
     tracing::debug!(?malloc, "allocator settings");
     match cli.command {
         Command::InitTiny(args) => cli::init_tiny::run(args),
+        Command::ImportGguf(args) => cli::import_gguf::run(args),
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),

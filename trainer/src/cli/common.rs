@@ -46,6 +46,12 @@ pub fn load_model(spec: &str, on: &RunOn) -> Result<(CausalLm, Device)> {
 
 /// Read `{"ids": [...]}` lines, each id below `vocab`; errors name the file and line.
 pub fn read_id_lines(path: &Path, vocab: usize) -> Result<Vec<Vec<u32>>> {
+    read_input_lines(path, vocab, None)
+}
+
+/// [`read_id_lines`], where a line may also be `{"text": "..."}`, encoded
+/// with `tokenizer` (special tokens written in the text stay whole; none added).
+pub fn read_input_lines(path: &Path, vocab: usize, tokenizer: Option<&tokenizers::Tokenizer>) -> Result<Vec<Vec<u32>>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -54,15 +60,28 @@ pub fn read_id_lines(path: &Path, vocab: usize) -> Result<Vec<Vec<u32>>> {
             continue;
         }
         #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
         struct Row {
-            ids: Vec<u32>,
+            ids: Option<Vec<u32>>,
+            text: Option<String>,
         }
-        let row: Row = serde_json::from_str(&line)
-            .with_context(|| format!("{}:{}: expected {{\"ids\": [non-negative integers]}}", path.display(), n + 1))?;
-        if let Some(bad) = row.ids.iter().find(|&&t| t as usize >= vocab) {
-            anyhow::bail!("{}:{}: token id {bad} is outside the vocabulary (size {vocab})", path.display(), n + 1);
+        let expected = if tokenizer.is_some() { "{\"ids\": [non-negative integers]} or {\"text\": \"...\"}" } else { "{\"ids\": [non-negative integers]}" };
+        let where_ = || format!("{}:{}", path.display(), n + 1);
+        let row: Row = serde_json::from_str(&line).with_context(|| format!("{}: expected {expected}", where_()))?;
+        let ids = match (row.ids, row.text, tokenizer) {
+            (Some(ids), None, _) => ids,
+            (None, Some(text), Some(tok)) => tok
+                .encode(text.as_str(), false)
+                .map_err(|e| anyhow::anyhow!("{}: tokenizing the text: {e}", where_()))?
+                .get_ids()
+                .to_vec(),
+            (None, Some(_), None) => anyhow::bail!("{}: a `text` line needs the model's tokenizer.json", where_()),
+            _ => anyhow::bail!("{}: expected {expected}", where_()),
+        };
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            anyhow::bail!("{}: token id {bad} is outside the vocabulary (size {vocab})", where_());
         }
-        out.push(row.ids);
+        out.push(ids);
     }
     Ok(out)
 }

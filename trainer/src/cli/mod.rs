@@ -5,6 +5,7 @@ pub mod chat;
 pub mod common;
 pub mod env;
 pub mod generate;
+pub mod import_gguf;
 pub mod init_tiny;
 pub mod practice;
 pub mod repos;

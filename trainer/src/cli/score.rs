@@ -1,6 +1,6 @@
 //! `fusegrpo score`: per-token log-probs of each input sequence.
 
-use super::common::{load_model, read_id_lines, write_json_lines, RunOn};
+use super::common::{load_model, read_input_lines, write_json_lines, RunOn};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -8,10 +8,11 @@ pub struct Args {
     /// Model folder (config.json + safetensors) or hub id.
     #[arg(long)]
     pub model: String,
-    /// JSONL, one `{"ids": [...]}` per line.
+    /// JSONL, one `{"ids": [...]}` or `{"text": "..."}` per line (text is
+    /// encoded with the model folder's tokenizer.json, no special tokens added).
     #[arg(long)]
     pub input: PathBuf,
-    /// JSONL, one `{"logprobs": [null, ...]}` per input line.
+    /// JSONL, one `{"ids": [...], "logprobs": [null, ...]}` per input line.
     #[arg(long)]
     pub output: PathBuf,
     #[command(flatten)]
@@ -20,13 +21,23 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let (model, _) = load_model(&args.model, &args.on)?;
-    let rows = read_id_lines(&args.input, model.config().vocab_size)?;
+    let tokenizer = model_tokenizer(&args.model)?;
+    let rows = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     let mut out = Vec::with_capacity(rows.len());
     for ids in &rows {
         let logprobs = trainer::logprobs::score_sequence(&model, ids)?;
-        out.push(serde_json::json!({ "logprobs": logprobs }));
+        out.push(serde_json::json!({ "ids": ids, "logprobs": logprobs }));
     }
     write_json_lines(&args.output, &out)?;
     tracing::info!(rows = out.len(), output = %args.output.display(), "scored");
     Ok(())
+}
+
+/// The model folder's tokenizer.json, when it has one.
+fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenizer>> {
+    let path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    tokenizers::Tokenizer::from_file(&path).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

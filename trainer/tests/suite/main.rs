@@ -8,6 +8,7 @@ mod checkpoints;
 mod configs;
 mod device;
 mod fused_logprobs;
+mod gguf_import;
 mod grpo_learning;
 mod grpo_maths;
 mod grpo_update;
