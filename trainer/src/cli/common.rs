@@ -44,13 +44,9 @@ pub fn load_model(spec: &str, on: &RunOn) -> Result<(CausalLm, Device)> {
     Ok((model, device))
 }
 
-/// Read `{"ids": [...]}` lines, each id below `vocab`; errors name the file and line.
-pub fn read_id_lines(path: &Path, vocab: usize) -> Result<Vec<Vec<u32>>> {
-    read_input_lines(path, vocab, None)
-}
-
-/// [`read_id_lines`], where a line may also be `{"text": "..."}`, encoded
-/// with `tokenizer` (special tokens written in the text stay whole; none added).
+/// Read `{"ids": [...]}` lines, each id below `vocab`, or `{"text": "..."}`
+/// lines encoded with `tokenizer` (special tokens written in the text stay
+/// whole; none added); errors name the file and line.
 pub fn read_input_lines(path: &Path, vocab: usize, tokenizer: Option<&tokenizers::Tokenizer>) -> Result<Vec<Vec<u32>>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
@@ -84,6 +80,15 @@ pub fn read_input_lines(path: &Path, vocab: usize, tokenizer: Option<&tokenizers
         out.push(ids);
     }
     Ok(out)
+}
+
+/// The model folder's tokenizer.json, when it has one.
+pub fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenizer>> {
+    let path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    tokenizers::Tokenizer::from_file(&path).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Write one JSON value per line.

@@ -1,6 +1,6 @@
 //! `fusegrpo generate`: continue each input sequence, all rows in one batch.
 
-use super::common::{load_model, read_id_lines, write_json_lines, RunOn};
+use super::common::{load_model, model_tokenizer, read_input_lines, write_json_lines, RunOn};
 use rand::SeedableRng;
 use std::path::PathBuf;
 use trainer::generate::{generate, GenerateConfig};
@@ -11,10 +11,12 @@ pub struct Args {
     /// Model folder (config.json + safetensors) or hub id.
     #[arg(long)]
     pub model: String,
-    /// JSONL, one `{"ids": [...]}` prompt per line.
+    /// JSONL, one `{"ids": [...]}` or `{"text": "..."}` prompt per line (text
+    /// is encoded with the model folder's tokenizer.json, no special tokens added).
     #[arg(long)]
     pub input: PathBuf,
-    /// JSONL, one `{"ids": [...new tokens...], "logprobs": [...]}` per prompt.
+    /// JSONL, one `{"ids": [...new tokens...], "logprobs": [...]}` per prompt
+    /// (and `"text"`, the new tokens decoded, when the model has a tokenizer).
     #[arg(long)]
     pub output: PathBuf,
     /// New tokens per row (fewer when a stop id is generated).
@@ -41,7 +43,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.temperature >= 0.0, "--temperature must be >= 0, got {}", args.temperature);
     anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p must be in (0, 1], got {}", args.top_p);
     let (model, _) = load_model(&args.model, &args.on)?;
-    let prompts = read_id_lines(&args.input, model.config().vocab_size)?;
+    let tokenizer = model_tokenizer(&args.model)?;
+    let prompts = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     for (n, ids) in prompts.iter().enumerate() {
         anyhow::ensure!(!ids.is_empty(), "{}:{}: empty prompt", args.input.display(), n + 1);
     }
@@ -55,7 +58,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let gens = generate(&model, &prompts, &cfg, &mut rng)?;
     let new_tokens: usize = gens.iter().map(|g| g.ids.len()).sum();
     let secs = t0.elapsed().as_secs_f64();
-    let rows: Vec<_> = gens.iter().map(|g| serde_json::json!({"ids": g.ids, "logprobs": g.logprobs})).collect();
+    let mut rows = Vec::with_capacity(gens.len());
+    for g in &gens {
+        let mut row = serde_json::json!({"ids": g.ids, "logprobs": g.logprobs});
+        if let Some(tok) = &tokenizer {
+            row["text"] = tok.decode(&g.ids, false).map_err(|e| anyhow::anyhow!("decoding generated ids: {e}"))?.into();
+        }
+        rows.push(row);
+    }
     write_json_lines(&args.output, &rows)?;
     tracing::info!(rows = rows.len(), new_tokens, secs, tokens_per_sec = new_tokens as f64 / secs.max(1e-9), "generated");
     Ok(())

@@ -1,6 +1,6 @@
 //! `fusegrpo score`: per-token log-probs of each input sequence.
 
-use super::common::{load_model, read_input_lines, write_json_lines, RunOn};
+use super::common::{load_model, model_tokenizer, read_input_lines, write_json_lines, RunOn};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -33,11 +33,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The model folder's tokenizer.json, when it has one.
-fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenizer>> {
-    let path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
-    if !path.exists() {
-        return Ok(None);
-    }
-    tokenizers::Tokenizer::from_file(&path).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-}
