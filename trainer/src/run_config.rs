@@ -20,6 +20,11 @@ pub struct ModelSection {
     /// Tokenizer folder (default: the model folder).
     #[serde(default)]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template that replaces the tokenizer's own (relative to
+    /// the config file): e.g. `configs/chatml-tools.jinja` declares the tools
+    /// and the `<tool_call>` format to a ChatML model whose template has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<PathBuf>,
     #[serde(default)]
     pub dtype: DTypeKind,
     #[serde(default)]
@@ -154,6 +159,9 @@ impl RunConfig {
         if let Some(t) = self.model.tokenizer.as_mut() {
             fix(t);
         }
+        if let Some(t) = self.model.chat_template.as_mut() {
+            fix(t);
+        }
         if let Some(t) = self.train.tasks.as_mut() {
             fix(t);
         }
@@ -248,5 +256,11 @@ impl RunConfig {
     /// The tokenizer folder: explicit, else the model folder.
     pub fn tokenizer_dir(&self, model_dir: &Path) -> PathBuf {
         self.model.tokenizer.clone().unwrap_or_else(|| model_dir.to_path_buf())
+    }
+
+    /// The run's chat tokenizer: [`RunConfig::tokenizer_dir`]'s, with
+    /// `[model] chat_template` in place of its own template when given.
+    pub fn chat_tokenizer(&self, model_dir: &Path) -> std::result::Result<rollout::chat::ChatTokenizer, rollout::chat::ChatError> {
+        rollout::chat::ChatTokenizer::from_dir_with_template(self.tokenizer_dir(model_dir), self.model.chat_template.as_deref())
     }
 }

@@ -13,15 +13,20 @@
 //! - [`write_small_tokenizer`] trains a small byte-level BPE that keeps Qwen3's
 //!   pipeline, chat template and special tokens, for fast CPU runs.
 //! - [`SpecialTokens`] holds the ids the token-level chat format is built from
-//!   (`<|im_start|>`, `<|im_end|>`, `<tool_call>`, `<think>`, ...).
+//!   (`<|im_start|>`, `<|im_end|>`, and `<tool_call>`, `<think>`, ... where
+//!   they are single tokens).
+//! - [`ResponseLayout`]: how the template lays out tool responses between two
+//!   assistant turns, probed from the template (episodes append exactly that).
 
 mod error;
+mod format;
 mod pyjson;
 mod small;
 mod template;
 mod tokenizer;
 
 pub use error::{ChatError, Result};
+pub use format::ResponseLayout;
 pub use pyjson::{dumps as python_json_dumps, DumpOptions};
 pub use small::{
     max_small_vocab, write_small_tokenizer, write_small_tokenizer_with, QWEN3_ADDED_TOKENS, QWEN3_CHAT_TEMPLATE,

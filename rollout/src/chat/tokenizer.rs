@@ -9,7 +9,9 @@ use serde_json::{Map, Value as Json};
 use tokenizers::Tokenizer;
 
 use super::error::{ChatError, Result};
+use super::format::ResponseLayout;
 use super::template::ChatTemplate;
+use std::sync::OnceLock;
 
 /// File names inside a tokenizer folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -37,7 +39,10 @@ pub struct ChatRequest {
     pub enable_thinking: Option<bool>,
 }
 
-/// Ids of the special tokens the chat format is built from.
+/// Ids of the special tokens the chat format is built from. ChatML's turn
+/// markers must be single tokens; the tool-call and thinking markers are
+/// single tokens in Qwen3's vocabulary and plain text (several tokens) in
+/// others, such as SmolLM2's: episodes find them in the decoded text either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecialTokens {
     /// `<|im_start|>`: opens a turn.
@@ -46,18 +51,18 @@ pub struct SpecialTokens {
     pub im_end: u32,
     /// `<|endoftext|>`: end of document; Qwen3's pad token.
     pub endoftext: u32,
-    /// `<tool_call>`
-    pub tool_call_start: u32,
+    /// `<tool_call>`, when a single token.
+    pub tool_call_start: Option<u32>,
     /// `</tool_call>`
-    pub tool_call_end: u32,
+    pub tool_call_end: Option<u32>,
     /// `<tool_response>`
-    pub tool_response_start: u32,
+    pub tool_response_start: Option<u32>,
     /// `</tool_response>`
-    pub tool_response_end: u32,
+    pub tool_response_end: Option<u32>,
     /// `<think>`
-    pub think_start: u32,
+    pub think_start: Option<u32>,
     /// `</think>`
-    pub think_end: u32,
+    pub think_end: Option<u32>,
 }
 
 impl SpecialTokens {
@@ -74,19 +79,20 @@ impl SpecialTokens {
         "</think>",
     ];
 
-    /// Looks every token up; `path` labels the error for a missing one.
+    /// Looks every token up; `path` labels the error for a missing turn marker.
     fn lookup(tokenizer: &Tokenizer, path: &Path) -> Result<Self> {
         let id = |token: &str| single_token_id(tokenizer, token, path);
+        let maybe = |token: &str| tokenizer.token_to_id(token);
         Ok(SpecialTokens {
             im_start: id("<|im_start|>")?,
             im_end: id("<|im_end|>")?,
             endoftext: id("<|endoftext|>")?,
-            tool_call_start: id("<tool_call>")?,
-            tool_call_end: id("</tool_call>")?,
-            tool_response_start: id("<tool_response>")?,
-            tool_response_end: id("</tool_response>")?,
-            think_start: id("<think>")?,
-            think_end: id("</think>")?,
+            tool_call_start: maybe("<tool_call>"),
+            tool_call_end: maybe("</tool_call>"),
+            tool_response_start: maybe("<tool_response>"),
+            tool_response_end: maybe("</tool_response>"),
+            think_start: maybe("<think>"),
+            think_end: maybe("</think>"),
         })
     }
 }
@@ -112,6 +118,9 @@ pub struct ChatTokenizer {
     special_tokens_map: Vec<(&'static str, String)>,
     eos_ids: Vec<u32>,
     dir: PathBuf,
+    /// The tool-response layouts of the template, by `enable_thinking`
+    /// (None, Some(false), Some(true)), probed on first use.
+    layouts: [OnceLock<ResponseLayout>; 3],
 }
 
 impl ChatTokenizer {
@@ -120,6 +129,12 @@ impl ChatTokenizer {
     /// The config must hold a `chat_template` and an `eos_token`; every entry
     /// of its `added_tokens_decoder` must match tokenizer.json's ids.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::from_dir_with_template(dir, None)
+    }
+
+    /// [`ChatTokenizer::from_dir`] with the chat template read from
+    /// `template` (a Jinja file) instead of the config's `chat_template`.
+    pub fn from_dir_with_template(dir: impl AsRef<Path>, template: Option<&Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let tok_path = dir.join(TOKENIZER_FILE);
         if !tok_path.is_file() {
@@ -132,8 +147,14 @@ impl ChatTokenizer {
             .map_err(|e| ChatError::tokenizer(format!("loading {}", tok_path.display()), e))?;
         let cfg_path = dir.join(TOKENIZER_CONFIG_FILE);
         let config = read_json(&cfg_path)?;
-        let template_src = chat_template_source(&config, &cfg_path)?;
-        let template = ChatTemplate::new(template_src, &cfg_path)?;
+        let template = match template {
+            Some(file) => {
+                let src = std::fs::read_to_string(file)
+                    .map_err(|source| ChatError::Io { path: file.to_path_buf(), source })?;
+                ChatTemplate::new(src, file)?
+            }
+            None => ChatTemplate::new(chat_template_source(&config, &cfg_path)?, &cfg_path)?,
+        };
         check_added_tokens(&tokenizer, &config, &cfg_path)?;
 
         let mut special_tokens_map = Vec::new();
@@ -160,7 +181,28 @@ impl ChatTokenizer {
             special_tokens_map,
             eos_ids,
             dir: dir.to_path_buf(),
+            layouts: Default::default(),
         })
+    }
+
+    /// The text that closes a turn (`<|im_end|>`), as the template writes it.
+    pub fn end_of_turn_text(&self) -> &'static str {
+        "<|im_end|>"
+    }
+
+    /// How the template lays out tool responses and the next assistant
+    /// header after a turn ([`ResponseLayout`]), probed once per mode.
+    pub fn response_layout(&self, enable_thinking: Option<bool>) -> Result<&ResponseLayout> {
+        let slot = &self.layouts[match enable_thinking {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        }];
+        if let Some(l) = slot.get() {
+            return Ok(l);
+        }
+        let probed = ResponseLayout::probe(self, enable_thinking)?;
+        Ok(slot.get_or_init(|| probed))
     }
 
     /// Renders a conversation to text exactly as transformers'

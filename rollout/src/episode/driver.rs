@@ -230,21 +230,16 @@ fn run_tools(l: &mut Live, tools: &ToolRunner) {
         .collect();
 }
 
-/// Tool responses as Qwen3's template lays them out, plus the next
-/// assistant header, tokenized once and appended with mask 0.
+/// Tool responses as the model's chat template lays them out, plus the
+/// next assistant header ([`crate::chat::ResponseLayout`]), tokenized once
+/// and appended with mask 0.
 fn append_responses(l: &mut Live, tok: &ChatTokenizer, cfg: &EpisodeConfig) -> Result<(), RolloutError> {
     let turn = l.ep.turns.last_mut().expect("a turn precedes its responses");
-    let mut text = String::from("\n<|im_start|>user");
+    let outputs: Vec<&str> = turn.calls.iter().map(|c| c.output.as_str()).collect();
     for c in &turn.calls {
-        text.push_str("\n<tool_response>\n");
-        text.push_str(&c.output);
-        text.push_str("\n</tool_response>");
         l.messages.push(json!({"role": "tool", "content": c.output}));
     }
-    text.push_str("<|im_end|>\n<|im_start|>assistant\n");
-    if cfg.thinking == Thinking::Off {
-        text.push_str("<think>\n\n</think>\n\n");
-    }
+    let text = tok.response_layout(Some(cfg.thinking == Thinking::On))?.render(&outputs);
     let ids = tok.encode(&text)?;
     if l.ep.tokens.len() + ids.len() >= cfg.max_total_tokens {
         l.ep.phase = Phase::Done(StopReason::ContextFull);

@@ -175,12 +175,12 @@ fn real_tokenizer_special_tokens_and_round_trip() {
         (s.endoftext, s.im_start, s.im_end),
         (151643, 151644, 151645)
     );
-    assert_eq!((s.tool_call_start, s.tool_call_end), (151657, 151658));
+    assert_eq!((s.tool_call_start, s.tool_call_end), (Some(151657), Some(151658)));
     assert_eq!(
         (s.tool_response_start, s.tool_response_end),
-        (151665, 151666)
+        (Some(151665), Some(151666))
     );
-    assert_eq!((s.think_start, s.think_end), (151667, 151668));
+    assert_eq!((s.think_start, s.think_end), (Some(151667), Some(151668)));
     assert_eq!(tok.eos_ids(), &[151645, 151643]);
     assert_eq!(tok.vocab_size(), 151669);
     assert_eq!(
@@ -296,7 +296,7 @@ fn small_tokenizer_round_trips_and_renders_like_qwen() {
         let count = |t: &ChatTokenizer, ids: &[u32]| {
             let s = t.special();
             ids.iter()
-                .filter(|&&i| i == s.im_start || i == s.tool_call_start || i == s.think_end)
+                .filter(|&&i| i == s.im_start || Some(i) == s.tool_call_start || Some(i) == s.think_end)
                 .count()
         };
         assert_eq!(
@@ -330,4 +330,46 @@ fn small_tokenizer_reaches_its_documented_maximum() {
     let dir = tempfile::tempdir().unwrap();
     let err = write_small_tokenizer(dir.path(), max + 1).unwrap_err();
     assert!(err.to_string().contains("too large"), "{err}");
+}
+
+/// The tool-response layout probed from Qwen3's template is the one the
+/// episode driver wrote by hand before it followed the template: so Qwen3's
+/// episodes are unchanged.
+#[test]
+fn qwen3_tool_response_layout_is_the_hand_written_one() {
+    for tok in [qwen(), small(1500).1] {
+        for (thinking, header) in [(false, "<think>\n\n</think>\n\n"), (true, "")] {
+            let layout = tok.response_layout(Some(thinking)).unwrap();
+            let outputs = ["a.py:1: x", "b.py:2: y", "c"];
+            let mut old = String::from("\n<|im_start|>user");
+            for o in outputs {
+                old.push_str("\n<tool_response>\n");
+                old.push_str(o);
+                old.push_str("\n</tool_response>");
+            }
+            old.push_str("<|im_end|>\n<|im_start|>assistant\n");
+            old.push_str(header);
+            assert_eq!(layout.render(&outputs), old, "enable_thinking={thinking}");
+        }
+    }
+}
+
+/// A template that renders tool messages some other way than a repetition
+/// is refused with a reason, not guessed at.
+#[test]
+fn a_template_without_tool_messages_is_refused_by_the_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    rollout::chat::write_small_tokenizer(dir.path(), 1500).unwrap();
+    let file = dir.path().join("no-tools.jinja");
+    std::fs::write(
+        &file,
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('tools are not supported') }}{% endif %}\
+         <|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+    )
+    .unwrap();
+    let tok = ChatTokenizer::from_dir_with_template(dir.path(), Some(&file)).unwrap();
+    let e = tok.response_layout(Some(false)).unwrap_err().to_string();
+    assert!(e.contains("tools are not supported"), "{e}");
+    let missing = ChatTokenizer::from_dir_with_template(dir.path(), Some(&dir.path().join("absent.jinja"))).unwrap_err().to_string();
+    assert!(missing.contains("absent.jinja"), "{missing}");
 }

@@ -32,6 +32,19 @@ pub fn copy_tokenizer(from: &Path, to: &Path, required: bool) -> Result<()> {
     Ok(())
 }
 
+/// Put `template`'s text in `dir/tokenizer_config.json` as its `chat_template`,
+/// so a checkpoint trained with `[model] chat_template` carries it.
+pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
+    let path = dir.join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
+    let src = std::fs::read_to_string(template).with_context(|| format!("reading the chat template {}", template.display()))?;
+    config["chat_template"] = src.into();
+    let tmp = dir.join("tokenizer_config.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Load a model from a folder or hub id.
 pub fn load_model(spec: &str, on: &RunOn) -> Result<(CausalLm, Device)> {
     let device = on.device.open()?;

@@ -4,7 +4,6 @@
 use super::common::{load_model, write_json_lines, RunOn};
 use anyhow::{Context, Result};
 use rand::SeedableRng;
-use rollout::chat::ChatTokenizer;
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
@@ -108,7 +107,7 @@ pub fn collect(args: &Args) -> Result<Vec<Episode>> {
 pub fn run_policy(cfg: &RunConfig, tasks: &[Task], policy: &PolicyChoice, group: usize, teacher: &TeacherOpts) -> Result<Vec<Episode>> {
     let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
-    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };

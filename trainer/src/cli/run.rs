@@ -95,6 +95,8 @@ pub struct Run {
     cfg_json: serde_json::Value,
     cfg_hash: String,
     tok_dir: PathBuf,
+    /// `[model] chat_template`, written into each checkpoint's tokenizer_config.json.
+    chat_template: Option<PathBuf>,
     keep_last: usize,
 }
 
@@ -135,7 +137,8 @@ impl Run {
         let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tok_dir = cfg.tokenizer_dir(&base_dir);
-        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, keep_last };
+        let chat_template = cfg.model.chat_template.clone();
+        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last };
         Ok((run, weights))
     }
 
@@ -166,6 +169,9 @@ impl Run {
         let opt = optimizer.export_state()?.into_iter().collect();
         let dir = checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?;
         super::common::copy_tokenizer(&self.tok_dir, &dir, false)?;
+        if let Some(template) = &self.chat_template {
+            super::common::set_chat_template(&dir, template)?;
+        }
         Ok(dir)
     }
 

@@ -17,6 +17,9 @@ pub struct Args {
     /// Tokenizer folder (tokenizer.json + tokenizer_config.json); default: the model's.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template to use instead of the tokenizer's own.
+    #[arg(long)]
+    pub chat_template: Option<PathBuf>,
     /// Address to listen on (loopback by default; the server has no authentication).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -44,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
     let (model, _) = load_model(&args.model, &args.on)?;
     let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
     let tok_dir = args.tokenizer.clone().unwrap_or_else(|| model_dir.clone());
-    let tokenizer = ChatTokenizer::from_dir(&tok_dir)
+    let tokenizer = ChatTokenizer::from_dir_with_template(&tok_dir, args.chat_template.as_deref())
         .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
     let model_name = args.served_model_name.clone().unwrap_or_else(|| {
         let name = model_dir

@@ -7,7 +7,6 @@
 
 use super::run::{Run, RunEnd, RunOptions};
 use anyhow::{Context, Result};
-use rollout::chat::ChatTokenizer;
 use rollout::episode::filter::{filter, SftExample};
 use rollout::episode::opening::openings;
 use rollout::episode::summary::Summary;
@@ -135,7 +134,7 @@ fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, im
 fn im_start_id(cfg: &RunConfig) -> Result<u32> {
     let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&base_dir);
-    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    let tok = cfg.chat_tokenizer(&base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     Ok(tok.special().im_start)
 }
 

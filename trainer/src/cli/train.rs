@@ -4,7 +4,6 @@
 use super::run::{Run, RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rand::SeedableRng;
-use rollout::chat::ChatTokenizer;
 use rollout::episode::driver::Env;
 use rollout::repo::SnapshotStore;
 use rollout::tools::ToolRunner;
@@ -68,7 +67,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     }
 
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
-    let tok = ChatTokenizer::from_dir(&tok_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };

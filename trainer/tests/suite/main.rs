@@ -3,6 +3,7 @@
 mod chat_render_cli;
 mod common;
 mod architectures;
+mod chatml_episodes;
 mod checkpoint_io;
 mod checkpoints;
 mod configs;

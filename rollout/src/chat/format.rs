@@ -1,0 +1,99 @@
+//! How a model's chat template lays out the tool responses that follow an
+//! assistant turn and open the next one, learned from the template itself.
+//!
+//! An episode appends tokens turn by turn: the policy's turn ends with its
+//! end-of-turn token, then the environment appends the text of the tool
+//! responses and the next assistant header, tokenized once. That text is what
+//! the template renders for those messages; [`ResponseLayout::probe`] finds
+//! it by rendering a probe conversation whose tool outputs are unique
+//! placeholders and cutting the rendering at the assistant's end-of-turn
+//! marker, so any template that lays tool responses out as a prefix, the
+//! outputs with a separator between them, and a suffix works: Qwen3's gives
+//! exactly the layout the driver used to write by hand
+//! (`\n<|im_start|>user\n<tool_response>\n..\n</tool_response><|im_end|>\n<|im_start|>assistant\n`).
+
+use serde_json::json;
+
+use super::error::{ChatError, Result};
+use super::tokenizer::{ChatRequest, ChatTokenizer};
+
+/// Placeholders that no template writes on its own.
+const PROBE_ASSISTANT: &str = "\u{E000}probe-assistant\u{E000}";
+const OUTPUTS: [&str; 3] = ["\u{E001}out-0\u{E001}", "\u{E001}out-1\u{E001}", "\u{E001}out-2\u{E001}"];
+
+/// The text between an assistant's end-of-turn token and the next assistant
+/// turn's first generated token, for `n` tool outputs:
+/// `prefix + out_0 + (between + out_i)* + suffix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseLayout {
+    pub prefix: String,
+    pub between: String,
+    pub suffix: String,
+}
+
+impl ResponseLayout {
+    /// The layout `tok`'s template renders (with `enable_thinking`, as the
+    /// episode's prompt was rendered). Errors name what did not fit: a
+    /// template that refuses tool messages, or one whose layout is not a
+    /// repetition of the outputs.
+    pub fn probe(tok: &ChatTokenizer, enable_thinking: Option<bool>) -> Result<Self> {
+        let outs = OUTPUTS;
+        let two = tail(tok, &outs[..2], enable_thinking)?;
+        let (prefix, rest) = split_once(&two, outs[0])?;
+        let (between, suffix) = split_once(rest, outs[1])?;
+        let layout = ResponseLayout { prefix: prefix.into(), between: between.into(), suffix: suffix.into() };
+        for n in [1, 3] {
+            let want = tail(tok, &outs[..n], enable_thinking)?;
+            let got = layout.render(&outs[..n]);
+            if got != want {
+                return Err(ChatError::Request(format!(
+                    "the chat template lays out {n} tool responses as {want:?}, not as a repetition of its \
+                     2-response layout ({got:?}); episodes need a template whose tool responses repeat"
+                )));
+            }
+        }
+        Ok(layout)
+    }
+
+    /// The text for these tool outputs.
+    pub fn render<S: AsRef<str>>(&self, outputs: &[S]) -> String {
+        let mut text = self.prefix.clone();
+        for (i, o) in outputs.iter().enumerate() {
+            if i > 0 {
+                text.push_str(&self.between);
+            }
+            text.push_str(o.as_ref());
+        }
+        text.push_str(&self.suffix);
+        text
+    }
+}
+
+/// The rendering of a probe conversation after the assistant's end-of-turn
+/// marker: `n` tool messages and the generation prompt.
+fn tail(tok: &ChatTokenizer, outputs: &[&str], enable_thinking: Option<bool>) -> Result<String> {
+    let mut messages = vec![
+        json!({"role": "user", "content": "probe"}),
+        json!({"role": "assistant", "content": PROBE_ASSISTANT, "tool_calls": [
+            {"type": "function", "function": {"name": "grep", "arguments": {"pattern": "probe"}}}
+        ]}),
+    ];
+    messages.extend(outputs.iter().map(|o| json!({"role": "tool", "content": o})));
+    let req = ChatRequest { messages, tools: None, add_generation_prompt: true, enable_thinking };
+    let text = tok.render(&req)?;
+    let end = tok.end_of_turn_text();
+    let at = text
+        .find(PROBE_ASSISTANT)
+        .ok_or_else(|| ChatError::Request("the chat template dropped the assistant message's content".into()))?;
+    let after = &text[at..];
+    let close = after.find(end).ok_or_else(|| {
+        ChatError::Request(format!("the chat template does not close an assistant turn with `{end}`"))
+    })?;
+    Ok(after[close + end.len()..].to_string())
+}
+
+fn split_once<'a>(text: &'a str, marker: &str) -> Result<(&'a str, &'a str)> {
+    text.split_once(marker).ok_or_else(|| {
+        ChatError::Request(format!("the chat template does not render a tool message's content as given (in {text:?})"))
+    })
+}
