@@ -17,7 +17,7 @@ use rollout::tasks::Task;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use trainer::pipeline::{PipelineSection, Report, StageReport, Teacher};
+use trainer::pipeline::{stats, PipelineSection, Report, StageReport, Teacher};
 use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
@@ -85,13 +85,22 @@ pub fn run(args: Args) -> Result<()> {
         stage_seconds: seconds,
         train_tasks: train.len(),
         heldout_tasks: heldout.len(),
+        paired: BTreeMap::new(),
     };
+    let mut per_task = BTreeMap::new();
     let models = [("base", cfg.model.path.clone()), ("sft", path_string(&sft_ckpt)), ("grpo", path_string(&grpo_ckpt))];
     for (name, model) in models {
         let t0 = Instant::now();
         let episodes = evaluate(&cfg, &p, &model, &heldout, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
-        report.stages.insert(name.to_string(), StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes)));
+        let rewards = stats::task_rewards(&episodes);
+        let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
+        row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
+        report.stages.insert(name.to_string(), row);
+        per_task.insert(name, rewards);
         report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
+    }
+    for (later, earlier) in [("sft", "base"), ("grpo", "sft"), ("grpo", "base")] {
+        report.paired.insert(format!("{later}_vs_{earlier}"), stats::paired(&per_task[earlier], &per_task[later]));
     }
     std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
     println!("{}", table(&report));
@@ -191,15 +200,19 @@ fn well_formed_calls(episodes: &[Episode]) -> f64 {
 /// The FuseSearch table of the report, one row per stage.
 pub fn table(r: &Report) -> String {
     let mut out = String::from(
-        "stage    f1_file f1_func      e  reward  turns calls/turn  tokens seconds answered well_formed\n",
+        "stage    f1_file f1_func      e  reward  reward_95%_ci   turns calls/turn  tokens seconds answered well_formed\n",
     );
     for name in ["base", "sft", "grpo"] {
         if let Some(s) = r.stages.get(name) {
+            let ci = s.reward_ci95.map(|[lo, hi]| format!("[{lo:.3}, {hi:.3}]")).unwrap_or_default();
             out += &format!(
-                "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
+                "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {ci:>15} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
                 s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, s.well_formed_calls
             );
         }
+    }
+    for (name, p) in &r.paired {
+        out += &format!("{name:<12} reward difference {:+.3}, 95% CI [{:+.3}, {:+.3}] over {} tasks\n", p.mean, p.ci95[0], p.ci95[1], p.tasks);
     }
     out
 }

@@ -71,3 +71,26 @@ fn pipeline_check_names_a_missing_section() {
     assert!(matches!(e, trainer::Error::Config { ref key, .. } if key == "pipeline"), "{e}");
     assert!(e.to_string().contains("qwen3-4b-fusesearch.toml"), "{e}");
 }
+
+/// SmolLM2's recipe is a pipeline config whose chat template is the file
+/// next to it, and that template gives the tool-response layout episodes
+/// need (probed on the small Qwen3-style tokenizer: the template only uses
+/// ChatML's turn markers).
+#[test]
+fn smollm2_recipe_has_a_tool_chat_template() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/smollm2-cpu.toml");
+    let cfg = RunConfig::from_file(&path).unwrap();
+    trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_or_else(|e| panic!("{e}"));
+    let template = cfg.model.chat_template.clone().expect("[model] chat_template");
+    assert!(template.ends_with("configs/chatml-tools.jinja") && template.is_file(), "{}", template.display());
+    let tok_dir = tempfile::tempdir().unwrap();
+    rollout::chat::write_small_tokenizer(tok_dir.path(), 1500).unwrap();
+    let mut cfg = cfg;
+    cfg.model.tokenizer = Some(tok_dir.path().to_path_buf());
+    let tok = cfg.chat_tokenizer(tok_dir.path()).unwrap();
+    let layout = tok.response_layout(Some(false)).unwrap();
+    assert_eq!(layout.render(&["x"]), "\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+    let hash = trainer::checkpoint::config_hash(&serde_json::to_value(&cfg).unwrap());
+    cfg.model.chat_template = None;
+    assert_ne!(hash, trainer::checkpoint::config_hash(&serde_json::to_value(&cfg).unwrap()), "the template is part of the run's identity");
+}

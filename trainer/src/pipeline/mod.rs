@@ -2,6 +2,8 @@
 //! synth -> filter -> sft -> grpo -> eval (`fusegrpo pipeline`), and the
 //! report it writes (`<run>/report.json`).
 
+pub mod stats;
+
 use rollout::episode::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -129,6 +131,9 @@ pub struct StageReport {
     /// Share of tool calls that parsed and named a known tool with valid arguments.
     pub well_formed_calls: f64,
     pub episodes: usize,
+    /// 95% interval of the mean reward (bootstrap over held-out tasks).
+    #[serde(default)]
+    pub reward_ci95: Option<[f64; 2]>,
 }
 
 impl StageReport {
@@ -145,6 +150,7 @@ impl StageReport {
             answered: summary.answered,
             well_formed_calls,
             episodes: summary.episodes,
+            reward_ci95: None,
         }
     }
 }
@@ -159,4 +165,8 @@ pub struct Report {
     pub stage_seconds: BTreeMap<String, f64>,
     pub train_tasks: usize,
     pub heldout_tasks: usize,
+    /// Paired differences of held-out reward: `sft_vs_base`, `grpo_vs_sft`
+    /// (and `grpo_vs_base`).
+    #[serde(default)]
+    pub paired: BTreeMap<String, stats::Paired>,
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A pretrained model that learns (issue 18): SmolLM2-135M-Instruct, imported
+# from its GGUF (scripts/fetch-smollm2.sh), trained on the demo's practice
+# repository by SFT on scripted-teacher trajectories then GRPO, and evaluated
+# before SFT, after SFT and after GRPO on the same held-out tasks with the
+# same episode seeds (report.json: reward_ci95 per stage, paired differences).
+#
+#   scripts/learn.sh [SEED]      # -> checkpoints/learn/seed<SEED>/report.json
+#
+# Each stage leaves its output in the run folder, so a rerun (after an
+# interruption, or in a later session) continues where it stopped.
+# CONFIG=configs/other.toml picks another config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seed="${1:-0}"
+config="${CONFIG:-configs/smollm2-cpu.toml}"
+cargo build --release --bin fusegrpo
+bin=target/release/fusegrpo
+run=checkpoints/learn
+mkdir -p "$run"
+model=$(scripts/fetch-smollm2.sh)
+[ -e "$run/model" ] || ln -s "$model" "$run/model"
+[ -d "$run/repos/practice__shop" ] || $bin practice-repo --out "$run/repos" --seed 0 >/dev/null
+[ -f "$run/tasks.jsonl" ] || $bin tasks from-history --repo practice/shop --repos-dir "$run/repos" --out "$run/tasks.jsonl"
+out="$run/seed$seed"
+time $bin pipeline --config "$config" --out "$out" --seed "$seed"
+[ -f "$out/grpo/metrics.jsonl" ] && $bin plot "$out/grpo"
+echo "== report: $out/report.json; GRPO curves: $out/grpo/plot.png"
