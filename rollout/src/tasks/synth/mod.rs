@@ -298,3 +298,6 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], workers: usize, f: impl Fn(&T) ->
     });
     results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().map(|r| r.expect("every item ran")).collect()
 }
+
+#[cfg(test)]
+mod tests;
