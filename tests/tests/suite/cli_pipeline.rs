@@ -207,10 +207,8 @@ fn sft_runs_the_openings_curriculum_first_and_starts_from_it() {
 fn pipeline_runs_on_synthetic_tasks() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = setup(tmp.path());
-    let text = std::fs::read_to_string(&cfg).unwrap().replace(
-        "tasks = \"tasks.jsonl\"\nheldout_tasks = 2",
-        "tasks_from = \"synth\"\nheldout_tasks = 2\n[pipeline.synth]\nrepo = \"practice/shop\"\ncount = 8\nseed = 3\nverify = true",
-    );
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("tasks = \"tasks.jsonl\"\nheldout_tasks", "tasks_from = \"synth\"\nheldout_tasks")
+        + "[pipeline.synth]\nrepo = \"practice/shop\"\ncount = 8\nseed = 3\nverify = true\n";
     assert!(text.contains("tasks_from"), "the config changed under the test");
     let synth_cfg = tmp.path().join("synth.toml");
     std::fs::write(&synth_cfg, text).unwrap();

@@ -41,8 +41,12 @@ pub const MIN_ISSUE_CHARS: usize = 40;
 /// Fewest words of letters an issue text must have.
 pub const MIN_ISSUE_WORDS: usize = 6;
 
+/// Least share of letters, spaces and punctuation in an issue text.
+pub const MIN_PROSE_SHARE: f64 = 0.7;
+
 /// The issue text to keep, or why it is unusable: empty or too short, too
-/// few words, tool-call markup, or naming the gold file's path. A thinking
+/// few words, chat markup, garbled (invalid or control characters, too
+/// little prose), or naming the gold file's path. A thinking
 /// block is dropped first.
 pub fn check_issue(text: &str, path: &str) -> Result<String, String> {
     let text = text.rsplit_once("</think>").map_or(text, |(_, after)| after).trim();
@@ -57,8 +61,13 @@ pub fn check_issue(text: &str, path: &str) -> Result<String, String> {
     if words < MIN_ISSUE_WORDS {
         return Err(format!("unusable issue text: {words} words (at least {MIN_ISSUE_WORDS}): {}", excerpt(text)));
     }
-    if text.contains("<tool_call>") || text.contains("<|im_") {
+    if text.contains("<tool_call>") || text.contains("<tool_response>") || text.contains("<|") {
         return Err(format!("unusable issue text: chat markup in it: {}", excerpt(text)));
+    }
+    let garbled = text.chars().filter(|&c| c == '\u{fffd}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t'))).count();
+    let prose = text.chars().filter(|c| c.is_alphanumeric() || c.is_whitespace() || "_.,;:!?'\"()-`/".contains(*c)).count();
+    if garbled > 0 || (prose as f64) < MIN_PROSE_SHARE * chars as f64 {
+        return Err(format!("unusable issue text: garbled ({garbled} invalid characters, {prose} of {chars} letters, spaces or punctuation): {}", excerpt(text)));
     }
     if text.contains(path) {
         return Err(format!("unusable issue text: it names the gold path {path}"));
@@ -86,6 +95,9 @@ mod tests {
         assert!(check_issue("%%%% ???? 1234 5678 //// .... ,,,, ;;;; ==== ++++ ----", "a.py").unwrap_err().contains("words"));
         let leak = "The session in requests/sessions.py drops the cookies I set on redirects.";
         assert!(check_issue(leak, "requests/sessions.py").unwrap_err().contains("gold path"));
+        assert!(check_issue("the quick brown fox jumps \u{fffd}\u{1b} over the lazy dog again and again", "a.py").unwrap_err().contains("garbled"));
+        assert!(check_issue("x=1;y=2;z=3;{[()]}#$%^&*==>>{}{}{}[][]<><>++**// alpha beta gamma delta epsilon zeta", "a.py").unwrap_err().contains("garbled"));
+        assert!(check_issue("the quick brown fox <|repo_name|> jumps over the lazy dog", "a.py").unwrap_err().contains("markup"));
         let ok = "<think>\nhm\n</think>\n\nCookies set on a session are dropped after a redirect to another host.";
         assert_eq!(check_issue(ok, "requests/sessions.py").unwrap(), "Cookies set on a session are dropped after a redirect to another host.");
     }
