@@ -20,7 +20,7 @@ const GO_TEST: &str = "package queue\n\nfunc TestEnqueue(t *testing.T) {\n\tq :=
 
 /// `dir/repos/acme__mixed` (three commits: the files, then a Rust fix, then
 /// a Go fix) and `dir/repos/acme__docs` (no code); returns the first commit.
-fn world(dir: &Path) -> String {
+pub(crate) fn world(dir: &Path) -> String {
     let work = dir.join("repos/acme__mixed");
     for (path, text) in [("shop/cart.py", PY), ("src/stack.rs", RS), ("queue/queue.go", GO), ("queue/queue_test.go", GO_TEST)] {
         let p = work.join(path);

@@ -80,7 +80,7 @@ pub struct HttpOpts {
     /// Requests in flight at most.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
-    /// New tokens per issue at most.
+    /// New tokens per issue (and per turn of an HTTP localizer) at most.
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
 }
@@ -99,6 +99,7 @@ impl HttpOpts {
         c.max_retries = self.max_retries;
         c.concurrency = self.concurrency;
         c.seed = Some(seed);
+        c.max_tokens = Some(self.max_tokens);
         c.initial_backoff = Duration::from_millis(200);
         c
     }
