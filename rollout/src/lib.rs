@@ -17,7 +17,8 @@
 //! - [`reward`]: [`reward::score`]`(&Answer, &Gold, &RewardConfig, e)` ->
 //!   [`reward::Score`] (F1_file, F1_func, F1, e, R).
 //! - [`tasks`]: [`tasks::Task`] JSONL rows, [`tasks::gold::derive_gold`] from a
-//!   patch, [`tasks::history::tasks_from_history`].
+//!   patch, [`tasks::history::tasks_from_history`], synthetic tasks
+//!   ([`tasks::synth::synthesize`]: random functions, an issue written about each).
 //! - [`practice`]: [`practice::generate`]`(repos_dir, &PracticeConfig)`, a
 //!   seeded Python repository with an issue-like history to make tasks from.
 //!

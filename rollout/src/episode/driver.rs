@@ -268,7 +268,7 @@ fn answer_strings(a: &Answer) -> Vec<String> {
 
 /// The turn as a transformers-style assistant message (for teachers that
 /// read messages): text outside tool-call blocks, plus the parsed calls.
-fn assistant_message(text: &str, calls: &[Result<ToolCall, ToolCallError>]) -> Value {
+pub(crate) fn assistant_message(text: &str, calls: &[Result<ToolCall, ToolCallError>]) -> Value {
     let content = match text.find("<tool_call>") {
         Some(i) => text[..i].trim_end().to_string(),
         None => text.to_string(),

@@ -4,6 +4,7 @@
 pub mod gold;
 pub mod history;
 pub mod patch;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 

@@ -198,3 +198,37 @@ fn sft_runs_the_openings_curriculum_first_and_starts_from_it() {
     let err = fusegrpo(&args);
     assert!(String::from_utf8_lossy(&err.stderr).contains("sft.openings"), "{}", String::from_utf8_lossy(&err.stderr));
 }
+
+/// `[pipeline] tasks_from = "synth"`: the pipeline makes synthetic tasks of
+/// the practice repository (`<run>/tasks/synth.jsonl`, no task file), then
+/// runs every stage on them and reports as with a task file; a rerun skips
+/// the task synthesis too.
+#[test]
+fn pipeline_runs_on_synthetic_tasks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("tasks = \"tasks.jsonl\"\nheldout_tasks", "tasks_from = \"synth\"\nheldout_tasks")
+        + "[pipeline.synth]\nrepo = \"practice/shop\"\ncount = 8\nseed = 3\nverify = true\n";
+    assert!(text.contains("tasks_from"), "the config changed under the test");
+    let synth_cfg = tmp.path().join("synth.toml");
+    std::fs::write(&synth_cfg, text).unwrap();
+    let run = tmp.path().join("run");
+    let args = ["pipeline", "--config", synth_cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    let table = fusegrpo_ok(&args);
+    assert!(table.lines().any(|l| l.starts_with("grpo")), "{table}");
+    let tasks = read_jsonl(&run.join("tasks/synth.jsonl"));
+    assert_eq!(tasks.len(), 8);
+    assert!(tasks.iter().all(|t| t["synth"]["recall"].is_number() && t["gold"]["functions"].as_array().unwrap().len() == 1));
+    assert_eq!(read_jsonl(&run.join("tasks/train.jsonl")).len() + read_jsonl(&run.join("tasks/heldout.jsonl")).len(), 8);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["heldout_tasks"], 2);
+    assert_eq!(report["stages"]["grpo"]["episodes"], 2);
+    let again = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success() && err.contains("== tasks:") && err.contains("skipped"), "{err}");
+
+    let no_repo = std::fs::read_to_string(&synth_cfg).unwrap().replace("repo = \"practice/shop\"\n", "");
+    std::fs::write(&synth_cfg, no_repo).unwrap();
+    let out = fusegrpo(&args);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pipeline.synth.repo"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -356,3 +356,44 @@ fn synth_command_scores_trajectories_from_an_http_teacher() {
     }
     assert!(!tmp.path().join("traj.jsonl.partial").exists());
 }
+
+/// `tasks synth` with `fusegrpo serve` (a tiny random model) as the issue
+/// writer and as the verifying localizer: the plumbing works end to end and
+/// the gibberish is handled: every function is either a task or a counted
+/// failure naming it, never a crash.
+#[test]
+fn tasks_synth_against_serve_counts_unusable_issues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    tiny_model(&model);
+    let base = crate::cli_synth::world(tmp.path());
+    let server = serve(&model);
+    let repos = tmp.path().join("repos");
+    let out = tmp.path().join("t.jsonl");
+    let run = |teacher: &str, localizer: &str| {
+        Command::new(fusegrpo_bin())
+            .args(["tasks", "synth", "--repos-dir", repos.to_str().unwrap(), "--repo", "acme/mixed", "--commit", &base, "--count", "3"])
+            .args(["--teacher", teacher, "--verify", "--localizer", localizer, "--max-tokens", "24", "--max-retries", "0", "--out", out.to_str().unwrap()])
+            .env("FUSEGRPO_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let r = run(&server.url, "scripted");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    let failed = err.lines().filter(|l| l.starts_with("synth: failed: acme/mixed at ")).count();
+    if r.status.success() {
+        let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(v["tasks"].as_u64().unwrap() + v["failed"].as_u64().unwrap(), 3, "{v}");
+        assert_eq!(v["failed"].as_u64().unwrap() as usize, failed);
+    } else {
+        assert_eq!(failed, 3, "{err}");
+        assert!(err.contains("no task made (3 functions drawn, 3 failed"), "{err}");
+        assert!(!out.exists());
+    }
+    // The served model as the localizer: its turns are read, recall is kept.
+    let r = run("scripted", &server.url);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!((v["tasks"].as_u64(), v["recall"]["count"].as_u64()), (Some(3), Some(3)), "{v}");
+}

@@ -1,5 +1,6 @@
 //! The environment's debugging commands: `fusegrpo tool`, `fusegrpo reward`,
-//! `fusegrpo tasks gold` and `fusegrpo tasks from-history`.
+//! `fusegrpo tasks gold` and `fusegrpo tasks from-history` (`tasks synth`:
+//! [`super::tasks_synth`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -129,6 +130,8 @@ pub enum TasksCommand {
     Gold(GoldArgs),
     /// Build tasks from a repository's own commits.
     FromHistory(HistoryArgs),
+    /// Synthetic tasks: random functions of a tree, an issue written about each (SERA-style).
+    Synth(super::tasks_synth::Args),
 }
 
 /// `fusegrpo tasks gold`.
@@ -173,6 +176,7 @@ pub fn run_tasks(command: TasksCommand) -> Result<()> {
     match command {
         TasksCommand::Gold(args) => run_gold(args),
         TasksCommand::FromHistory(args) => run_history(args),
+        TasksCommand::Synth(args) => super::tasks_synth::run(args),
     }
 }
 

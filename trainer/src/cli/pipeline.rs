@@ -17,7 +17,7 @@ use rollout::tasks::Task;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use trainer::pipeline::{stats, PipelineSection, Report, StageReport, Teacher};
+use trainer::pipeline::{stats, PipelineSection, Report, StageReport, SynthSection, TaskSource, Teacher};
 use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
@@ -42,9 +42,13 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sampling.seed = seed;
         cfg.sft.seed = seed;
     }
-    let (p, tasks_path) = trainer::pipeline::pipeline_inputs(&cfg, &args.config)?;
-    let (p, tasks_path) = (p.clone(), tasks_path.to_path_buf());
+    let (p, source) = trainer::pipeline::pipeline_inputs(&cfg, &args.config)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
+    let tasks_path = match source {
+        TaskSource::File(path) => path.to_path_buf(),
+        TaskSource::Synth(s) => synth_tasks(&cfg, p, s, &run_dir)?,
+    };
+    let p = p.clone();
     let all = rollout::tasks::load_tasks(&tasks_path).with_context(|| format!("the task file of {} (pipeline.tasks)", args.config.display()))?;
     let (train, heldout) = split_tasks(&all, &p)?;
     eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
@@ -106,6 +110,39 @@ pub fn run(args: Args) -> Result<()> {
     println!("{}", table(&report));
     println!("report: {}", run_dir.join("report.json").display());
     Ok(())
+}
+
+/// `tasks_from = "synth"`: `<run>/tasks/synth.jsonl`, made once (as
+/// `fusegrpo tasks synth`) and skipped when it exists.
+fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: &Path) -> Result<PathBuf> {
+    let out = run_dir.join("tasks/synth.jsonl");
+    if out.exists() {
+        eprintln!("== tasks: {} exists, skipped", out.display());
+        return Ok(out);
+    }
+    let repo = s.repo.as_deref().context("pipeline.synth.repo is not set")?;
+    eprintln!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit);
+    let teacher = match &s.teacher {
+        Teacher::Scripted => PolicyChoice::Scripted,
+        Teacher::Http(url) => PolicyChoice::Http(url.clone()),
+    };
+    let http = super::tasks_synth::HttpOpts {
+        teacher_model: p.teacher_model.clone(),
+        api_key_env: p.api_key_env.clone(),
+        requests_per_second: p.requests_per_second,
+        ..Default::default()
+    };
+    let job = super::tasks_synth::SynthRun {
+        repos_dir: &cfg.env.repos_dir,
+        repo,
+        commit: &s.commit,
+        teacher: &teacher,
+        localizer: s.verify.then_some(&PolicyChoice::Scripted),
+        http: &http,
+        config: rollout::tasks::synth::SynthConfig { count: s.count, seed: s.seed, min_recall: s.min_recall, ..Default::default() },
+    };
+    super::tasks_synth::make_tasks_to(&job, &out)?;
+    Ok(out)
 }
 
 fn path_string(p: &Path) -> String {

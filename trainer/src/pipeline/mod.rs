@@ -40,6 +40,44 @@ impl From<Teacher> for String {
     }
 }
 
+/// Where the pipeline's tasks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TasksFrom {
+    /// The task file `pipeline.tasks` (else `train.tasks`).
+    #[default]
+    File,
+    /// Synthetic tasks of one repository (`[pipeline.synth]`, as `fusegrpo
+    /// tasks synth`), made once into `<run>/tasks/synth.jsonl`.
+    Synth,
+}
+
+/// `[pipeline.synth]`: the synthetic tasks of `tasks_from = "synth"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SynthSection {
+    /// `owner/name` under `[env] repos_dir`.
+    pub repo: Option<String>,
+    /// The commit whose functions become tasks.
+    pub commit: String,
+    /// Tasks to make (all functions there are, when fewer).
+    pub count: usize,
+    /// Seed of the draw, the instructions and the phrasing.
+    pub seed: u64,
+    /// Who writes the issues (`pipeline.teacher_model` / `api_key_env` reach an HTTP one).
+    pub teacher: Teacher,
+    /// Localize each issue with the scripted localizer and keep the recall.
+    pub verify: bool,
+    /// Drop verified tasks whose recall is below this (0: keep all).
+    pub min_recall: f64,
+}
+
+impl Default for SynthSection {
+    fn default() -> Self {
+        SynthSection { repo: None, commit: "HEAD".into(), count: 32, seed: 0, teacher: Teacher::Scripted, verify: false, min_recall: 0.0 }
+    }
+}
+
 /// The recipe's data and evaluation settings (SFT and GRPO come from
 /// `[sft]` and `[train]`/`[grpo]`/`[optim]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +86,10 @@ pub struct PipelineSection {
     /// All tasks (JSONL), relative to the config file; split into training
     /// and held-out tasks.
     pub tasks: Option<PathBuf>,
+    /// Where the tasks come from (default: the task file).
+    pub tasks_from: TasksFrom,
+    /// The synthetic tasks when `tasks_from = "synth"`.
+    pub synth: SynthSection,
     /// Tasks held out from synth, SFT and GRPO, for the evaluation table.
     pub heldout_tasks: usize,
     /// Seed of the split.
@@ -71,6 +113,8 @@ impl Default for PipelineSection {
     fn default() -> Self {
         PipelineSection {
             tasks: None,
+            tasks_from: TasksFrom::File,
+            synth: SynthSection::default(),
             heldout_tasks: 8,
             split_seed: 0,
             teacher: Teacher::Scripted,
@@ -99,19 +143,44 @@ impl PipelineSection {
         if !(self.eval_temperature >= 0.0 && self.eval_temperature.is_finite()) {
             return Err(("eval_temperature", format!("must be >= 0, got {}", self.eval_temperature)));
         }
+        if self.tasks_from == TasksFrom::Synth {
+            let s = &self.synth;
+            if s.repo.is_none() {
+                return Err(("synth.repo", "not set: tasks_from = \"synth\" needs the repository (owner/name under [env] repos_dir)".into()));
+            }
+            if s.count == 0 {
+                return Err(("synth.count", "must be at least 1".into()));
+            }
+            if !(0.0..=1.0).contains(&s.min_recall) || (s.min_recall > 0.0 && !s.verify) {
+                return Err(("synth.min_recall", format!("must be in [0, 1] and needs verify = true, got {}", s.min_recall)));
+            }
+        }
         Ok(())
     }
 }
 
+/// Where `fusegrpo pipeline` gets its tasks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TaskSource<'a> {
+    /// A task file.
+    File(&'a Path),
+    /// Synthetic tasks of a repository.
+    Synth(&'a SynthSection),
+}
+
 /// What `fusegrpo pipeline` needs of a run config before it runs: the
 /// `[pipeline]` section and a task file (`pipeline.tasks`, else
-/// `train.tasks`). `path` is the config file, named in the error.
-pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> crate::error::Result<(&'a PipelineSection, &'a Path)> {
+/// `train.tasks`), or `tasks_from = "synth"`. `path` is the config file,
+/// named in the error.
+pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> crate::error::Result<(&'a PipelineSection, TaskSource<'a>)> {
     let missing = |key: &str, message: &str| crate::Error::Config { path: path.into(), key: key.into(), message: message.into() };
     let p = cfg.pipeline.as_ref().ok_or_else(|| missing("pipeline", "no [pipeline] section (fusegrpo pipeline needs one)"))?;
+    if p.tasks_from == TasksFrom::Synth {
+        return Ok((p, TaskSource::Synth(&p.synth)));
+    }
     let tasks = p.tasks.as_deref().or(cfg.train.tasks.as_deref());
     let tasks = tasks.ok_or_else(|| missing("pipeline.tasks", "not set (nor train.tasks): the pipeline needs a task file"))?;
-    Ok((p, tasks))
+    Ok((p, TaskSource::File(tasks)))
 }
 
 /// One row of the report: the FuseSearch table's metrics on held-out tasks.

@@ -49,6 +49,7 @@ fn qwen3_4b_recipe_is_a_pipeline_config() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/qwen3-4b-fusesearch.toml");
     let cfg = RunConfig::from_file(&path).unwrap();
     let (p, tasks) = trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_or_else(|e| panic!("{e}"));
+    let trainer::pipeline::TaskSource::File(tasks) = tasks else { panic!("the recipe reads a task file: {tasks:?}") };
     assert!(tasks.ends_with("configs/../data/tasks.jsonl"), "{}", tasks.display());
     assert!(matches!(p.teacher, trainer::pipeline::Teacher::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
     assert_ne!(cfg.sft, trainer::sft::config::SftSection::default(), "[sft] is missing");
