@@ -21,7 +21,15 @@ mkdir -p "$run"
 model=$(scripts/fetch-smollm2.sh)
 [ -e "$run/model" ] || ln -s "$model" "$run/model"
 [ -d "$run/repos/practice__shop" ] || $bin practice-repo --out "$run/repos" --seed 0 >/dev/null
-[ -f "$run/tasks.jsonl" ] || $bin tasks from-history --repo practice/shop --repos-dir "$run/repos" --out "$run/tasks.jsonl"
+# The tasks: the practice repository's history (57) and one synthetic task
+# per function of its tree (53, scripted writer): 110, of which the config
+# holds some out.
+if [ ! -f "$run/tasks.jsonl" ]; then
+  $bin tasks from-history --repo practice/shop --repos-dir "$run/repos" --out "$run/history.jsonl"
+  $bin tasks synth --repo practice/shop --repos-dir "$run/repos" --count 1000 --seed 0 --out "$run/synth.jsonl"
+  cat "$run/history.jsonl" "$run/synth.jsonl" > "$run/tasks.jsonl.partial"
+  mv "$run/tasks.jsonl.partial" "$run/tasks.jsonl"
+fi
 out="$run/seed$seed"
 time $bin pipeline --config "$config" --out "$out" --seed "$seed"
 [ -f "$out/grpo/metrics.jsonl" ] && $bin plot "$out/grpo"
