@@ -26,6 +26,11 @@
 //!   ids + log-probs or text out); [`episode`]: the episode state machine
 //!   and [`episode::driver::run_episodes`], token-in token-out with a loss mask.
 //!
+//! - [`scaling`]: test-time scaling, [`scaling::evaluate`]: N attempts per
+//!   task, then first / entity vote / Recursive Tournament Voting (with the
+//!   evidence judge or any policy as judge) and Parallel-Distill-Refine, each
+//!   row with its cost.
+//!
 //! This crate has no ML framework in it: it speaks token ids, so it can drive
 //! our own model, an HTTP teacher or a scripted policy.
 
@@ -38,6 +43,7 @@ pub mod policy;
 pub mod practice;
 pub mod repo;
 pub mod reward;
+pub mod scaling;
 pub mod spans;
 pub mod tasks;
 pub mod teacher;

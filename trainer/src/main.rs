@@ -44,7 +44,8 @@ enum Command {
     Bench(cli::bench::Command),
     /// Run episodes for a task set with a policy; write them as JSONL.
     Rollout(cli::rollout::Args),
-    /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time).
+    /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time);
+    /// with --attempts N, select among N attempts per task (first, vote, tournament, refine).
     Eval(cli::rollout::Args),
     /// OpenAI-compatible chat-completions server (tool calls in OpenAI's format).
     Serve(cli::serve::Args),
@@ -60,6 +61,8 @@ enum Command {
     Plan(cli::plan::Args),
     /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
     Plot(cli::plot::Args),
+    /// Draw F1 and tokens against the number of attempts (scaling.json of `eval --attempts --out-dir`).
+    PlotScaling(cli::plot_scaling::Args),
     /// Chat-template utilities.
     #[command(subcommand)]
     Chat(cli::chat::Command),
@@ -100,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         Command::Pipeline(args) => cli::pipeline::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Plot(args) => cli::plot::run(args),
+        Command::PlotScaling(args) => cli::plot_scaling::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),
         Command::Eval(args) => cli::rollout::run_eval(args),

@@ -61,6 +61,16 @@ pub fn task_gold(task: &Task, snapshot: &Snapshot) -> Result<Gold, RolloutError>
         .map_err(|e| RolloutError::Task { task: task.instance_id.clone(), message: format!("gold from patch: {e}") })
 }
 
+/// A task's tree at its base commit and its gold.
+pub fn snapshot_and_gold(env: &Env<'_>, task: &Task) -> Result<(Arc<Snapshot>, Gold), RolloutError> {
+    let snapshot = env
+        .store
+        .get(&task.repo, &task.base_commit)
+        .map_err(|e| RolloutError::Task { task: task.instance_id.clone(), message: e.to_string() })?;
+    let gold = task_gold(task, &snapshot)?;
+    Ok((snapshot, gold))
+}
+
 /// The prompt tokens of a task's episode.
 pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
     let messages = opening_messages(&task.problem_statement);
@@ -144,11 +154,7 @@ fn finish_done(live: &mut [Live], reward: &RewardConfig, policy: &mut dyn Policy
 fn start(env: &Env<'_>, tasks: &[Task], group: usize, cfg: &EpisodeConfig) -> Result<Vec<Live>, RolloutError> {
     let mut live = Vec::with_capacity(tasks.len() * group);
     for task in tasks {
-        let snapshot = env
-            .store
-            .get(&task.repo, &task.base_commit)
-            .map_err(|e| RolloutError::Task { task: task.instance_id.clone(), message: e.to_string() })?;
-        let gold = task_gold(task, &snapshot)?;
+        let (snapshot, gold) = snapshot_and_gold(env, task)?;
         let (messages, ids) = prompt_tokens(env.tokenizer, task, cfg)?;
         for sample in 0..group {
             live.push(Live {

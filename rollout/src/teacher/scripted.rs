@@ -106,7 +106,10 @@ fn turn(config: &ScriptedConfig, messages: &[Value]) -> String {
     let issue = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
     let turns = Turns { config };
     match assistant_turns {
-        0 => turns.search_turn(issue),
+        0 => {
+            let (issue, earlier) = split_refine(issue);
+            turns.search_turn(issue, &earlier)
+        }
         1 => turns.read_turn(messages),
         _ => turns.answer_turn(messages),
     }
@@ -119,13 +122,20 @@ struct Turns<'a> {
 
 impl Turns<'_> {
 
-    fn search_turn(&self, issue: &str) -> String {
-        let mut calls: Vec<Value> = keywords(issue)
-            .into_iter()
-            .skip(self.config.skip_keywords)
-            .take(self.config.max_greps)
-            .map(|k| json!({"name": "grep", "arguments": {"pattern": regex::escape(&k)}}))
-            .collect();
+    /// Greps for the issue's keywords; in a refine attempt (`earlier`: the
+    /// earlier attempt's answered functions), for those functions' names first.
+    fn search_turn(&self, issue: &str, earlier: &[String]) -> String {
+        let mut names: Vec<String> = earlier.iter().take(MAX_EARLIER.min(self.config.max_greps)).cloned().collect();
+        for k in keywords(issue).into_iter().skip(self.config.skip_keywords) {
+            if names.len() >= self.config.max_greps {
+                break;
+            }
+            if !names.contains(&k) {
+                names.push(k);
+            }
+        }
+        let mut calls: Vec<Value> =
+            names.iter().map(|k| json!({"name": "grep", "arguments": {"pattern": regex::escape(k)}})).collect();
         if let Some(m) = FILE_NAME.captures(issue) {
             let name = m[1].rsplit('/').next().unwrap_or(&m[1]).to_string();
             calls.push(json!({"name": "glob", "arguments": {"pattern": format!("**/{name}")}}));
@@ -176,6 +186,26 @@ impl Turns<'_> {
         }
         lines.join("\n")
     }
+}
+
+/// Earlier answered functions a refine attempt checks first, at most.
+const MAX_EARLIER: usize = 2;
+
+/// A refine attempt's prompt (see [`crate::scaling::refine_task`]): the
+/// issue before the earlier attempt's summary, and the last name component
+/// of each function that attempt answered.
+fn split_refine(text: &str) -> (&str, Vec<String>) {
+    let Some((issue, summary)) = text.split_once(crate::scaling::REFINE_HEADER) else {
+        return (text, Vec::new());
+    };
+    let answer = summary.rsplit_once("\nAnswer:\n").map_or("", |(_, a)| a);
+    let names = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| l.split(' ').next())
+        .filter_map(|e| e.split_once(':').map(|(_, f)| f.rsplit('.').next().unwrap_or(f).to_string()))
+        .collect();
+    (issue.trim_end(), names)
 }
 
 /// Distinctive search terms of an issue text, best first.

@@ -7,6 +7,7 @@ mod cli_plot;
 mod cli_practice;
 mod cli_repos;
 mod cli_rollout;
+mod cli_scaling;
 mod cli_synth;
 mod cli_train;
 mod serve_http;

@@ -397,3 +397,46 @@ fn tasks_synth_against_serve_counts_unusable_issues() {
     let v: Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!((v["tasks"].as_u64(), v["recall"]["count"].as_u64()), (Some(3), Some(3)), "{v}");
 }
+
+/// Tournaments judged by `fusegrpo serve` (a real HTTP judge on loopback):
+/// the scripted policy's 3 attempts per task (an odd field: a bye), every
+/// comparison asked over HTTP with its tokens counted, each decided by the
+/// judge or by the counted fallback (a tiny random model rarely says A or
+/// B), and the same brackets and verdicts on a second run.
+#[test]
+fn tournament_with_serve_as_the_judge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = e2e::shop_world(tmp.path());
+    let server = serve(&tmp.path().join("model"));
+    let run = |name: &str| {
+        let dir = tmp.path().join(name);
+        let table = fusegrpo_ok(&[
+            "eval", "--config", cfg.to_str().unwrap(), "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(),
+            "--policy", "scripted", "--attempts", "3", "--select", "tournament", "--judge", &server.url,
+            "--judge-model", "tiny", "--out-dir", dir.to_str().unwrap(),
+        ]);
+        (table, e2e::read_jsonl(&dir.join("selection.jsonl")))
+    };
+    let (table, sel) = run("one");
+    assert!(table.contains("tournament"), "{table}");
+    let at3: Vec<&Value> = sel.iter().filter(|s| s["attempts"] == 3).collect();
+    assert_eq!(at3.len(), 2, "2 tasks");
+    for s in &at3 {
+        let t = &s["tournament"];
+        assert_eq!(t["matches"].as_array().unwrap().len(), 2, "3 attempts: 2 matches");
+        assert_eq!(t["byes"].as_array().unwrap().len(), 1, "one bye in the first round");
+        assert!(t["judge_tokens"].as_u64().unwrap() > 50, "prompts and answers counted: {t}");
+        assert!(s["cost"]["judge_tokens"].as_u64().unwrap() > 50);
+        let fallbacks = t["matches"].as_array().unwrap().iter().filter(|m| m["fallback"].is_string()).count();
+        assert_eq!(s["cost"]["fallbacks"].as_u64().unwrap() as usize, fallbacks);
+        for m in t["matches"].as_array().unwrap() {
+            if let Some(why) = m["fallback"].as_str() {
+                assert!(why.contains("malformed answer after 3 tries"), "{why}");
+                assert_eq!(m["retries"], 2);
+            }
+        }
+    }
+    let (_, again) = run("two");
+    let brackets = |v: &[Value]| v.iter().map(|s| (s["chosen"].clone(), s["tournament"]["matches"].clone())).collect::<Vec<_>>();
+    assert_eq!(brackets(&again), brackets(&sel), "greedy judge, fixed seed: same verdicts");
+}

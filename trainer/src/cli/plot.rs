@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Font family name under which the embedded font is registered.
-const FONT: &str = "sans-serif";
+pub(super) const FONT: &str = "sans-serif";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -116,18 +116,27 @@ fn series(rows: &[Row], f: impl Fn(&Row) -> Option<f64>) -> Vec<(f64, f64)> {
 }
 
 /// One curve of a panel.
-struct Curve {
-    label: String,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
+pub(super) struct Curve {
+    pub label: String,
+    pub color: RGBColor,
+    pub points: Vec<(f64, f64)>,
 }
 
 /// A filled band between `lower` and `upper` (same x values).
-struct Band {
+pub(super) struct Band {
     color: RGBColor,
     lower: Vec<(f64, f64)>,
     upper: Vec<(f64, f64)>,
 }
+
+/// The x axis of a panel: its name and how its labels read.
+pub(super) struct XAxis<'a> {
+    pub desc: &'a str,
+    pub format: &'a dyn Fn(&f64) -> String,
+}
+
+/// The training step as x.
+const STEP_AXIS: XAxis<'static> = XAxis { desc: "step", format: &|v| format!("{v:.0}") };
 
 /// Padded y range that covers every value (a flat series gets a unit-ish range).
 fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -149,10 +158,11 @@ fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 
 /// Draw one panel: a title, axes with the step on x, optional band, curves and
 /// (for more than one curve) a legend. A panel with no data says so.
-fn draw_panel(
+pub(super) fn draw_panel(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
     title: &str,
     x: (f64, f64),
+    x_axis: &XAxis<'_>,
     band: Option<Band>,
     curves: Vec<Curve>,
 ) -> Result<()> {
@@ -182,8 +192,8 @@ fn draw_panel(
         .map_err(|e| anyhow!("drawing {title}: {e}"))?;
     chart
         .configure_mesh()
-        .x_desc("step")
-        .x_label_formatter(&|v| format!("{v:.0}"))
+        .x_desc(x_axis.desc)
+        .x_label_formatter(x_axis.format)
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .x_labels(8)
@@ -228,14 +238,18 @@ fn draw_panel(
     Ok(())
 }
 
+/// Registers the embedded font (registering the same family twice just replaces it).
+pub(super) fn register_font() -> Result<()> {
+    plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
+        .map_err(|_| anyhow!("the embedded DejaVu Sans font did not load"))
+}
+
 /// Render `rows` into a PNG of `width` x `height` at `out`.
 pub fn render(rows: &[Row], title: &str, out: &Path, width: u32, height: u32, smooth: usize) -> Result<()> {
     if width < 300 || height < 200 {
         bail!("--width/--height {width}x{height} is too small (at least 300x200)");
     }
-    // Registering the same family twice just replaces it.
-    plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| anyhow!("the embedded DejaVu Sans font did not load"))?;
+    register_font()?;
     let first = rows.first().map_or(0, |r| r.step) as f64;
     let last = rows.last().map_or(0, |r| r.step) as f64;
     let x = if last > first { (first, last) } else { (first - 0.5, last + 0.5) };
@@ -266,11 +280,12 @@ pub fn render(rows: &[Row], title: &str, out: &Path, width: u32, height: u32, sm
             points: moving_average(&reward, smooth),
         });
     }
-    draw_panel(&panels[0], "reward", x, band, reward_curves)?;
+    draw_panel(&panels[0], "reward", x, &STEP_AXIS, band, reward_curves)?;
     draw_panel(
         &panels[1],
         "F1",
         x,
+        &STEP_AXIS,
         None,
         vec![
             Curve { label: "F1 file".into(), color: RGBColor(0, 140, 60), points: series(rows, |r| r.f1_file) },
@@ -278,10 +293,10 @@ pub fn render(rows: &[Row], title: &str, out: &Path, width: u32, height: u32, sm
         ],
     )?;
     let one = |label: &str, color: RGBColor, f: fn(&Row) -> Option<f64>| vec![Curve { label: label.into(), color, points: series(rows, f) }];
-    draw_panel(&panels[2], "e (efficiency)", x, None, one("e", RGBColor(200, 30, 30), |r| r.e))?;
-    draw_panel(&panels[3], "loss", x, None, one("loss", BLACK, |r| r.loss))?;
-    draw_panel(&panels[4], "KL (k3, to reference)", x, None, one("kl", RGBColor(0, 120, 160), |r| r.kl))?;
-    draw_panel(&panels[5], "gradient norm (before clipping)", x, None, one("grad_norm", RGBColor(120, 90, 40), |r| r.grad_norm))?;
+    draw_panel(&panels[2], "e (efficiency)", x, &STEP_AXIS, None, one("e", RGBColor(200, 30, 30), |r| r.e))?;
+    draw_panel(&panels[3], "loss", x, &STEP_AXIS, None, one("loss", BLACK, |r| r.loss))?;
+    draw_panel(&panels[4], "KL (k3, to reference)", x, &STEP_AXIS, None, one("kl", RGBColor(0, 120, 160), |r| r.kl))?;
+    draw_panel(&panels[5], "gradient norm (before clipping)", x, &STEP_AXIS, None, one("grad_norm", RGBColor(120, 90, 40), |r| r.grad_norm))?;
     root.present().with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }

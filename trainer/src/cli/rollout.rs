@@ -70,6 +70,8 @@ pub struct Args {
     /// Bound on requests per second to an HTTP teacher.
     #[arg(long)]
     pub requests_per_second: Option<f64>,
+    #[command(flatten)]
+    pub scaling: super::scaling::ScalingArgs,
 }
 
 /// How to reach (and vary) a teacher policy.
@@ -85,73 +87,133 @@ pub struct TeacherOpts {
     pub vary_scripted: Option<u64>,
 }
 
-/// Run the episodes of `args`; returns them with the config used.
-pub fn collect(args: &Args) -> Result<Vec<Episode>> {
+/// The config, tasks and teacher options of `args`.
+fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
     let cfg = RunConfig::from_file(&args.config)?;
     let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
-    let group = args.group.unwrap_or(cfg.rollout.group);
     let teacher = TeacherOpts {
         model: args.teacher_model.clone(),
         api_key_env: args.api_key_env.clone(),
         requests_per_second: args.requests_per_second,
         vary_scripted: None,
     };
-    run_policy(&cfg, &tasks, &args.policy, group, &teacher)
+    Ok((cfg, tasks, teacher))
+}
+
+/// Runs the episodes of `args` (or, with `--attempts`, the attempts and
+/// their selections), prints the table, writes what was asked.
+fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
+    let (cfg, tasks, teacher) = inputs(args)?;
+    if let Some(sc) = args.scaling.config(cfg.sampling.seed)? {
+        anyhow::ensure!(args.group.is_none(), "--group and --attempts both set the episodes per task: give one");
+        anyhow::ensure!(
+            !out_required || args.out.is_some() || args.scaling.out_dir.is_some(),
+            "--out ATTEMPTS.jsonl or --out-dir DIR is required"
+        );
+        let run = super::scaling::run(&cfg, &tasks, &args.policy, &teacher, &args.scaling, &sc)?;
+        if let Some(out) = &args.out {
+            write_episodes(out, &run.attempts)?;
+        }
+        let judge = super::scaling::judge_name(&args.scaling);
+        if let Some(dir) = &args.scaling.out_dir {
+            let policy = policy_name(&args.policy);
+            super::scaling::write_dir(dir, &run, &sc, &policy, &judge)?;
+            eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
+        }
+        print!("{}", super::scaling::report(&run, &judge));
+        return Ok(());
+    }
+    let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };
+    let group = args.group.unwrap_or(cfg.rollout.group);
+    let episodes = run_policy(&cfg, &tasks, &args.policy, group, &teacher)?;
+    if let Some(out) = &out {
+        write_episodes(out, &episodes)?;
+    }
+    let table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
+    if out_required {
+        eprintln!("{table}");
+    } else {
+        println!("{table}");
+    }
+    Ok(())
+}
+
+fn policy_name(p: &PolicyChoice) -> String {
+    match p {
+        PolicyChoice::Model => "model".into(),
+        PolicyChoice::Scripted => "scripted".into(),
+        PolicyChoice::Http(url) => url.clone(),
+    }
 }
 
 /// `group` episodes per task of `tasks` with `policy` (the config's model,
 /// the scripted teacher or an HTTP teacher), with a progress bar.
 pub fn run_policy(cfg: &RunConfig, tasks: &[Task], policy: &PolicyChoice, group: usize, teacher: &TeacherOpts) -> Result<Vec<Episode>> {
+    with_policy(cfg, policy, teacher, |policy, env| {
+        let bar = progress_bar((tasks.len() * group) as u64, "episodes");
+        let episodes = run_episodes(policy, env, tasks, group, &cfg.episode, on_done(&bar))?;
+        bar.finish_and_clear();
+        Ok(episodes)
+    })
+}
+
+/// Advances `bar` and shows the last reward as each episode ends.
+pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
+    move |e: &Episode| {
+        bar.inc(1);
+        bar.set_message(format!("last R={:.3}", e.score.map_or(0.0, |s| s.reward)));
+    }
+}
+
+/// Builds the environment of `cfg` and the chosen policy, and hands both to `work`.
+pub fn with_policy<T>(
+    cfg: &RunConfig,
+    policy: &PolicyChoice,
+    teacher: &TeacherOpts,
+    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> Result<T>,
+) -> Result<T> {
     let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
-    let bar = progress_bar((tasks.len() * group) as u64, "episodes");
-    let on_done = |e: &Episode| {
-        bar.inc(1);
-        bar.set_message(format!("last R={:.3}", e.score.map_or(0.0, |s| s.reward)));
-    };
-    let episodes = match policy {
+    match policy {
         PolicyChoice::Model => {
             let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
             let (model, _) = load_model(&cfg.model.path, &on)?;
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
-            run(&mut policy, &env, tasks, group, cfg, on_done)?
+            work(&mut policy, &env)
         }
         PolicyChoice::Scripted => {
             let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied);
-            run(&mut teacher, &env, tasks, group, cfg, on_done)?
+            work(&mut teacher, &env)
         }
         PolicyChoice::Http(url) => {
-            let mut tcfg = HttpTeacherConfig::new(url.clone(), teacher.model.clone());
-            tcfg.temperature = Some(cfg.sampling.temperature);
-            tcfg.seed = Some(cfg.sampling.seed);
-            tcfg.api_key_env = teacher.api_key_env.clone();
-            tcfg.requests_per_second = teacher.requests_per_second;
-            let mut teacher = HttpTeacher::new(tcfg).with_context(|| format!("teacher {url}"))?;
-            run(&mut teacher, &env, tasks, group, cfg, on_done)?
+            let mut teacher = http_teacher(cfg, url, teacher)?;
+            work(&mut teacher, &env)
         }
-    };
-    bar.finish_and_clear();
-    Ok(episodes)
+    }
 }
 
-fn run(
-    policy: &mut dyn Policy,
-    env: &Env<'_>,
-    tasks: &[Task],
-    group: usize,
-    cfg: &RunConfig,
-    on_done: impl FnMut(&Episode),
-) -> Result<Vec<Episode>> {
-    Ok(run_episodes(policy, env, tasks, group, &cfg.episode, on_done)?)
+/// The HTTP teacher at `url`, sampling as the config says.
+pub fn http_teacher(cfg: &RunConfig, url: &str, teacher: &TeacherOpts) -> Result<HttpTeacher> {
+    HttpTeacher::new(http_teacher_config(cfg, url, teacher)).with_context(|| format!("teacher {url}"))
+}
+
+/// The settings of an HTTP teacher at `url`.
+pub fn http_teacher_config(cfg: &RunConfig, url: &str, teacher: &TeacherOpts) -> HttpTeacherConfig {
+    let mut tcfg = HttpTeacherConfig::new(url.to_string(), teacher.model.clone());
+    tcfg.temperature = Some(cfg.sampling.temperature);
+    tcfg.seed = Some(cfg.sampling.seed);
+    tcfg.api_key_env = teacher.api_key_env.clone();
+    tcfg.requests_per_second = teacher.requests_per_second;
+    tcfg
 }
 
 pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
@@ -164,20 +226,11 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 pub fn run_rollout(args: Args) -> Result<()> {
-    let out = args.out.clone().context("--out EPISODES.jsonl is required")?;
-    let episodes = collect(&args)?;
-    write_episodes(&out, &episodes)?;
-    eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("rollout"));
-    Ok(())
+    run_args(&args, "rollout", true)
 }
 
 pub fn run_eval(args: Args) -> Result<()> {
-    let episodes = collect(&args)?;
-    if let Some(out) = &args.out {
-        write_episodes(out, &episodes)?;
-    }
-    println!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("eval"));
-    Ok(())
+    run_args(&args, "eval", false)
 }
 
 /// [`write_episodes`] to `path` atomically (through `path.partial`, folders
