@@ -26,7 +26,7 @@ use crate::answer::Answer;
 use crate::policy::Policy;
 use crate::reward::{score, Gold, Score};
 use crate::tasks::Task;
-use judge::{EvidenceJudge, PolicyJudge};
+use judge::{EvidenceJudge, Judge, PolicyJudge};
 use serde::{Deserialize, Serialize};
 use summary::AttemptSummary;
 use tournament::{run_tournaments, Tournament};
@@ -178,7 +178,7 @@ impl TaskSelection {
 }
 
 /// One row of the scaling table: means over tasks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ScalingRow {
     pub selector: Selector,
     pub refine: bool,
@@ -262,27 +262,56 @@ pub fn evaluate(
     cfg: &ScalingConfig,
     mut on_done: impl FnMut(&Episode),
 ) -> Result<ScalingRun, RolloutError> {
+    let attempts = run_episodes(policy, env, tasks, cfg.attempts, episode, &mut on_done)?;
+    let mut selections = {
+        let (mut evidence, mut same, mut other);
+        let judge: &mut dyn Judge = match &mut judge {
+            JudgeChoice::Evidence => {
+                evidence = EvidenceJudge;
+                &mut evidence
+            }
+            JudgeChoice::SamePolicy => {
+                same = policy_judge(policy, env, cfg);
+                &mut same
+            }
+            JudgeChoice::Other(p) => {
+                other = policy_judge(*p, env, cfg);
+                &mut other
+            }
+        };
+        select(&attempts, tasks, env, cfg, judge)?
+    };
+    let summaries = summaries(&attempts, cfg.attempts);
+    let refines = if cfg.refine { refine_all(policy, env, tasks, episode, &summaries, &mut selections, &mut on_done)? } else { Vec::new() };
+    let rows = table(&selections, cfg);
+    Ok(ScalingRun { attempts, selections, refines, rows })
+}
+
+/// Every selector of `cfg` at every n of the sweep, on `attempts` (task
+/// order, `cfg.attempts` per task, as [`run_episodes`] returns them), with
+/// `judge` for tournaments. Refine is not run here.
+pub fn select(attempts: &[Episode], tasks: &[Task], env: &Env<'_>, cfg: &ScalingConfig, judge: &mut dyn Judge) -> Result<Vec<TaskSelection>, RolloutError> {
     let n = cfg.attempts;
-    let attempts = run_episodes(policy, env, tasks, n, episode, &mut on_done)?;
+    if attempts.len() != tasks.len() * n {
+        return Err(RolloutError::Task {
+            task: tasks.first().map_or_else(String::new, |t| t.instance_id.clone()),
+            message: format!("{} attempts for {} tasks x {n}", attempts.len(), tasks.len()),
+        });
+    }
     let golds: Vec<Gold> = tasks.iter().map(|t| snapshot_and_gold(env, t).map(|(_, g)| g)).collect::<Result<_, _>>()?;
     let per_task: Vec<&[Episode]> = attempts.chunks(n).collect();
-    let summaries: Vec<Vec<AttemptSummary>> =
-        per_task.iter().map(|eps| eps.iter().enumerate().map(|(i, e)| AttemptSummary::of(e, i)).collect()).collect();
+    let summaries = summaries(attempts, n);
     let issues: Vec<&str> = tasks.iter().map(|t| t.problem_statement.as_str()).collect();
     let mut selections = Vec::new();
     for k in sweep(n) {
         for &selector in &cfg.selectors {
-            let picked = match selector {
+            let picked: Vec<Pick> = match selector {
                 Selector::First => per_task.iter().map(|eps| pick_attempt(&eps[..k], 0)).collect(),
                 Selector::Vote => per_task.iter().zip(&golds).map(|(eps, gold)| pick_vote(&eps[..k], gold, env, cfg.vote_min)).collect(),
                 Selector::Tournament => {
                     let entrants: Vec<Vec<&AttemptSummary>> = summaries.iter().map(|s| s[..k].iter().collect()).collect();
-                    let brackets = match &mut judge {
-                        JudgeChoice::Evidence => run_tournaments(&issues, &entrants, cfg.seed, &mut EvidenceJudge),
-                        JudgeChoice::SamePolicy => run_tournaments(&issues, &entrants, cfg.seed, &mut policy_judge(policy, env, cfg)),
-                        JudgeChoice::Other(p) => run_tournaments(&issues, &entrants, cfg.seed, &mut policy_judge(*p, env, cfg)),
-                    };
-                    per_task.iter().zip(brackets).map(|(eps, b)| pick_tournament(&eps[..k], b)).collect::<Vec<_>>()
+                    let brackets = run_tournaments(&issues, &entrants, cfg.seed, judge);
+                    per_task.iter().zip(brackets).map(|(eps, b)| pick_tournament(&eps[..k], b)).collect()
                 }
             };
             for ((task, eps), p) in tasks.iter().zip(&per_task).zip(picked) {
@@ -290,9 +319,12 @@ pub fn evaluate(
             }
         }
     }
-    let refines = if cfg.refine { refine_all(policy, env, tasks, episode, &summaries, &mut selections, &mut on_done)? } else { Vec::new() };
-    let rows = table(&selections, cfg);
-    Ok(ScalingRun { attempts, selections, refines, rows })
+    Ok(selections)
+}
+
+/// Each task's attempt summaries (`n` attempts per task).
+fn summaries(attempts: &[Episode], n: usize) -> Vec<Vec<AttemptSummary>> {
+    attempts.chunks(n).map(|eps| eps.iter().enumerate().map(|(i, e)| AttemptSummary::of(e, i)).collect()).collect()
 }
 
 fn policy_judge<'a>(policy: &'a mut dyn Policy, env: &'a Env<'_>, cfg: &ScalingConfig) -> PolicyJudge<'a> {
@@ -412,7 +444,7 @@ fn refine_all(
 }
 
 /// Rows per (n, selector), and the refined rows after them when refine ran.
-fn table(selections: &[TaskSelection], cfg: &ScalingConfig) -> Vec<ScalingRow> {
+pub fn table(selections: &[TaskSelection], cfg: &ScalingConfig) -> Vec<ScalingRow> {
     let mut rows = Vec::new();
     for refined in [false, true] {
         if refined && !cfg.refine {

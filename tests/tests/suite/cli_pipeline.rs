@@ -208,6 +208,7 @@ fn pipeline_runs_on_synthetic_tasks() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = setup(tmp.path());
     let text = std::fs::read_to_string(&cfg).unwrap().replace("tasks = \"tasks.jsonl\"\nheldout_tasks", "tasks_from = \"synth\"\nheldout_tasks")
+        + "eval_attempts = 3\neval_select = \"vote\"\n"
         + "[pipeline.synth]\nrepo = \"practice/shop\"\ncount = 8\nseed = 3\nverify = true\n";
     assert!(text.contains("tasks_from"), "the config changed under the test");
     let synth_cfg = tmp.path().join("synth.toml");
@@ -222,7 +223,15 @@ fn pipeline_runs_on_synthetic_tasks() {
     assert_eq!(read_jsonl(&run.join("tasks/train.jsonl")).len() + read_jsonl(&run.join("tasks/heldout.jsonl")).len(), 8);
     let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["heldout_tasks"], 2);
-    assert_eq!(report["stages"]["grpo"]["episodes"], 2);
+    // eval_attempts = 3: 3 attempts per held-out task, and each stage's vote over them.
+    for stage in ["base", "sft", "grpo"] {
+        let s = &report["stages"][stage];
+        assert_eq!(s["episodes"], 6, "{stage}: 2 held-out tasks x 3 attempts");
+        let sel = &s["selected"];
+        assert_eq!((sel["selector"].as_str(), sel["attempts"].as_u64(), sel["tasks"].as_u64()), (Some("vote"), Some(3), Some(2)), "{stage}: {sel}");
+        assert!(sel["f1_file"].as_f64().unwrap() >= 0.0 && sel["tokens"].as_f64().unwrap() > 0.0);
+        assert!(table.contains(&format!("{stage:<8} vote of 3 attempts")), "{table}");
+    }
     let again = fusegrpo(&args);
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success() && err.contains("== tasks:") && err.contains("skipped"), "{err}");

@@ -5,7 +5,9 @@
 //! from their newest checkpoint, so an interrupted pipeline continues where
 //! it stopped.
 
-use super::rollout::{run_policy, write_episodes_atomic, PolicyChoice, TeacherOpts};
+use super::rollout::{run_policy, with_env, write_episodes_atomic, PolicyChoice, TeacherOpts};
+use rollout::scaling::judge::EvidenceJudge;
+use rollout::scaling::{ScalingConfig, ScalingRow};
 use super::sft::read_episodes;
 use super::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
@@ -99,6 +101,7 @@ pub fn run(args: Args) -> Result<()> {
         let rewards = stats::task_rewards(&episodes);
         let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
         row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
+        row.selected = selected(&cfg, &p, &heldout, &episodes)?;
         report.stages.insert(name.to_string(), row);
         per_task.insert(name, rewards);
         report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
@@ -220,9 +223,29 @@ fn evaluate(cfg: &RunConfig, p: &PipelineSection, model: &str, heldout: &[Task],
     let mut eval_cfg = cfg.clone();
     eval_cfg.model.path = model.to_string();
     eval_cfg.sampling.temperature = p.eval_temperature;
-    let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, p.eval_group, &TeacherOpts::default())?;
+    let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
+    let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, group, &TeacherOpts::default())?;
     write_episodes_atomic(out, &episodes)?;
     Ok(episodes)
+}
+
+/// `eval_attempts`: the `eval_select` row at N over a stage's episodes
+/// (N per held-out task), tournaments judged by the evidence judge.
+fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[Episode]) -> Result<Option<ScalingRow>> {
+    if p.eval_attempts == 0 {
+        return Ok(None);
+    }
+    let sc = ScalingConfig {
+        attempts: p.eval_attempts,
+        selectors: vec![p.eval_select],
+        refine: false,
+        vote_min: None,
+        seed: cfg.sampling.seed,
+        judge_retries: 0,
+        judge_max_tokens: 1,
+    };
+    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, heldout, env, &sc, &mut EvidenceJudge)?))?;
+    Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
 }
 
 /// Share of tool calls that parsed and ran without a tool error.
@@ -245,6 +268,19 @@ pub fn table(r: &Report) -> String {
             out += &format!(
                 "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {ci:>15} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
                 s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, s.well_formed_calls
+            );
+        }
+    }
+    for name in ["base", "sft", "grpo"] {
+        if let Some(sel) = r.stages.get(name).and_then(|s| s.selected) {
+            out += &format!(
+                "{name:<8} {} of {} attempts: f1_file {:.3}, f1_func {:.3}, reward {:.3}, {:.0} tokens per task\n",
+                sel.label(),
+                sel.attempts,
+                sel.f1_file,
+                sel.f1_func,
+                sel.reward,
+                sel.tokens
             );
         }
     }

@@ -175,12 +175,27 @@ pub fn with_policy<T>(
     teacher: &TeacherOpts,
     work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> Result<T>,
 ) -> Result<T> {
+    with_env(cfg, |env| with_policy_in(cfg, env, policy, teacher, work))
+}
+
+/// The environment of `cfg` (tokenizer, repositories, tools, reward), handed to `work`.
+pub fn with_env<T>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> Result<T>) -> Result<T> {
     let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone());
-    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
+    work(&Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward })
+}
+
+fn with_policy_in<T>(
+    cfg: &RunConfig,
+    env: &Env<'_>,
+    policy: &PolicyChoice,
+    teacher: &TeacherOpts,
+    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> Result<T>,
+) -> Result<T> {
+    let tok = env.tokenizer;
     match policy {
         PolicyChoice::Model => {
             let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
@@ -188,15 +203,15 @@ pub fn with_policy<T>(
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
-            work(&mut policy, &env)
+            work(&mut policy, env)
         }
         PolicyChoice::Scripted => {
             let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied);
-            work(&mut teacher, &env)
+            work(&mut teacher, env)
         }
         PolicyChoice::Http(url) => {
             let mut teacher = http_teacher(cfg, url, teacher)?;
-            work(&mut teacher, &env)
+            work(&mut teacher, env)
         }
     }
 }

@@ -107,6 +107,12 @@ pub struct PipelineSection {
     pub eval_group: usize,
     /// Sampling temperature of the evaluations (0 = greedy).
     pub eval_temperature: f64,
+    /// Test-time scaling of the evaluations: N attempts per held-out task
+    /// (in place of `eval_group`), and each stage's report gains `selected`,
+    /// the `eval_select` row at N (0: off).
+    pub eval_attempts: usize,
+    /// The selector of `eval_attempts` (tournaments with the evidence judge).
+    pub eval_select: rollout::scaling::Selector,
 }
 
 impl Default for PipelineSection {
@@ -124,6 +130,8 @@ impl Default for PipelineSection {
             samples: 4,
             eval_group: 4,
             eval_temperature: 1.0,
+            eval_attempts: 0,
+            eval_select: rollout::scaling::Selector::Vote,
         }
     }
 }
@@ -203,6 +211,9 @@ pub struct StageReport {
     /// 95% interval of the mean reward (bootstrap over held-out tasks).
     #[serde(default)]
     pub reward_ci95: Option<[f64; 2]>,
+    /// With `eval_attempts`: the selected answers' row at N attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected: Option<rollout::scaling::ScalingRow>,
 }
 
 impl StageReport {
@@ -220,6 +231,7 @@ impl StageReport {
             well_formed_calls,
             episodes: summary.episodes,
             reward_ci95: None,
+            selected: None,
         }
     }
 }
