@@ -8,8 +8,9 @@
 //!   still undecided after the retries, or whose policy failed, is decided by
 //!   the evidence judge and counted as a fallback with its reason.
 
-use super::summary::AttemptSummary;
+use super::summary::{transcript, AttemptSummary};
 use crate::chat::{ChatRequest, ChatTokenizer};
+use crate::episode::Episode;
 use crate::policy::{Policy, TurnOutput, TurnRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -58,7 +59,17 @@ pub trait Judge {
     fn name(&self) -> String;
     /// One verdict per comparison, in order.
     fn compare(&mut self, batch: &[Comparison<'_>]) -> Vec<Verdict>;
+
+    /// Summaries of `episodes` (`issues[i]` is episode i's issue) written by
+    /// the judge, each with the tokens it cost (`None` where writing failed);
+    /// `None` for a judge that writes none.
+    fn write_summaries(&mut self, _issues: &[&str], _episodes: &[Episode], _max_tokens: usize) -> Option<Vec<(Option<String>, usize)>> {
+        None
+    }
 }
+
+/// The summarizer's instructions (system turn).
+pub const SUMMARY_SYSTEM_PROMPT: &str = "You summarize one attempt at finding the code a repository issue is about. In a few lines, say what the attempt searched for, which files and functions the tools showed, and how well the evidence supports its answer. Do not invent files.";
 
 /// The judge without a model.
 #[derive(Debug, Clone, Copy, Default)]
@@ -151,6 +162,10 @@ impl Judge for PolicyJudge<'_> {
         format!("policy judge ({})", self.policy.name())
     }
 
+    fn write_summaries(&mut self, issues: &[&str], episodes: &[Episode], max_tokens: usize) -> Option<Vec<(Option<String>, usize)>> {
+        Some(self.write(issues, episodes, max_tokens))
+    }
+
     fn compare(&mut self, batch: &[Comparison<'_>]) -> Vec<Verdict> {
         let t0 = Instant::now();
         let mut verdicts: Vec<Option<Verdict>> = vec![None; batch.len()];
@@ -235,6 +250,44 @@ impl Judge for PolicyJudge<'_> {
 }
 
 impl PolicyJudge<'_> {
+    /// The policy's summaries of `episodes`, one request each, in one batch.
+    fn write(&mut self, issues: &[&str], episodes: &[Episode], max_tokens: usize) -> Vec<(Option<String>, usize)> {
+        let prompts: Vec<Option<(Vec<Value>, Vec<u32>)>> = issues
+            .iter()
+            .zip(episodes)
+            .map(|(issue, e)| {
+                let user = format!("Repository issue:\n\n{issue}\n\nThe attempt:\n{}\nSummarize it.", transcript(e));
+                let messages = vec![json!({"role": "system", "content": SUMMARY_SYSTEM_PROMPT}), json!({"role": "user", "content": user})];
+                let req = ChatRequest { messages: messages.clone(), tools: None, add_generation_prompt: true, enable_thinking: Some(false) };
+                self.tokenizer.render_ids(&req).ok().map(|(_, ids)| (messages, ids))
+            })
+            .collect();
+        let live: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].is_some()).collect();
+        let keys: Vec<u64> = live.iter().map(|_| self.key()).collect();
+        let requests: Vec<TurnRequest<'_>> = live
+            .iter()
+            .zip(&keys)
+            .map(|(&i, &key)| {
+                let (messages, tokens) = prompts[i].as_ref().expect("live prompts rendered");
+                TurnRequest { episode: key, tokens, messages, tools: &[], max_new_tokens: max_tokens }
+            })
+            .collect();
+        let outputs = self.policy.next_turns(&requests);
+        for key in &keys {
+            self.policy.finish(*key);
+        }
+        let mut out = vec![(None, 0); prompts.len()];
+        if let Ok(outputs) = outputs {
+            for (&i, o) in live.iter().zip(outputs) {
+                let (text, n) = self.text_of(o);
+                let prompt_len = prompts[i].as_ref().map_or(0, |(_, t)| t.len());
+                let text = text.rsplit_once("</think>").map_or(text.as_str(), |(_, a)| a).trim().to_string();
+                out[i] = ((!text.is_empty()).then_some(text), prompt_len + n);
+            }
+        }
+        out
+    }
+
     fn key(&mut self) -> u64 {
         self.next_key += 1;
         self.next_key
@@ -285,6 +338,8 @@ mod tests {
             support: BTreeMap::from([("a.py".to_string(), evidence_calls)]),
             evidence_calls,
             answered: true,
+            written: None,
+            written_tokens: 0,
         }
     }
 
@@ -303,7 +358,8 @@ mod tests {
             let mut out = Vec::new();
             for r in requests {
                 assert!(r.tools.is_empty(), "a judge declares no tools");
-                assert!(r.messages[1]["content"].as_str().unwrap().contains("Attempt B:"));
+                let asked = r.messages[1]["content"].as_str().unwrap();
+                assert!(asked.contains("Attempt B:") || asked.contains("The attempt:"), "{asked}");
                 let reply = self.replies[self.asked % self.replies.len()];
                 self.asked += 1;
                 if reply == "!fail" {
@@ -351,6 +407,37 @@ mod tests {
         let (v, _, _) = judge_with(vec!["!fail"], &two);
         assert_eq!(v.iter().map(|x| x.winner).collect::<Vec<_>>(), vec![Side::A, Side::B]);
         assert!(v.iter().all(|x| x.fallback.as_deref().is_some_and(|w| w.contains("connection refused"))), "{v:?}");
+    }
+
+    #[test]
+    fn a_policy_judge_writes_summaries_that_keep_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        write_small_tokenizer(dir.path(), SMALL_VOCAB_MIN).unwrap();
+        let tok = ChatTokenizer::from_dir(dir.path()).unwrap();
+        let episode: Episode = serde_json::from_value(serde_json::json!({
+            "task_id": "t", "sample": 0, "tokens": [1, 2], "loss_mask": [0, 1], "logprobs": [0.0, 0.0], "prompt_tokens": 1,
+            "turns": [{"text": "<tool_call>{\"name\": \"grep\"}</tool_call>", "tokens": 5, "calls": [
+                {"name": "grep", "arguments": {"pattern": "add_item"}, "output": "a.py:3:def add_item", "entities": ["a.py", "a.py:add_item"], "error": false}],
+                "response_tokens": 3, "generate_seconds": 0.0, "tools_seconds": 0.0},
+                {"text": "a.py:add_item", "tokens": 4, "calls": [], "response_tokens": 0, "generate_seconds": 0.0, "tools_seconds": 0.0}],
+            "phase": {"done": "answer"}, "answer": ["a.py:add_item"], "score": null, "seconds": 0.0
+        }))
+        .unwrap();
+        let mut p = Scripted { replies: vec!["It grepped add_item and read a.py."], asked: 0, finished: Vec::new() };
+        let written = PolicyJudge::new(&mut p, &tok).write_summaries(&["bug in add_item"], std::slice::from_ref(&episode), 32).unwrap();
+        let (text, tokens) = &written[0];
+        assert_eq!(text.as_deref(), Some("It grepped add_item and read a.py."));
+        assert!(*tokens > 20, "prompt (with the transcript) and answer counted: {tokens}");
+        let mut s = AttemptSummary::of(&episode, 0);
+        s.written = text.clone();
+        let shown = s.render();
+        assert!(shown.contains("It grepped add_item") && shown.contains("- a.py:add_item (shown by 1 calls)"), "{shown}");
+        assert!(!shown.contains("Calls:"), "the written summary replaces the calls: {shown}");
+        let own = AttemptSummary::of(&episode, 0).render();
+        assert!(own.contains("Calls: grep pattern=\"add_item\""), "{own}");
+        assert!(transcript(&episode).contains("Tool output:\na.py:3:def add_item"));
+        // The evidence judge writes none.
+        assert!(EvidenceJudge.write_summaries(&["x"], std::slice::from_ref(&episode), 8).is_none());
     }
 
     #[test]

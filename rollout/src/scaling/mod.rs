@@ -53,6 +53,17 @@ impl Selector {
     }
 }
 
+impl std::str::FromStr for SummarySource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "episode" => Ok(SummarySource::Episode),
+            "judge" => Ok(SummarySource::Judge),
+            other => Err(format!("`{other}`: expected episode or judge")),
+        }
+    }
+}
+
 impl std::str::FromStr for Selector {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -92,6 +103,22 @@ pub struct ScalingConfig {
     pub judge_retries: usize,
     /// New tokens of a policy judge's answer at most.
     pub judge_max_tokens: usize,
+    /// Who writes the summaries that judges and refine read.
+    pub summaries: SummarySource,
+    /// New tokens of a judge-written summary at most.
+    pub summary_max_tokens: usize,
+}
+
+/// Who writes an attempt's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SummarySource {
+    /// Made from the episode itself ([`AttemptSummary::of`]).
+    #[default]
+    Episode,
+    /// Written by the judge policy from the episode's transcript (the
+    /// answer and the counts stay the episode's); needs a policy judge.
+    Judge,
 }
 
 impl ScalingConfig {
@@ -108,6 +135,9 @@ impl ScalingConfig {
         }
         if self.judge_max_tokens == 0 {
             return Err(("judge-max-tokens", "must be at least 1".into()));
+        }
+        if self.summaries == SummarySource::Judge && self.summary_max_tokens == 0 {
+            return Err(("summary-max-tokens", "must be at least 1".into()));
         }
         Ok(())
     }
@@ -129,6 +159,8 @@ pub struct Cost {
     pub attempt_seconds: f64,
     pub judge_tokens: usize,
     pub judge_seconds: f64,
+    /// Tokens of judge-written summaries this selection read.
+    pub summary_tokens: usize,
     pub comparisons: usize,
     pub retries: usize,
     /// Comparisons the fallback decided.
@@ -139,7 +171,7 @@ pub struct Cost {
 
 impl Cost {
     pub fn tokens(&self) -> usize {
-        self.attempt_tokens + self.judge_tokens + self.refine_tokens
+        self.attempt_tokens + self.judge_tokens + self.summary_tokens + self.refine_tokens
     }
     pub fn seconds(&self) -> f64 {
         self.attempt_seconds + self.judge_seconds + self.refine_seconds
@@ -236,6 +268,8 @@ pub struct ScalingRun {
     pub selections: Vec<TaskSelection>,
     /// The refine episodes, in the order of `selections`.
     pub refines: Vec<Episode>,
+    /// Each task's attempt summaries, as judges and refine read them.
+    pub summaries: Vec<Vec<AttemptSummary>>,
     pub rows: Vec<ScalingRow>,
 }
 
@@ -263,6 +297,7 @@ pub fn evaluate(
     mut on_done: impl FnMut(&Episode),
 ) -> Result<ScalingRun, RolloutError> {
     let attempts = run_episodes(policy, env, tasks, cfg.attempts, episode, &mut on_done)?;
+    let mut summaries = summarize(&attempts, cfg.attempts);
     let mut selections = {
         let (mut evidence, mut same, mut other);
         let judge: &mut dyn Judge = match &mut judge {
@@ -279,18 +314,39 @@ pub fn evaluate(
                 &mut other
             }
         };
-        select(&attempts, tasks, env, cfg, judge)?
+        if cfg.summaries == SummarySource::Judge {
+            let issues: Vec<&str> = tasks.iter().flat_map(|t| std::iter::repeat_n(t.problem_statement.as_str(), cfg.attempts)).collect();
+            let written = judge.write_summaries(&issues, &attempts, cfg.summary_max_tokens).ok_or_else(|| RolloutError::Task {
+                task: tasks.first().map_or_else(String::new, |t| t.instance_id.clone()),
+                message: format!("summaries = judge: the {} judge writes no summaries (use a model or HTTP judge)", judge.name()),
+            })?;
+            let failed = written.iter().filter(|(w, _)| w.is_none()).count();
+            if failed > 0 {
+                tracing::warn!(failed, of = written.len(), judge = %judge.name(), "summaries the judge did not write are made from the episodes");
+            }
+            for (summary, (w, tokens)) in summaries.iter_mut().flatten().zip(written) {
+                summary.written = w;
+                summary.written_tokens = tokens;
+            }
+        }
+        select(&attempts, &summaries, tasks, env, cfg, judge)?
     };
-    let summaries = summaries(&attempts, cfg.attempts);
     let refines = if cfg.refine { refine_all(policy, env, tasks, episode, &summaries, &mut selections, &mut on_done)? } else { Vec::new() };
     let rows = table(&selections, cfg);
-    Ok(ScalingRun { attempts, selections, refines, rows })
+    Ok(ScalingRun { attempts, selections, refines, summaries, rows })
 }
 
 /// Every selector of `cfg` at every n of the sweep, on `attempts` (task
 /// order, `cfg.attempts` per task, as [`run_episodes`] returns them), with
 /// `judge` for tournaments. Refine is not run here.
-pub fn select(attempts: &[Episode], tasks: &[Task], env: &Env<'_>, cfg: &ScalingConfig, judge: &mut dyn Judge) -> Result<Vec<TaskSelection>, RolloutError> {
+pub fn select(
+    attempts: &[Episode],
+    summaries: &[Vec<AttemptSummary>],
+    tasks: &[Task],
+    env: &Env<'_>,
+    cfg: &ScalingConfig,
+    judge: &mut dyn Judge,
+) -> Result<Vec<TaskSelection>, RolloutError> {
     let n = cfg.attempts;
     if attempts.len() != tasks.len() * n {
         return Err(RolloutError::Task {
@@ -300,7 +356,6 @@ pub fn select(attempts: &[Episode], tasks: &[Task], env: &Env<'_>, cfg: &Scaling
     }
     let golds: Vec<Gold> = tasks.iter().map(|t| snapshot_and_gold(env, t).map(|(_, g)| g)).collect::<Result<_, _>>()?;
     let per_task: Vec<&[Episode]> = attempts.chunks(n).collect();
-    let summaries = summaries(attempts, n);
     let issues: Vec<&str> = tasks.iter().map(|t| t.problem_statement.as_str()).collect();
     let mut selections = Vec::new();
     for k in sweep(n) {
@@ -314,16 +369,20 @@ pub fn select(attempts: &[Episode], tasks: &[Task], env: &Env<'_>, cfg: &Scaling
                     per_task.iter().zip(brackets).map(|(eps, b)| pick_tournament(&eps[..k], b)).collect()
                 }
             };
-            for ((task, eps), p) in tasks.iter().zip(&per_task).zip(picked) {
-                selections.push(p.into_selection(task, selector, &eps[..k]));
+            for (((task, eps), p), sums) in tasks.iter().zip(&per_task).zip(picked).zip(summaries) {
+                let mut sel = p.into_selection(task, selector, &eps[..k]);
+                if selector == Selector::Tournament {
+                    sel.cost.summary_tokens = sums[..k].iter().map(|s| s.written_tokens).sum();
+                }
+                selections.push(sel);
             }
         }
     }
     Ok(selections)
 }
 
-/// Each task's attempt summaries (`n` attempts per task).
-fn summaries(attempts: &[Episode], n: usize) -> Vec<Vec<AttemptSummary>> {
+/// Each task's attempt summaries made from the episodes (`n` attempts per task).
+pub fn summarize(attempts: &[Episode], n: usize) -> Vec<Vec<AttemptSummary>> {
     attempts.chunks(n).map(|eps| eps.iter().enumerate().map(|(i, e)| AttemptSummary::of(e, i)).collect()).collect()
 }
 
@@ -437,7 +496,8 @@ fn refine_all(
     let episodes = run_episodes(policy, env, &refine_tasks, 1, episode, on_done)?;
     for (s, e) in selections.iter_mut().zip(&episodes) {
         s.refined = Some(Refined { answer: e.answer.clone(), score: e.score.unwrap_or_default() });
-        s.cost.refine_tokens = e.tokens.len();
+        let t = index[s.task_id.as_str()];
+        s.cost.refine_tokens = e.tokens.len() + if s.selector == Selector::Tournament { 0 } else { summaries[t][s.chosen].written_tokens };
         s.cost.refine_seconds = e.seconds;
     }
     Ok(episodes)

@@ -46,6 +46,13 @@ pub struct AttemptSummary {
     pub evidence_calls: usize,
     /// The attempt ended with an answer.
     pub answered: bool,
+    /// A summary the judge wrote in place of the calls and surfaced
+    /// entities (`SummarySource::Judge`); the answer is still listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<String>,
+    /// Tokens the judge read and wrote for `written`.
+    #[serde(default)]
+    pub written_tokens: usize,
 }
 
 impl AttemptSummary {
@@ -81,6 +88,8 @@ impl AttemptSummary {
             support,
             evidence_calls,
             answered: episode.stop_reason() == Some(StopReason::Answer),
+            written: None,
+            written_tokens: 0,
         }
     }
 
@@ -98,6 +107,18 @@ impl AttemptSummary {
     pub fn render(&self) -> String {
         let ended = if self.answered { "answered" } else { "no answer" };
         let mut out = format!("{} turns, {} tool calls, {ended}.\n", self.turns, self.calls.len());
+        if let Some(w) = &self.written {
+            out.push_str(w.trim());
+            out.push('\n');
+        } else {
+            self.render_search(&mut out);
+        }
+        self.render_answer(&mut out);
+        out
+    }
+
+    /// The calls and the other surfaced entities.
+    fn render_search(&self, out: &mut String) {
         if !self.calls.is_empty() {
             let calls: Vec<String> = self
                 .calls
@@ -114,6 +135,10 @@ impl AttemptSummary {
             let tail = if more > 0 { format!(", {more} more") } else { String::new() };
             out.push_str(&format!("Also surfaced (by distinct calls): {}{tail}\n", listed.join(", ")));
         }
+    }
+
+    /// The answer with each entity's support.
+    fn render_answer(&self, out: &mut String) {
         if self.answer.is_empty() {
             out.push_str("Answer: none\n");
         } else {
@@ -123,8 +148,24 @@ impl AttemptSummary {
                 out.push_str(&format!("- {a} (shown by {n} calls)\n"));
             }
         }
-        out
     }
+}
+
+/// Characters of one tool output in a transcript at most.
+const TRANSCRIPT_OUTPUT_CHARS: usize = 400;
+
+/// An episode as text for a judge asked to summarize it: each turn's text
+/// (tool calls included) and its tool outputs, each cut to
+/// [`TRANSCRIPT_OUTPUT_CHARS`].
+pub fn transcript(episode: &Episode) -> String {
+    let mut out = String::new();
+    for (i, t) in episode.turns.iter().enumerate() {
+        out.push_str(&format!("Turn {}:\n{}\n", i + 1, t.text.trim()));
+        for c in &t.calls {
+            out.push_str(&format!("Tool output:\n{}\n", cut_to(&c.output, TRANSCRIPT_OUTPUT_CHARS)));
+        }
+    }
+    out
 }
 
 /// `key="value"` pairs of a call's arguments, in key order, each value cut
@@ -145,10 +186,14 @@ fn compact_args(args: &Value) -> String {
 }
 
 fn cut(s: &str) -> String {
-    if s.chars().count() <= RENDER_ARG_CHARS {
+    cut_to(s, RENDER_ARG_CHARS)
+}
+
+fn cut_to(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
         return s.to_string();
     }
-    let mut t: String = s.chars().take(RENDER_ARG_CHARS).collect();
+    let mut t: String = s.chars().take(max).collect();
     t.push_str("...");
     t
 }

@@ -111,6 +111,8 @@ mod tests {
             support: BTreeMap::new(),
             evidence_calls: quality,
             answered: true,
+            written: None,
+            written_tokens: 0,
         }
     }
 

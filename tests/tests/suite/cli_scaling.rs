@@ -96,6 +96,9 @@ fn vote_and_tournament_beat_one_attempt_on_practice_tasks() {
     assert!(row(&rows, "vote", true, 8)["tokens"].as_f64().unwrap() > tokens(8), "refine adds its attempt's tokens");
 
     assert_eq!(read_jsonl(&out.join("attempts.jsonl")).len(), 12 * 8);
+    let sums = read_jsonl(&out.join("summaries.jsonl"));
+    assert_eq!(sums.len(), 12 * 8);
+    assert!(sums.iter().all(|s| s["written"].is_null() && s["calls"].is_array() && s["support"].is_object()));
     let sel = selections(&out);
     assert_eq!(sel.len(), 4 * 3 * 12);
     assert_eq!(read_jsonl(&out.join("refine.jsonl")).len(), sel.len());
@@ -138,6 +141,7 @@ fn bad_scaling_input_is_a_clear_error_or_a_counted_fallback() {
     fails(&["--attempts", "2", "--vote-min", "0"], "--vote-min: must be at least 1");
     fails(&["--attempts", "2", "--judge", "gpt"], "expected evidence, model or an http(s):// URL");
     fails(&["--attempts", "2", "--group", "3"], "--group and --attempts");
+    fails(&["--attempts", "2", "--summaries", "judge"], "--summaries judge: the evidence judge writes none");
 
     // A judge URL that refuses: every comparison falls back to the evidence
     // judge, counted and named (N = 2: 1 match per task, N = 3: 2); no

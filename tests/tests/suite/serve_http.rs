@@ -439,4 +439,28 @@ fn tournament_with_serve_as_the_judge() {
     let (_, again) = run("two");
     let brackets = |v: &[Value]| v.iter().map(|s| (s["chosen"].clone(), s["tournament"]["matches"].clone())).collect::<Vec<_>>();
     assert_eq!(brackets(&again), brackets(&sel), "greedy judge, fixed seed: same verdicts");
+
+    // --summaries judge: the judge is asked for each attempt's summary from
+    // its transcript; the tokens count, the answer stays the episode's. (The
+    // tiny random model's reply is often empty text, which leaves that
+    // attempt with the summary made from its episode.)
+    let dir = tmp.path().join("written");
+    fusegrpo_ok(&[
+        "eval", "--config", cfg.to_str().unwrap(), "--tasks", tmp.path().join("tasks.jsonl").to_str().unwrap(),
+        "--policy", "scripted", "--attempts", "2", "--select", "tournament", "--judge", &server.url,
+        "--judge-model", "tiny", "--summaries", "judge", "--summary-max-tokens", "12", "--out-dir", dir.to_str().unwrap(),
+    ]);
+    let sums = e2e::read_jsonl(&dir.join("summaries.jsonl"));
+    assert_eq!(sums.len(), 4, "2 tasks x 2 attempts");
+    let attempts = e2e::read_jsonl(&dir.join("attempts.jsonl"));
+    for (s, a) in sums.iter().zip(&attempts) {
+        assert!(s["written"].is_null() || s["written"].as_str().is_some_and(|w| !w.is_empty()), "{s}");
+        assert!(s["written_tokens"].as_u64().unwrap() > 50, "the request's tokens are counted: {s}");
+        let listed = s["answer"].as_array().unwrap();
+        assert!(a["answer"].as_array().unwrap().iter().all(|e| listed.contains(e)), "the answer is the episode's: {s} vs {}", a["answer"]);
+    }
+    let sel = e2e::read_jsonl(&dir.join("selection.jsonl"));
+    let at2 = sel.iter().find(|s| s["attempts"] == 2).unwrap();
+    let both: u64 = sums.iter().filter(|s| s["attempt"].as_u64().unwrap() < 2).take(2).map(|s| s["written_tokens"].as_u64().unwrap()).sum();
+    assert_eq!(at2["cost"]["summary_tokens"].as_u64().unwrap(), both, "{at2}");
 }

@@ -7,7 +7,7 @@
 
 use super::rollout::{run_policy, with_env, write_episodes_atomic, PolicyChoice, TeacherOpts};
 use rollout::scaling::judge::EvidenceJudge;
-use rollout::scaling::{ScalingConfig, ScalingRow};
+use rollout::scaling::{ScalingConfig, ScalingRow, SummarySource};
 use super::sft::read_episodes;
 use super::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
@@ -243,8 +243,11 @@ fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[
         seed: cfg.sampling.seed,
         judge_retries: 0,
         judge_max_tokens: 1,
+        summaries: SummarySource::Episode,
+        summary_max_tokens: 1,
     };
-    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, heldout, env, &sc, &mut EvidenceJudge)?))?;
+    let summaries = rollout::scaling::summarize(episodes, sc.attempts);
+    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
     Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
 }
 

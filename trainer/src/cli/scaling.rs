@@ -6,7 +6,7 @@
 use super::common::write_json_lines;
 use super::rollout::{http_teacher_config, on_done, progress_bar, with_policy, write_episodes, PolicyChoice, TeacherOpts};
 use anyhow::{bail, Context, Result};
-use rollout::scaling::{evaluate, JudgeChoice, ScalingConfig, ScalingRow, ScalingRun, Selector};
+use rollout::scaling::{evaluate, JudgeChoice, ScalingConfig, ScalingRow, ScalingRun, Selector, SummarySource};
 use rollout::tasks::Task;
 use rollout::teacher::http::HttpTeacher;
 use std::path::{Path, PathBuf};
@@ -66,7 +66,14 @@ pub struct ScalingArgs {
     /// New tokens of a judge's answer at most.
     #[arg(long, default_value_t = 16)]
     pub judge_max_tokens: usize,
-    /// Folder for attempts.jsonl, selection.jsonl, refine.jsonl, scaling.json and scaling.png.
+    /// Who writes the summaries judges and refine read: episode (made from
+    /// the episode) | judge (written by the model or HTTP judge from the transcript).
+    #[arg(long, default_value = "episode")]
+    pub summaries: SummarySource,
+    /// New tokens of a judge-written summary at most.
+    #[arg(long, default_value_t = 160)]
+    pub summary_max_tokens: usize,
+    /// Folder for attempts.jsonl, summaries.jsonl, selection.jsonl, refine.jsonl, scaling.json and scaling.png.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }
@@ -96,10 +103,15 @@ impl ScalingArgs {
             seed,
             judge_retries: self.judge_retries,
             judge_max_tokens: self.judge_max_tokens,
+            summaries: self.summaries,
+            summary_max_tokens: self.summary_max_tokens,
         };
         cfg.validate().map_err(|(key, msg)| anyhow::anyhow!("--{key}: {msg}"))?;
-        if self.judge.is_some() && !cfg.selectors.contains(&Selector::Tournament) {
+        if self.judge.is_some() && !cfg.selectors.contains(&Selector::Tournament) && cfg.summaries == SummarySource::Episode {
             bail!("--judge decides tournaments: add tournament to --select");
+        }
+        if cfg.summaries == SummarySource::Judge && matches!(self.judge, None | Some(JudgeSpec::Evidence)) {
+            bail!("--summaries judge: the evidence judge writes none; give --judge model or --judge http://...");
         }
         Ok(Some(cfg))
     }
@@ -175,6 +187,8 @@ pub fn write_dir(dir: &Path, run: &ScalingRun, sc: &ScalingConfig, policy: &str,
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_episodes(&dir.join("attempts.jsonl"), &run.attempts)?;
     write_json_lines(&dir.join("selection.jsonl"), &run.selections)?;
+    let summaries: Vec<_> = run.summaries.iter().flatten().collect();
+    write_json_lines(&dir.join("summaries.jsonl"), &summaries)?;
     if !run.refines.is_empty() {
         write_episodes(&dir.join("refine.jsonl"), &run.refines)?;
     }
