@@ -17,6 +17,9 @@ use serde_json::{json, Value};
 use std::cmp::Ordering;
 use std::time::Instant;
 
+/// A judge conversation and its tokens.
+type Prompt = (Vec<Value>, Vec<u32>);
+
 /// Episode keys of judge requests start here, far above any rollout's.
 const JUDGE_KEYS: u64 = 1 << 62;
 
@@ -171,7 +174,7 @@ impl Judge for PolicyJudge<'_> {
         let mut verdicts: Vec<Option<Verdict>> = vec![None; batch.len()];
         let mut cost = vec![(0usize, 0usize); batch.len()]; // (tokens, retries)
         let mut last: Vec<String> = vec![String::new(); batch.len()];
-        let prompts: Vec<Result<(Vec<Value>, Vec<u32>), String>> = batch.iter().map(|c| self.prompt(c)).collect();
+        let prompts: Vec<Result<Prompt, String>> = batch.iter().map(|c| self.prompt(c)).collect();
         let mut pending: Vec<usize> = Vec::new();
         for (i, p) in prompts.iter().enumerate() {
             match p {
@@ -183,20 +186,8 @@ impl Judge for PolicyJudge<'_> {
             if pending.is_empty() {
                 break;
             }
-            let keys: Vec<u64> = pending.iter().map(|_| self.key()).collect();
-            let requests: Vec<TurnRequest<'_>> = pending
-                .iter()
-                .zip(&keys)
-                .map(|(&i, &key)| {
-                    let (messages, tokens) = prompts[i].as_ref().expect("pending prompts rendered");
-                    TurnRequest { episode: key, tokens, messages, tools: &[], max_new_tokens: self.max_tokens }
-                })
-                .collect();
-            let outputs = self.policy.next_turns(&requests);
-            for key in &keys {
-                self.policy.finish(*key);
-            }
-            let outputs = match outputs {
+            let asked: Vec<&Prompt> = pending.iter().map(|&i| prompts[i].as_ref().expect("pending prompts rendered")).collect();
+            let outputs = match self.ask(&asked, self.max_tokens) {
                 Ok(o) if o.len() == pending.len() => o,
                 Ok(o) => {
                     let why = format!("judge returned {} answers for {} questions", o.len(), pending.len());
@@ -252,30 +243,17 @@ impl Judge for PolicyJudge<'_> {
 impl PolicyJudge<'_> {
     /// The policy's summaries of `episodes`, one request each, in one batch.
     fn write(&mut self, issues: &[&str], episodes: &[Episode], max_tokens: usize) -> Vec<(Option<String>, usize)> {
-        let prompts: Vec<Option<(Vec<Value>, Vec<u32>)>> = issues
+        let prompts: Vec<Option<Prompt>> = issues
             .iter()
             .zip(episodes)
             .map(|(issue, e)| {
                 let user = format!("Repository issue:\n\n{issue}\n\nThe attempt:\n{}\nSummarize it.", transcript(e));
-                let messages = vec![json!({"role": "system", "content": SUMMARY_SYSTEM_PROMPT}), json!({"role": "user", "content": user})];
-                let req = ChatRequest { messages: messages.clone(), tools: None, add_generation_prompt: true, enable_thinking: Some(false) };
-                self.tokenizer.render_ids(&req).ok().map(|(_, ids)| (messages, ids))
+                self.render(vec![json!({"role": "system", "content": SUMMARY_SYSTEM_PROMPT}), json!({"role": "user", "content": user})]).ok()
             })
             .collect();
         let live: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].is_some()).collect();
-        let keys: Vec<u64> = live.iter().map(|_| self.key()).collect();
-        let requests: Vec<TurnRequest<'_>> = live
-            .iter()
-            .zip(&keys)
-            .map(|(&i, &key)| {
-                let (messages, tokens) = prompts[i].as_ref().expect("live prompts rendered");
-                TurnRequest { episode: key, tokens, messages, tools: &[], max_new_tokens: max_tokens }
-            })
-            .collect();
-        let outputs = self.policy.next_turns(&requests);
-        for key in &keys {
-            self.policy.finish(*key);
-        }
+        let asked: Vec<&Prompt> = live.iter().map(|&i| prompts[i].as_ref().expect("live prompts rendered")).collect();
+        let outputs = self.ask(&asked, max_tokens);
         let mut out = vec![(None, 0); prompts.len()];
         if let Ok(outputs) = outputs {
             for (&i, o) in live.iter().zip(outputs) {
@@ -293,11 +271,31 @@ impl PolicyJudge<'_> {
         self.next_key
     }
 
-    fn prompt(&self, c: &Comparison<'_>) -> Result<(Vec<Value>, Vec<u32>), String> {
-        let messages = judge_messages(c);
+    fn prompt(&self, c: &Comparison<'_>) -> Result<Prompt, String> {
+        self.render(judge_messages(c))
+    }
+
+    /// A conversation and its tokens up to the assistant's turn (no tools, no thinking).
+    fn render(&self, messages: Vec<Value>) -> Result<Prompt, String> {
         let req = ChatRequest { messages: messages.clone(), tools: None, add_generation_prompt: true, enable_thinking: Some(false) };
         let (_, ids) = self.tokenizer.render_ids(&req).map_err(|e| e.to_string())?;
         Ok((messages, ids))
+    }
+
+    /// One turn of the policy for each prompt, as one batch under fresh
+    /// episode keys, released afterwards.
+    fn ask(&mut self, prompts: &[&Prompt], max_tokens: usize) -> Result<Vec<TurnOutput>, crate::policy::PolicyError> {
+        let keys: Vec<u64> = prompts.iter().map(|_| self.key()).collect();
+        let requests: Vec<TurnRequest<'_>> = prompts
+            .iter()
+            .zip(&keys)
+            .map(|(&(messages, tokens), &key)| TurnRequest { episode: key, tokens, messages, tools: &[], max_new_tokens: max_tokens })
+            .collect();
+        let outputs = self.policy.next_turns(&requests);
+        for key in &keys {
+            self.policy.finish(*key);
+        }
+        outputs
     }
 
     /// The answer's text and its token count.
