@@ -50,6 +50,7 @@ pub mod serve;
 pub mod sft;
 pub mod train;
 pub mod weights;
+pub mod threads;
 
 pub use config::ModelConfig;
 pub use error::{Error, Result};

@@ -84,13 +84,14 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let malloc = trainer::malloc::tune();
+    let threads = trainer::threads::pin();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    tracing::debug!(?malloc, "allocator settings");
+    tracing::debug!(?malloc, ?threads, "allocator and thread settings");
     match cli.command {
         Command::InitTiny(args) => cli::init_tiny::run(args),
         Command::ImportGguf(args) => cli::import_gguf::run(args),
