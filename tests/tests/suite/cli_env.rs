@@ -110,3 +110,22 @@ fn ok_status(args: &[&str]) {
     let out = fusegrpo(args);
     assert!(out.status.success(), "fusegrpo {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Start-up fixes Candle's thread count once (`RAYON_NUM_THREADS`, read at
+/// every CPU matrix product) and keeps a value the user set.
+#[test]
+fn the_thread_count_is_pinned_at_start_up_unless_given() {
+    let run = |set: Option<&str>| {
+        let mut cmd = std::process::Command::new(e2e::fusegrpo_bin());
+        cmd.args(["plot-scaling", "/nonexistent-eval-dir"]).env("FUSEGRPO_LOG", "debug").env_remove("RAYON_NUM_THREADS");
+        if let Some(v) = set {
+            cmd.env("RAYON_NUM_THREADS", v);
+        }
+        let out = cmd.output().unwrap();
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let pinned = run(None);
+    assert!(pinned.contains("threads=Set("), "{pinned}");
+    let given = run(Some("1"));
+    assert!(given.contains("threads=FromEnvironment(\"1\")"), "{given}");
+}
