@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # CI's CUDA job on a machine with no GPU and no CUDA install: installs the
 # pinned CUDA 13.0 toolchain (scripts/cuda-toolchain.sh, cached in
-# ~/.cache/fusegrpo/cuda13), builds `fusegrpo` with `--features cuda`
-# (candle's CUDA backend and our kernels/cuda/*.cu as PTX), then starts the
-# binary with the stub driver and asserts that
+# ~/.cache/fusegrpo/cuda13), builds `fusegrpo` with `--features cuda,nccl,mpi`
+# (candle's CUDA backend and our kernels/cuda/*.cu as PTX, NCCL's gradient
+# sums, MPI ranks; OpenMPI from Debian via scripts/install-mpi.sh), then
+# starts the binary with the stub driver and asserts that
+#   0. NCCL and MPI are linked in (ldd),
 #   1. it starts (`--help`),
 #   2. `--device cuda` fails with a clear message (stub driver, `--device cpu`),
 #      and so does `selftest --device cuda`,
@@ -23,14 +25,23 @@ done
 export CARGO_TERM_COLOR=never
 target="${CARGO_TARGET_DIR:-target}"
 start=$SECONDS
+tmp_ldd=$(mktemp)
 
 echo "== CUDA 13.0 toolchain (PyPI wheels + stub driver)"
 eval "$(scripts/cuda-toolchain.sh)"
 
-echo "== cargo build --release --features cuda --bin fusegrpo"
-cargo build --release --features cuda --bin fusegrpo
+echo "== OpenMPI and libclang (features mpi, nccl)"
+scripts/install-mpi.sh
+
+echo "== cargo build --release --features cuda,nccl,mpi --bin fusegrpo"
+cargo build --release --features cuda,nccl,mpi --bin fusegrpo
 echo "cuda build: $((SECONDS - start)) s"
 bin="$target/release/fusegrpo"
+echo "== NCCL and MPI are linked in"
+ldd "$bin" > "$tmp_ldd" 2>&1 || true
+grep -q 'libnccl.so.2 => /' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libnccl.so.2 not resolved" >&2; exit 1; }
+grep -q 'libmpi.so' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libmpi not linked" >&2; exit 1; }
+grep -E 'libnccl|libmpi\.' "$tmp_ldd"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install a CUDA 13.0 build toolchain without a CUDA install or a GPU: the
-# pinned NVIDIA PyPI wheels in a Python 3.11 venv, cached outside the
+# pinned NVIDIA PyPI wheels (NCCL included) in a Python 3.11 venv, cached outside the
 # repository, plus a stub driver (libcuda.so.1) so a `--features cuda` binary
 # links and starts. Idempotent: a second run only re-checks and prints.
 #
@@ -22,6 +22,7 @@ pins=(
   nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
   nvidia-cuda-nvrtc==13.0.88 nvidia-curand==10.4.0.35 nvidia-cublas==13.0.2.14
+  nvidia-nccl-cu13==2.32.3
 )
 here="$(cd "$(dirname "$0")" && pwd)"
 log() { echo "cuda-toolchain: $*" >&2; }
@@ -64,9 +65,19 @@ build_stub() {
   ln -sf libcuda.so.1 "$stub/libcuda.so"
 }
 
+# 2b. NCCL (feature `nccl`) ships in its own tree, nvidia/nccl/lib: link it
+# into the CUDA tree's lib so the linker and the loader find it there too.
+link_nccl() {
+  local root="$1" nccl="$1/../nccl/lib/libnccl.so.2"
+  [ -e "$nccl" ] || { log "no libnccl.so.2 in $(dirname "$nccl")"; exit 1; }
+  ln -sf "$(cd "$(dirname "$nccl")" && pwd)/libnccl.so.2" "$root/lib/libnccl.so.2"
+  ln -sf libnccl.so.2 "$root/lib/libnccl.so"
+}
+
 install_wheels
 root="$("$dest/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13"
 link_tree "$root"
+link_nccl "$root"
 build_stub
 "$root/bin/nvcc" --version | tail -n 2 >&2
 

@@ -10,7 +10,8 @@ pub enum DeviceKind {
     /// The host CPU (always available).
     #[default]
     Cpu,
-    /// The first CUDA GPU (needs a build with `--features cuda`).
+    /// A CUDA GPU (needs a build with `--features cuda`): GPU 0, or the
+    /// rank's local rank under data parallelism.
     Cuda,
 }
 
@@ -23,11 +24,12 @@ impl DeviceKind {
         }
     }
 
-    /// Opens the device; for CUDA, GPU 0 (see [`cuda_unavailable`] for the error).
+    /// Opens the device; for CUDA, GPU `local rank` (0 with one process; see
+    /// [`cuda_unavailable`] for the error).
     pub fn open(self) -> Result<Device> {
         match self {
             DeviceKind::Cpu => Ok(Device::Cpu),
-            DeviceKind::Cuda => Device::new_cuda(0).map_err(|e| {
+            DeviceKind::Cuda => Device::new_cuda(crate::dist::current().local_rank()).map_err(|e| {
                 // Candle appends a backtrace when RUST_BACKTRACE is set; the first line says it all.
                 let cause = e.to_string();
                 cuda_unavailable(cause.lines().next().unwrap_or_default().trim_end_matches('('))

@@ -23,11 +23,14 @@
 //!   and its aggregations, micro-batched gradient accumulation.
 //! - [`packing`]: micro-batches as a token budget (several sequences per row, no padding).
 //! - [`malloc`]: glibc allocator settings for training's large, short-lived tensors.
+//! - [`dist`]: data parallelism over MPI ranks (gradients summed in rank
+//!   order, per-rank shares of groups and rows).
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
 pub mod checkpoint;
 pub mod config;
 pub mod device;
+pub mod dist;
 pub mod error;
 pub mod generate;
 pub mod gguf;

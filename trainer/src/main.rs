@@ -80,6 +80,9 @@ enum Command {
     PracticeRepo(cli::practice::Args),
     /// Check the CUDA kernels against their CPU references (needs --features cuda and a GPU).
     Selftest(cli::selftest::Args),
+    /// Data parallelism's check (run it under mpirun): each loss aggregation's and SFT's
+    /// gradient and update with the ranks against one process's, on the same episodes.
+    DistCheck(cli::dist_check::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -92,7 +95,19 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
-    match cli.command {
+    let launch = trainer::dist::launch::init()?;
+    let result = run(cli.command);
+    if let Err(e) = &result {
+        launch.fail(e);
+    }
+    drop(launch);
+    result
+}
+
+/// Runs one subcommand.
+fn run(command: Command) -> anyhow::Result<()> {
+    only_data_parallel_commands_under_a_launcher(&command)?;
+    match command {
         Command::InitTiny(args) => cli::init_tiny::run(args),
         Command::ImportGguf(args) => cli::import_gguf::run(args),
         Command::Score(args) => cli::score::run(args),
@@ -115,5 +130,19 @@ fn main() -> anyhow::Result<()> {
         Command::PracticeRepo(args) => cli::practice::run(args),
         Command::Selftest(args) => cli::selftest::run(args),
         Command::Bench(cmd) => cli::bench::run(cmd),
+        Command::DistCheck(args) => cli::dist_check::run(args),
     }
+}
+
+/// Under `mpirun`/`srun` with several ranks, only the data-parallel
+/// commands run: any other would run N times over the same files.
+fn only_data_parallel_commands_under_a_launcher(command: &Command) -> anyhow::Result<()> {
+    let dist = trainer::dist::current();
+    let parallel = matches!(command, Command::Train(_) | Command::Sft(_) | Command::DistCheck(_));
+    anyhow::ensure!(
+        dist.world() == 1 || parallel,
+        "started as one of {} ranks: only `train`, `sft` and `dist-check` run data-parallel; run this command as one process",
+        dist.world()
+    );
+    Ok(())
 }

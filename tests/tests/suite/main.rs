@@ -10,4 +10,6 @@ mod cli_rollout;
 mod cli_scaling;
 mod cli_synth;
 mod cli_train;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod serve_http;

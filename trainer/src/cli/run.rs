@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor, RngState, TrainState, FORMAT_VERSION};
+use trainer::dist;
 use trainer::optim::AdamW;
 use trainer::plan::PhaseKind;
 use trainer::run_config::RunConfig;
@@ -98,6 +99,8 @@ pub struct Run {
     /// `[model] chat_template`, written into each checkpoint's tokenizer_config.json.
     chat_template: Option<PathBuf>,
     keep_last: usize,
+    /// With several ranks, the hash of the parameters the last save compared.
+    saved_hash: std::cell::Cell<Option<u64>>,
 }
 
 /// The memory plan of `stage` against the device (or `--gpu-memory`),
@@ -138,7 +141,7 @@ impl Run {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last };
+        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, saved_hash: Default::default() };
         Ok((run, weights))
     }
 
@@ -150,13 +153,31 @@ impl Run {
         checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_hash, opts.allow_config_change)?;
         optimizer.import_from(&checkpoint::OptimizerFile::open(dir, &self.device)?)?;
         optimizer.sync_params_from_masters(vars)?;
-        eprintln!("resumed from {} at step {}", dir.display(), state.step);
+        if dist::current().rank() == 0 {
+            eprintln!("resumed from {} at step {}", dir.display(), state.step);
+        }
         Ok(Some(state))
     }
 
     /// Saves step `step` atomically (with the tokenizer, so the folder is a
-    /// complete model) and keeps the newest `keep_last`.
+    /// complete model) and keeps the newest `keep_last`. With several ranks
+    /// every rank calls it: their parameters must be rank 0's bit for bit,
+    /// their RNG streams go into the state (rank r's under `<name>.rank<r>`),
+    /// and rank 0 alone writes.
     pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW) -> Result<PathBuf> {
+        let dist = dist::current();
+        self.saved_hash.set(dist::reduce::check_same_parameters(&*dist, model, step)?);
+        let rngs = gather_rngs(&*dist, rngs)?;
+        if dist.rank() != 0 {
+            dist.barrier()?;
+            return Ok(self.dir.join(checkpoint::step_dir_name(step)));
+        }
+        let dir = self.write(step, rngs, data, model, optimizer)?;
+        dist.barrier()?;
+        Ok(dir)
+    }
+
+    fn write(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW) -> Result<PathBuf> {
         let state = TrainState {
             format_version: FORMAT_VERSION,
             step,
@@ -176,24 +197,82 @@ impl Run {
     }
 
     /// `<run>/metrics.jsonl` for appending, without the lines of steps after
-    /// `step` (they belong to steps that will be redone).
+    /// `step` (they belong to steps that will be redone). Rank 0 writes it;
+    /// other ranks get a file that writes nothing.
     pub fn metrics(&self, step: u64) -> Result<MetricsFile> {
-        let path = self.dir.join("metrics.jsonl");
-        truncate_metrics(&path, step)?;
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
-        Ok(MetricsFile { file, path })
+        if dist::current().rank() != 0 {
+            return Ok(MetricsFile { file: None, path: self.dir.join("metrics.jsonl") });
+        }
+        MetricsFile::append(&self.dir.join("metrics.jsonl"), step)
+    }
+
+    /// The parameter hash the last [`Run::save`] compared across ranks (as
+    /// hex; none with one process), taken: a step that saved nothing has none.
+    pub fn take_saved_hash(&self) -> Option<String> {
+        self.saved_hash.take().map(|h| format!("{h:016x}"))
+    }
+
+    /// With several ranks, `<run>/rank-<r>.jsonl`: what this rank did each
+    /// step (its share of the work, its pid, the parameter hash at a
+    /// checkpoint). None with one process.
+    pub fn rank_log(&self, step: u64) -> Result<Option<MetricsFile>> {
+        let dist = dist::current();
+        if dist.world() == 1 {
+            return Ok(None);
+        }
+        Ok(Some(MetricsFile::append(&self.dir.join(format!("rank-{}.jsonl", dist.rank())), step)?))
     }
 }
 
-/// A run's metrics.jsonl: one JSON line per step, flushed as written.
+/// The sampling stream of this rank, as a fresh run starts it: the seed's
+/// stream 0 on rank 0 (as with one process), stream r on rank r.
+pub fn rank_rng(seed: u64, dist: &dyn dist::Collective) -> rand_chacha::ChaCha8Rng {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    if dist.rank() > 0 {
+        rng.set_stream(dist.rank() as u64);
+    }
+    rng
+}
+
+/// The name rank r's RNG `name` has in a checkpoint: `name` on rank 0, `name.rank<r>` else.
+pub fn rank_key(name: &str, rank: usize) -> String {
+    if rank == 0 { name.to_string() } else { format!("{name}.rank{rank}") }
+}
+
+/// Every rank's RNG streams in one map ([`rank_key`] names).
+fn gather_rngs(dist: &dyn dist::Collective, rngs: BTreeMap<String, RngState>) -> Result<BTreeMap<String, RngState>> {
+    if dist.world() == 1 {
+        return Ok(rngs);
+    }
+    let all = dist::gather_json(dist, &rngs)?;
+    Ok(all.into_iter().enumerate().flat_map(|(r, m)| m.into_iter().map(move |(k, v)| (rank_key(&k, r), v))).collect())
+}
+
+/// How many ranks wrote a checkpoint's RNG `name` streams (1 + the
+/// `name.rank<r>` keys).
+pub fn ranks_in_state(state: &TrainState, name: &str) -> usize {
+    1 + state.rngs.keys().filter(|k| k.starts_with(&format!("{name}.rank"))).count()
+}
+
+/// A run's metrics.jsonl (or a rank's log): one JSON line per step, flushed
+/// as written; a file of `None` writes nothing.
 pub struct MetricsFile {
-    file: std::fs::File,
+    file: Option<std::fs::File>,
     path: PathBuf,
 }
 
 impl MetricsFile {
+    /// `path` for appending, without the lines of steps after `step`.
+    fn append(path: &Path, step: u64) -> Result<MetricsFile> {
+        truncate_metrics(path, step)?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+        Ok(MetricsFile { file: Some(file), path: path.to_path_buf() })
+    }
+
     pub fn write<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
-        writeln!(self.file, "{}", serde_json::to_string(row)?).and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
+        let Some(file) = &mut self.file else { return Ok(()) };
+        writeln!(file, "{}", serde_json::to_string(row)?).and_then(|_| file.flush()).with_context(|| format!("writing {}", self.path.display()))
     }
 }
 

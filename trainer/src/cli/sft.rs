@@ -92,8 +92,10 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
     let episodes = read_episodes(data)?;
     let (examples, report) = filter(&episodes, &cfg.sft.filter);
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
-    eprintln!("sft filter: {}", report.summary());
+    if trainer::dist::current().rank() == 0 {
+        std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
+        eprintln!("sft filter: {}", report.summary());
+    }
     anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
     let mut start = cfg.clone();
     if !cfg.sft.openings.is_empty() {
@@ -106,7 +108,9 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         }
     }
     let (end, held_rows) = train(&start, &examples, run_dir, opts)?;
-    if let RunEnd::Done(last) = &end {
+    // The held-out episodes are rolled out once, by rank 0.
+    let rank = trainer::dist::current().rank();
+    if let (RunEnd::Done(last), 0) = (&end, rank) {
         evaluate_heldout(&start, last, &examples, &held_rows, tasks, run_dir)?;
     }
     Ok(end)
@@ -147,7 +151,9 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
     let run_steps = total_steps(train_rows.len(), s.batch_rows, s.epochs);
     let total = opts.max_steps.unwrap_or(run_steps);
-    eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
+    if trainer::dist::current().rank() == 0 {
+        eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
+    }
 
     let (run, weights) = Run::open(cfg, run_dir, opts, s.keep_last, super::run::Stage::Sft)?;
     let device = run.device.clone();
@@ -160,10 +166,14 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
         cursor = state.data;
     }
     let mut metrics = run.metrics(trainer.step)?;
+    let mut rank_log = run.rank_log(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
     let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &trainer.model.tensors(), &trainer.optimizer);
     let bar = super::rollout::progress_bar(total, "sft steps");
+    if trainer.dist.rank() > 0 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     bar.set_position(trainer.step);
     while trainer.step < total {
         let Some((rows, next)) = batch_at(examples, &train_rows, s.batch_rows, s.seed, u64::MAX, cursor) else { break };
@@ -172,15 +182,21 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
         cursor = next;
         let last = trainer.step == total;
         if !held_rows.is_empty() && (last || (s.eval_every > 0 && trainer.step % s.eval_every == 0)) {
-            m.heldout_loss = Some(heldout_loss(&trainer.model, examples, &held_rows, s.micro_batching()?)?);
+            m.heldout_loss = Some(heldout_loss(&trainer.model, examples, &held_rows, s.micro_batching()?, &*trainer.dist)?);
         }
         metrics.write(&m)?;
         bar.set_position(trainer.step);
         bar.set_message(format!("loss {:.4}{}", m.loss, m.heldout_loss.map_or(String::new(), |h| format!(" held-out {h:.4}"))));
-        let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+        let interrupted = trainer::dist::any(&*trainer.dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
         if trainer.step % save_every == 0 || last || interrupted {
             let dir = save(&trainer, cursor)?;
             bar.println(format!("saved {}", dir.display()));
+        }
+        if let Some(log) = &mut rank_log {
+            let mine: Vec<usize> = rows[trainer::dist::share(&*trainer.dist, rows.len())].to_vec();
+            let line = serde_json::json!({"step": m.step, "rank": trainer.dist.rank(), "ranks": trainer.dist.world(), "pid": std::process::id(),
+                                          "rows": mine, "params_hash": run.take_saved_hash()});
+            log.write(&line)?;
         }
         if interrupted {
             bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");

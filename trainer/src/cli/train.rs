@@ -55,14 +55,15 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
         (Some(_), true) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
         _ => None,
     };
-    let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
+    let dist = trainer::dist::current();
+    let rng = super::run::rank_rng(cfg.sampling.seed, &*dist);
     let mut trainer = Trainer::new(cfg.clone(), &run.model_cfg, &weights, reference.as_ref(), rng)?;
     drop((weights, reference));
     trainer::malloc::release_free_memory();
     let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
     if let Some(state) = run.resume(args, &mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;
-        trainer.sampling_rng = state.rngs.get("sampling").context("state.json has no `sampling` RNG")?.restore()?;
+        trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
         sampler.cursor = state.data;
     }
 
@@ -72,10 +73,14 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     let tools = ToolRunner::new(cfg.env.tools.clone());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
     let mut metrics = run.metrics(trainer.step)?;
+    let mut rank_log = run.rank_log(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let total = args.max_steps.unwrap_or(cfg.train.steps);
     let save_every = args.save_every.unwrap_or(cfg.train.save_every).max(1);
     let bar = super::rollout::progress_bar(total, "steps");
+    if dist.rank() > 0 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     bar.set_position(trainer.step);
     let save = |trainer: &Trainer, cursor: DataCursor| {
         let rngs = [("sampling".to_string(), RngState::capture(&trainer.sampling_rng))].into();
@@ -96,10 +101,16 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
                 dir.display()
             );
         }
-        let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+        let interrupted = trainer::dist::any(&*dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
         if trainer.step % save_every == 0 || trainer.step == total || interrupted {
             let dir = save(&trainer, sampler.cursor)?;
             bar.println(format!("saved {}", dir.display()));
+        }
+        if let Some(log) = &mut rank_log {
+            let mine: Vec<&str> = batch[trainer::dist::share(&*dist, batch.len())].iter().map(|t| t.instance_id.as_str()).collect();
+            let line = serde_json::json!({"step": m.step, "rank": dist.rank(), "ranks": dist.world(), "pid": std::process::id(),
+                                          "tasks": mine, "episodes": m.rolled_out, "params_hash": run.take_saved_hash()});
+            log.write(&line)?;
         }
         if interrupted {
             bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
@@ -112,4 +123,27 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
         None => save(&trainer, sampler.cursor)?,
     };
     Ok(RunEnd::Done(last))
+}
+
+/// This rank's sampling stream from a checkpoint: its own when the
+/// checkpoint was written by as many ranks (exact resume); else, with a
+/// note, a stream derived from the seed, the step and the rank (the run
+/// continues, not bit for bit as it would have).
+fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn trainer::dist::Collective) -> Result<rand_chacha::ChaCha8Rng> {
+    let written = super::run::ranks_in_state(state, "sampling");
+    if written != dist.world() && dist.rank() == 0 {
+        eprintln!(
+            "resuming a checkpoint of {written} rank(s) with {} rank(s): the data order continues, the sampling streams of the ranks without one are derived afresh (not bitwise the run it would have been)",
+            dist.world()
+        );
+    }
+    match state.rngs.get(&super::run::rank_key("sampling", dist.rank())) {
+        Some(rng) => Ok(rng.restore()?),
+        None if dist.rank() == 0 => anyhow::bail!("state.json has no `sampling` RNG"),
+        None => {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ state.step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            rng.set_stream(dist.rank() as u64);
+            Ok(rng)
+        }
+    }
 }

@@ -200,6 +200,25 @@ pub fn accumulate_gradients(
     cfg: &GrpoLossConfig,
     micro: MicroBatching,
 ) -> Result<(Gradients, GrpoMetrics)> {
+    let totals = BatchTotals::of_mask(&batch.mask)?;
+    let (grads, sums, padding) = accumulate_share(model, params, batch, cfg, micro, totals)?;
+    let mut metrics = sums.metrics();
+    metrics.padding = padding;
+    Ok((grads, metrics))
+}
+
+/// [`accumulate_gradients`] of a share of a larger optimizer batch whose
+/// totals are `totals` (data parallelism: each rank's rows, the whole
+/// batch's row and token counts), returning the loss sums (to be added over
+/// the shares before [`LossSums::metrics`]) and the padding.
+pub fn accumulate_share(
+    model: &CausalLm,
+    params: &BTreeMap<String, Var>,
+    batch: &GrpoBatch,
+    cfg: &GrpoLossConfig,
+    micro: MicroBatching,
+    totals: BatchTotals,
+) -> Result<(Gradients, LossSums, Padding)> {
     cfg.validate()?;
     let (b, _) = batch.check()?;
     if cfg.beta != 0.0 && batch.ref_logprobs.is_none() {
@@ -211,7 +230,6 @@ pub fn accumulate_gradients(
     if cfg.rollout_correction == RolloutCorrection::Tis && batch.rollout_logprobs.is_none() {
         return Err(Error::invalid("grpo batch", "rollout_correction = \"tis\" needs the rollout's log-probs"));
     }
-    let totals = BatchTotals::of_mask(&batch.mask)?;
     // The mask on the host once: lengths, token counts and packed weights.
     let mask_rows = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
     let mut lengths = lengths_of_rows(&mask_rows);
@@ -242,9 +260,7 @@ pub fn accumulate_gradients(
             }
         }
     }
-    let mut metrics = acc.sums.metrics();
-    metrics.padding = acc.padding;
-    Ok((acc.grads, metrics))
+    Ok((acc.grads, acc.sums, acc.padding))
 }
 
 /// What the micro-batches of one optimizer batch add up.

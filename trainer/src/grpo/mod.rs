@@ -16,7 +16,7 @@ pub mod loss;
 pub use crate::model::recompute::Recompute;
 
 pub use accumulate::{
-    accumulate_gradients, backward_micro_batch, detached_logprobs, micro_batches, used_columns, GrpoBatch,
+    accumulate_gradients, accumulate_share, backward_micro_batch, detached_logprobs, micro_batches, used_columns, GrpoBatch,
     LogprobPass, OldLogprobs,
 };
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};

@@ -2,11 +2,15 @@
 //! the policy's own tokens only (system, user and tool-response tokens are
 //! masked), averaged over the batch's policy tokens, micro-batched with
 //! gradient accumulation, then the same clipping and AdamW as GRPO. One step
-//! reads top to bottom in [`SftTrainer::step`].
+//! reads top to bottom in [`SftTrainer::step`]. Data parallel
+//! ([`crate::dist`]): each rank takes its share of every batch's rows, the
+//! loss is normalized by the whole batch's policy tokens, and the gradients
+//! are summed over ranks before the same AdamW step everywhere.
 
 pub mod batches;
 pub mod config;
 
+use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
 use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LogprobPass};
 use crate::model::cache::Positions;
@@ -47,6 +51,14 @@ impl SftBatch {
             tokens: Tensor::from_vec(tokens, (rows.len(), width), device)?,
             mask: Tensor::from_vec(mask, (rows.len(), width), device)?,
         })
+    }
+
+    /// This rank's share of the rows ([`dist::share`]), cut after the last
+    /// column any of them trains on; `None` when it has no rows.
+    pub fn share(&self, dist: &dyn dist::Collective) -> Result<Option<SftBatch>> {
+        let (b, _) = self.tokens.dims2()?;
+        let mine = dist::share(dist, b);
+        Ok(if mine.is_empty() { None } else { Some(self.rows(mine.start, mine.len())?) })
     }
 
     /// Rows `start..start+n`, cut after the last column any of them trains on.
@@ -92,7 +104,19 @@ pub fn sft_gradients(
     micro: MicroBatching,
     recompute: Recompute,
 ) -> Result<(Gradients, f64)> {
-    let total = batch.policy_tokens()?;
+    sft_share_gradients(model, params, batch, micro, recompute, batch.policy_tokens()?)
+}
+
+/// [`sft_gradients`] of a share of a larger batch that holds `total` policy
+/// tokens (data parallelism: each rank's rows, the whole batch's count).
+pub fn sft_share_gradients(
+    model: &CausalLm,
+    params: &BTreeMap<String, Var>,
+    batch: &SftBatch,
+    micro: MicroBatching,
+    recompute: Recompute,
+    total: f64,
+) -> Result<(Gradients, f64)> {
     if total == 0.0 {
         return Err(Error::invalid("sft batch", "no policy tokens to learn from"));
     }
@@ -110,8 +134,17 @@ pub fn sft_gradients(
 }
 
 /// Mean cross-entropy over the policy tokens of `rows` (no gradients),
-/// micro-batched as `micro`.
-pub fn heldout_loss(model: &CausalLm, examples: &[SftExample], rows: &[usize], micro: MicroBatching) -> Result<f64> {
+/// micro-batched as `micro`; with several ranks each computes its share of
+/// the rows and the sums are added.
+pub fn heldout_loss(model: &CausalLm, examples: &[SftExample], rows: &[usize], micro: MicroBatching, dist: &dyn dist::Collective) -> Result<f64> {
+    let mut sums = heldout_sums(model, examples, &rows[dist::share(dist, rows.len())], micro)?;
+    dist::reduce::sum_f64(dist, &mut sums)?;
+    let [nll, count] = sums;
+    Ok(if count == 0.0 { f64::NAN } else { nll / count })
+}
+
+/// Negative log-likelihood and policy-token count of `rows`.
+fn heldout_sums(model: &CausalLm, examples: &[SftExample], rows: &[usize], micro: MicroBatching) -> Result<[f64; 2]> {
     let (mut nll, mut count) = (0.0, 0.0);
     let chunk = match micro {
         MicroBatching::Rows(n) => n.max(1),
@@ -125,7 +158,7 @@ pub fn heldout_loss(model: &CausalLm, examples: &[SftExample], rows: &[usize], m
         }
         count += batch.policy_tokens()?;
     }
-    Ok(if count == 0.0 { f64::NAN } else { nll / count })
+    Ok([nll, count])
 }
 
 /// The metrics line of one SFT step.
@@ -157,6 +190,8 @@ pub struct SftTrainer {
     max_grad_norm: f64,
     micro: MicroBatching,
     recompute: Recompute,
+    /// The ranks this trainer shares its steps with ([`dist::current`]).
+    pub dist: Dist,
 }
 
 impl SftTrainer {
@@ -179,21 +214,34 @@ impl SftTrainer {
             max_grad_norm: o.max_grad_norm,
             micro: cfg.sft.micro_batching()?,
             recompute: cfg.sft.recompute,
+            dist: dist::current(),
         })
     }
 
-    /// One SFT step: cross-entropy gradients -> clip -> AdamW.
+    /// Mean cross-entropy over `batch` (the whole step's rows) and its
+    /// gradients: this rank's share of the rows normalized by the whole
+    /// batch's policy tokens, summed over ranks.
+    pub fn gradients(&self, batch: &SftBatch) -> Result<(Gradients, f64)> {
+        let total = batch.policy_tokens()?;
+        let (mut grads, loss) = match batch.share(&*self.dist)? {
+            Some(mine) if self.dist.world() > 1 => sft_share_gradients(&self.model, &self.vars, &mine, self.micro, self.recompute, total)?,
+            Some(_) => sft_gradients(&self.model, &self.vars, batch, self.micro, self.recompute)?,
+            None if total == 0.0 => return Err(Error::invalid("sft batch", "no policy tokens to learn from")),
+            None => (Gradients::default(), 0.0),
+        };
+        dist::reduce::sum_gradients(&*self.dist, &self.vars, &mut grads)?;
+        let mut loss = [loss];
+        dist::reduce::sum_f64(&*self.dist, &mut loss)?;
+        Ok((grads, loss[0]))
+    }
+
+    /// One SFT step on `batch` (the whole step's rows; with several ranks
+    /// this rank trains on its share): cross-entropy gradients -> sum over
+    /// ranks -> clip -> AdamW.
     pub fn step(&mut self, batch: &SftBatch, epoch: u64) -> Result<SftStepMetrics> {
         let t0 = Instant::now();
-        let (mut grads, loss) = sft_gradients(&self.model, &self.vars, batch, self.micro, self.recompute)?;
-        let grad_norm = if self.max_grad_norm > 0.0 { grads.clip_global_norm(self.max_grad_norm)? } else { grads.global_norm()? };
-        let lr = self.lr * self.schedule.factor(self.step);
-        let skipped = !grad_norm.is_finite() || !loss.is_finite();
-        if skipped {
-            tracing::warn!(step = self.step + 1, grad_norm, "non-finite loss or gradient: update skipped");
-        } else {
-            self.optimizer.step(&self.vars, &grads, lr)?;
-        }
+        let (grads, loss) = self.gradients(batch)?;
+        let (grad_norm, lr, skipped) = self.apply(grads, loss)?;
         self.step += 1;
         let (b, t) = batch.tokens.dims2()?;
         Ok(SftStepMetrics {
@@ -208,5 +256,20 @@ impl SftTrainer {
             seconds: t0.elapsed().as_secs_f64(),
             skipped,
         })
+    }
+
+    /// Clip (or measure) the gradients, then AdamW at this step's learning
+    /// rate, unless the loss or the norm is NaN/inf. Returns the norm before
+    /// clipping, the learning rate and whether the update was skipped.
+    pub fn apply(&mut self, mut grads: Gradients, loss: f64) -> Result<(f64, f64, bool)> {
+        let grad_norm = if self.max_grad_norm > 0.0 { grads.clip_global_norm(self.max_grad_norm)? } else { grads.global_norm()? };
+        let lr = self.lr * self.schedule.factor(self.step);
+        let skipped = !grad_norm.is_finite() || !loss.is_finite();
+        if skipped {
+            tracing::warn!(step = self.step + 1, grad_norm, "non-finite loss or gradient: update skipped");
+        } else {
+            self.optimizer.step(&self.vars, &grads, lr)?;
+        }
+        Ok((grad_norm, lr, skipped))
     }
 }

@@ -1,7 +1,7 @@
 //! Episodes -> the right-padded tensors of one GRPO optimizer batch.
 
 use crate::error::Result;
-use crate::grpo::{GrpoBatch, OldLogprobs};
+use crate::grpo::{BatchTotals, GrpoBatch, OldLogprobs};
 use candle_core::{Device, Tensor};
 use rollout::episode::{Episode, StopReason};
 
@@ -33,4 +33,17 @@ pub fn build_batch(episodes: &[Episode], kept: &[usize], advantages: &[f32], mas
         ref_logprobs: None,
         rollout_logprobs: Some(Tensor::from_vec(rollout, (kept.len(), width), device)?),
     })
+}
+
+/// The totals of the batch of rows `kept` (rows and policy tokens, masked as
+/// [`build_batch`] masks them), without building it: what every rank's share
+/// is normalized by under data parallelism.
+pub fn totals(episodes: &[Episode], kept: &[usize], mask_truncated: bool) -> BatchTotals {
+    let tokens = kept
+        .iter()
+        .map(|&i| &episodes[i])
+        .filter(|e| !(mask_truncated && is_truncated(e)))
+        .map(|e| e.loss_mask.iter().filter(|&&m| m == 1).count() as f64)
+        .sum();
+    BatchTotals { rows: kept.len(), tokens }
 }

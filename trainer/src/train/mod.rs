@@ -1,14 +1,25 @@
 //! GRPO training: one step reads top to bottom in [`Trainer::step`]:
 //! sample tasks -> rollouts -> rewards -> advantages -> batch -> gradients
 //! (micro-batched) -> clip -> AdamW -> metrics.
+//!
+//! Data parallel ([`crate::dist`]): each rank rolls out its share of the
+//! step's groups, the episodes are gathered so every rank sees the whole
+//! batch (advantages, totals and metrics as one process computes them), each
+//! rank computes the gradients of its own rows, the gradients are summed,
+//! and every rank applies the same AdamW step.
 
 pub mod batch;
 pub mod config;
 pub mod sampler;
 
+use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
-use crate::grpo::{accumulate_gradients, detached_logprobs, group_advantages, ClipRange, EntropyMetric, GrpoLossConfig, GrpoMetrics, OldLogprobs};
+use crate::grpo::{
+    accumulate_share, detached_logprobs, group_advantages, Advantages, BatchTotals, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig, GrpoMetrics,
+    OldLogprobs,
+};
+use crate::optim::Gradients;
 use crate::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
@@ -67,6 +78,12 @@ pub struct StepMetrics {
     pub tokens_per_second: f64,
     /// The loss or gradient was NaN/inf: no update was applied.
     pub skipped: bool,
+    /// Data-parallel ranks (absent with one process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<usize>,
+    /// Episodes this rank rolled out (its share of the groups).
+    #[serde(skip)]
+    pub rolled_out: usize,
 }
 
 /// Share of `episodes` that stopped for `reason`.
@@ -87,6 +104,8 @@ pub struct Trainer {
     pub optimizer: AdamW,
     pub sampling_rng: ChaCha8Rng,
     pub step: u64,
+    /// The ranks this trainer shares its steps with ([`dist::current`]).
+    pub dist: Dist,
 }
 
 impl Trainer {
@@ -115,7 +134,7 @@ impl Trainer {
             &vars,
             AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
         )?;
-        Ok(Trainer { cfg, vars, model, sampler_view, reference, optimizer, sampling_rng, step: 0 })
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, optimizer, sampling_rng, step: 0, dist: dist::current() })
     }
 
     fn loss_config(&self) -> GrpoLossConfig {
@@ -134,11 +153,15 @@ impl Trainer {
         }
     }
 
-    /// One GRPO step on `tasks` (B tasks, G episodes each).
+    /// One GRPO step on `tasks` (B tasks, G episodes each; with several
+    /// ranks, this rank rolls out its share of the tasks).
     pub fn step(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<StepMetrics> {
         let t0 = Instant::now();
-        let episodes = self.rollouts(env, tasks)?;
-        let rollout_secs = t0.elapsed().as_secs_f64();
+        let mine = dist::share(&*self.dist, tasks.len());
+        let local = self.rollouts(env, &tasks[mine])?;
+        let rolled_out = local.len();
+        let episodes = dist::gather_concat(&*self.dist, local)?;
+        let rollout_secs = self.slowest(t0.elapsed().as_secs_f64())?;
         let t1 = Instant::now();
         let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
         let g = &self.cfg.grpo;
@@ -150,13 +173,13 @@ impl Trainer {
             tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
             (GrpoMetrics::empty(), 0.0, false)
         } else {
-            self.update(&episodes, &adv.kept_rows, &adv.values, lr)?
+            self.update(&episodes, &adv, lr)?
         };
         self.step += 1;
         let summary = Summary::of(&episodes);
         let tokens: usize = episodes.iter().map(|e| e.tokens.len()).sum();
         let policy_tokens: usize = episodes.iter().map(|e| e.policy_tokens()).sum();
-        let update_secs = t1.elapsed().as_secs_f64();
+        let update_secs = self.slowest(t1.elapsed().as_secs_f64())?;
         Ok(StepMetrics {
             step: self.step,
             reward: adv.reward_mean,
@@ -185,38 +208,90 @@ impl Trainer {
             seconds_update: update_secs,
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
+            ranks: (self.dist.world() > 1).then_some(self.dist.world()),
+            rolled_out,
         })
     }
 
-    /// The optimizer update(s) on the kept rows: clipped loss (+KL), gradients
-    /// accumulated over micro-batches, clip, AdamW, `num_iterations` times.
-    /// Returns the last iteration's metrics, its gradient norm and whether it
-    /// was skipped as non-finite.
-    fn update(&mut self, episodes: &[rollout::episode::Episode], rows: &[usize], advantages: &[f32], lr: f64) -> Result<(GrpoMetrics, f64, bool)> {
-        let g = &self.cfg.grpo;
-        let device = self.model.device().clone();
-        let mut batch = batch::build_batch(episodes, rows, advantages, self.cfg.train.mask_truncated, &device)?;
-        let loss_cfg = self.loss_config();
-        let micro = self.cfg.train.micro_batching()?;
-        if let Some(r) = &self.reference {
-            batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, &batch.mask, loss_cfg.temperature, micro)?);
-        }
-        if g.num_iterations > 1 {
-            batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, &batch.mask, loss_cfg.temperature, micro)?);
-        }
+    /// The slowest rank's `seconds` (this rank's alone with one process).
+    fn slowest(&self, seconds: f64) -> Result<f64> {
+        let mut s = [seconds];
+        dist::reduce::max_f64(&*self.dist, &mut s)?;
+        Ok(s[0])
+    }
+
+    /// The optimizer update(s) on the kept rows of `episodes` (the whole
+    /// step's, every rank's): clipped loss (+KL) over this rank's share of
+    /// the rows with the whole batch's totals, gradients accumulated over
+    /// micro-batches and summed over ranks, clip, AdamW, `num_iterations`
+    /// times. Returns the last iteration's metrics, its gradient norm and
+    /// whether it was skipped as non-finite.
+    pub fn update(&mut self, episodes: &[rollout::episode::Episode], adv: &Advantages, lr: f64) -> Result<(GrpoMetrics, f64, bool)> {
+        let (batch, totals) = self.own_batch(episodes, adv)?;
         let mut last = None;
-        for _ in 0..g.num_iterations.max(1) {
-            let (mut grads, metrics) = accumulate_gradients(&self.model, &self.vars, &batch, &loss_cfg, micro)?;
-            let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
-            let skipped = !norm.is_finite() || !metrics.loss.is_finite();
+        for _ in 0..self.cfg.grpo.num_iterations.max(1) {
+            let (grads, metrics) = self.gradients(&batch, totals)?;
+            let (norm, skipped) = self.apply(grads, metrics.loss, lr)?;
             last = Some((metrics, norm, skipped));
             if skipped {
-                tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
                 break;
             }
-            self.optimizer.step(&self.vars, &grads, lr)?;
         }
         Ok(last.expect("at least one iteration"))
+    }
+
+    /// Clip (or measure) the gradients, then AdamW, unless the loss or the
+    /// norm is NaN/inf. Returns the norm before clipping and whether the
+    /// update was skipped.
+    pub fn apply(&mut self, mut grads: Gradients, loss: f64, lr: f64) -> Result<(f64, bool)> {
+        let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
+        let skipped = !norm.is_finite() || !loss.is_finite();
+        if skipped {
+            tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
+        } else {
+            self.optimizer.step(&self.vars, &grads, lr)?;
+        }
+        Ok((norm, skipped))
+    }
+
+    /// This rank's rows of the step's batch (with reference and old
+    /// log-probs when the loss needs them) and the whole batch's totals.
+    pub fn own_batch(&self, episodes: &[rollout::episode::Episode], adv: &Advantages) -> Result<(GrpoBatch, BatchTotals)> {
+        let g = &self.cfg.grpo;
+        let device = self.model.device().clone();
+        let totals = batch::totals(episodes, &adv.kept_rows, self.cfg.train.mask_truncated);
+        let (rows, values) = self.own_rows(episodes.len(), adv);
+        let mut batch = batch::build_batch(episodes, &rows, &values, self.cfg.train.mask_truncated, &device)?;
+        let (temperature, micro) = (self.loss_config().temperature, self.cfg.train.micro_batching()?);
+        if !rows.is_empty() {
+            if let Some(r) = &self.reference {
+                batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, &batch.mask, temperature, micro)?);
+            }
+            if g.num_iterations > 1 {
+                batch.old_logprobs = OldLogprobs::Stored(detached_logprobs(&self.sampler_view, &batch.tokens, &batch.mask, temperature, micro)?);
+            }
+        }
+        Ok((batch, totals))
+    }
+
+    /// The gradients of the whole batch: this rank's rows with the batch's
+    /// totals, summed over ranks, with the loss metrics added over ranks.
+    pub fn gradients(&self, batch: &GrpoBatch, totals: BatchTotals) -> Result<(Gradients, GrpoMetrics)> {
+        let (mut grads, sums, padding) = accumulate_share(&self.model, &self.vars, batch, &self.loss_config(), self.cfg.train.micro_batching()?, totals)?;
+        dist::reduce::sum_gradients(&*self.dist, &self.vars, &mut grads)?;
+        let (sums, padding) = dist::reduce::sum_loss_sums(&*self.dist, &sums, padding)?;
+        let mut metrics = sums.metrics();
+        metrics.padding = padding;
+        Ok((grads, metrics))
+    }
+
+    /// This rank's kept rows (episodes of its share of the groups) and their
+    /// advantages.
+    fn own_rows(&self, episodes: usize, adv: &Advantages) -> (Vec<usize>, Vec<f32>) {
+        let group = self.cfg.rollout.group.max(1);
+        let groups = dist::share(&*self.dist, episodes / group);
+        let mine = groups.start * group..groups.end * group;
+        adv.kept_rows.iter().zip(&adv.values).filter(|(r, _)| mine.contains(r)).map(|(&r, &v)| (r, v)).unzip()
     }
 
     /// G episodes per task with the current weights; the sampling RNG is

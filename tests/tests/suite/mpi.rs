@@ -1,0 +1,217 @@
+//! Data parallelism under `mpirun -n 2 --oversubscribe` (feature `mpi` of
+//! this crate; `scripts/test-mpi.sh` installs OpenMPI, builds `fusegrpo`
+//! with `--features mpi` and runs these): the ranks' gradients and updates
+//! against one process's, a 3-step GRPO run on the demo's inputs, kill -9 of
+//! a rank and an exact resume, a raising rank, resuming across world sizes,
+//! and SFT split across ranks.
+
+use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `mpirun -n <ranks> fusegrpo <args>` (one thread per rank: the two ranks
+/// share this machine's cores).
+fn mpirun(ranks: usize, args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-n", &ranks.to_string(), "--oversubscribe", "-x", "RAYON_NUM_THREADS=1", "-x", "FUSEGRPO_LOG=warn"])
+        .arg(fusegrpo_bin())
+        .args(args)
+        // CI runs as root; OpenMPI refuses root unless told.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd
+}
+
+fn mpirun_ok(ranks: usize, args: &[&str]) -> Output {
+    let out = mpirun(ranks, args).output().expect("spawn mpirun (is OpenMPI installed? scripts/test-mpi.sh)");
+    assert!(out.status.success(), "mpirun -n {ranks} fusegrpo {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The demo's inputs (the practice repository, its tasks from history, the
+/// demo's tiny random Qwen3) and a GRPO config for 3 steps of 4 tasks x 4
+/// episodes, saving every step. The random model never answers, so the
+/// weights move by weight decay and the KL term (beta > 0, two iterations
+/// per step), as in the single-process resume test.
+fn demo_world(dir: &Path) -> PathBuf {
+    let (repos, tasks, model) = (dir.join("repos"), dir.join("tasks.jsonl"), dir.join("model"));
+    fusegrpo_ok(&["practice-repo", "--out", repos.to_str().unwrap(), "--seed", "0"]);
+    fusegrpo_ok(&["tasks", "from-history", "--repo", "practice/shop", "--repos-dir", repos.to_str().unwrap(), "--out", tasks.to_str().unwrap()]);
+    fusegrpo_ok(&[
+        "init-tiny", "--out", model.to_str().unwrap(), "--small-vocab", "8192", "--seed", "0", "--hidden-size", "128", "--intermediate-size", "384",
+        "--layers", "4", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--corpus-repo", "practice/shop", "--repos-dir", repos.to_str().unwrap(),
+    ]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"mpi\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n\
+         [env.tools]\nmax_grep_matches = 6\nmax_read_lines = 14\nmax_output_bytes = 700\nmax_line_chars = 80\n\
+         [episode]\nmax_turns = 3\nmax_turn_tokens = 48\nmax_total_tokens = 2048\n\
+         [sampling]\ntemperature = 0.7\nseed = 0\n[rollout]\ngroup = 4\n\
+         [train]\ntasks = \"tasks.jsonl\"\nsteps = 3\ntasks_per_step = 4\nmicro_batch_rows = 2\nsave_every = 1\nkeep_last = 5\nmask_truncated = false\n\
+         [grpo]\nbeta = 0.04\nnum_iterations = 2\naggregation = \"dapo\"\nzero_std_groups = \"keep\"\n\
+         [optim]\nlr = 1e-4\nweight_decay = 0.1\nmax_grad_norm = 1.0\n\
+         [sft]\nepochs = 1\nbatch_rows = 4\nmicro_batch_rows = 2\nlr = 1e-3\nheldout_fraction = 0.2\neval_every = 2\neval_tasks = 0\nsave_every = 2\n",
+    )
+    .unwrap();
+    cfg
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn file(run: &Path, step: u64, name: &str) -> Vec<u8> {
+    std::fs::read(run.join(format!("step_{step:08}")).join(name)).unwrap()
+}
+
+/// Metrics lines without the timings (they differ between runs).
+fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    rows.into_iter()
+        .map(|mut r| {
+            for k in ["seconds_rollout", "seconds_update", "tokens_per_second"] {
+                r.as_object_mut().unwrap().remove(k);
+            }
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn two_ranks_match_one_process_for_every_aggregation_and_sft() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    // The scripted teacher's varied trajectories: rewards spread within groups.
+    let eps = tmp.path().join("eps.jsonl");
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "4", "--max-tasks", "3", "--out", s(&eps)]);
+    let cases = tmp.path().join("cases.json");
+    let out = mpirun_ok(2, &["dist-check", "--config", s(&cfg), "--episodes", s(&eps), "--group", "4", "--out", s(&cases)]);
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 0 of 2: groups 0..2 of 3") && err.contains("rank 1 of 2: groups 2..3 of 3"), "{err}");
+    let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&cases).unwrap()).unwrap();
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "sft"]);
+    for c in &cases {
+        assert!(c["grad_norm"].as_f64().unwrap() > 0.0, "a case with no gradient proves nothing: {c}");
+        assert!(c["grad_rel"].as_f64().unwrap() <= 1e-6, "{c}");
+        assert!(c["update_rel"].as_f64().unwrap() <= 1e-6, "{c}");
+    }
+}
+
+#[test]
+fn grpo_on_two_ranks_shares_groups_survives_kill_9_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    let straight = tmp.path().join("straight");
+    mpirun_ok(2, &["train", "--config", s(&cfg), "--out", s(&straight)]);
+
+    // Rank 0 wrote the metrics; each rank logged its share of every step.
+    let metrics = read_jsonl(&straight.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 3);
+    assert!(metrics.iter().all(|m| m["ranks"] == 2 && m["grad_norm"].as_f64().unwrap() > 0.0), "{metrics:?}");
+    let (r0, r1) = (read_jsonl(&straight.join("rank-0.jsonl")), read_jsonl(&straight.join("rank-1.jsonl")));
+    assert_eq!((r0.len(), r1.len()), (3, 3));
+    for (a, b) in r0.iter().zip(&r1) {
+        let (ta, tb) = (a["tasks"].as_array().unwrap(), b["tasks"].as_array().unwrap());
+        assert_eq!((ta.len(), tb.len()), (2, 2), "4 tasks a step, 2 groups a rank: {a} {b}");
+        assert!(ta.iter().all(|t| !tb.contains(t)), "a group rolled out twice: {a} {b}");
+        assert_eq!((a["episodes"].as_u64(), b["episodes"].as_u64()), (Some(8), Some(8)), "2 groups of 4 episodes each");
+        // Every step saved: both ranks compared their parameters, bit for bit.
+        assert!(a["params_hash"].is_string() && a["params_hash"] == b["params_hash"], "{a} {b}");
+    }
+    assert_ne!(r0[0]["params_hash"], r0[2]["params_hash"], "the weights moved");
+
+    // kill -9 of rank 1 mid-run: the job ends soon, naming it.
+    let killed = tmp.path().join("killed");
+    let mut job = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let log = killed.join("rank-1.jsonl");
+    let t0 = Instant::now();
+    while !log.exists() || read_jsonl(&log).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(300), "rank 1 never finished a step");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = read_jsonl(&log)[0]["pid"].as_u64().unwrap();
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    let killed_at = Instant::now();
+    let out = job.wait_with_output().unwrap();
+    let ended = killed_at.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("kill -9 of rank 1 (pid {pid}): job ended after {:.1} s, exit {:?}", ended.as_secs_f64(), out.status.code());
+    assert!(ended < Duration::from_secs(60), "the job took {ended:?} to end");
+    assert!(!out.status.success());
+    assert!(err.contains("rank 1"), "the failing rank is named: {err}");
+
+    // --resume auto under mpirun reaches step 3 with the straight run's bits.
+    mpirun_ok(2, &["train", "--config", s(&cfg), "--out", s(&killed), "--resume", "auto"]);
+    for name in ["model.safetensors", "optimizer.safetensors"] {
+        assert!(file(&killed, 3, name) == file(&straight, 3, name), "{name} of the resumed run differs");
+    }
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), without_timings(metrics));
+}
+
+#[test]
+fn a_rank_that_raises_ends_the_job_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    // One task of four at a commit the repository lacks: whichever rank
+    // rolls it out fails while the other waits in the all-gather.
+    let tasks = tmp.path().join("tasks.jsonl");
+    let mut rows: Vec<serde_json::Value> = read_jsonl(&tasks).into_iter().take(4).collect();
+    rows[2]["base_commit"] = serde_json::json!("0".repeat(40));
+    std::fs::write(&tasks, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let t0 = Instant::now();
+    let out = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&tmp.path().join("run"))]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("raising rank: job ended after {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(!out.status.success());
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(err.contains(" of 2: error: ") && err.contains("not found"), "{err}");
+    assert!(!tmp.path().join("run/step_00000001").exists(), "no checkpoint from a failed step");
+}
+
+#[test]
+fn checkpoints_resume_across_world_sizes_and_sft_splits_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    // 2 ranks -> 1 process.
+    let a = tmp.path().join("a");
+    mpirun_ok(2, &["train", "--config", s(&cfg), "--out", s(&a), "--max-steps", "2"]);
+    let out = fusegrpo_resume(&cfg, &a);
+    assert!(out.contains("checkpoint of 2 rank(s) with 1 rank(s)"), "{out}");
+    assert_eq!(read_jsonl(&a.join("metrics.jsonl")).len(), 3);
+    assert!(a.join("step_00000003/DONE").exists());
+    // 1 process -> 2 ranks.
+    let b = tmp.path().join("b");
+    fusegrpo_ok(&["train", "--config", s(&cfg), "--out", s(&b), "--max-steps", "2"]);
+    let out = mpirun_ok(2, &["train", "--config", s(&cfg), "--out", s(&b), "--resume", "auto"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checkpoint of 1 rank(s) with 2 rank(s)"));
+    assert!(b.join("step_00000003/DONE").exists());
+    assert_eq!(read_jsonl(&b.join("rank-1.jsonl")).len(), 1, "rank 1 ran step 3 only");
+
+    // SFT: each rank trains on its share of every batch's rows.
+    let eps = tmp.path().join("eps.jsonl");
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "2", "--max-tasks", "10", "--out", s(&eps)]);
+    let sft = tmp.path().join("sft");
+    mpirun_ok(2, &["sft", "--config", s(&cfg), "--data", s(&eps), "--out", s(&sft)]);
+    let m = read_jsonl(&sft.join("metrics.jsonl"));
+    assert!(!m.is_empty() && m.iter().all(|r| r["loss"].as_f64().unwrap().is_finite()));
+    assert!(m.iter().any(|r| r["heldout_loss"].is_number()));
+    let (r0, r1) = (read_jsonl(&sft.join("rank-0.jsonl")), read_jsonl(&sft.join("rank-1.jsonl")));
+    assert_eq!(r0.len(), m.len());
+    for (x, y) in r0.iter().zip(&r1) {
+        let (rx, ry) = (x["rows"].as_array().unwrap(), y["rows"].as_array().unwrap());
+        assert!(!rx.is_empty() && !ry.is_empty() && rx.iter().all(|r| !ry.contains(r)), "{x} {y}");
+    }
+    let saved: Vec<_> = r0.iter().zip(&r1).filter(|(x, _)| x["params_hash"].is_string()).collect();
+    assert!(!saved.is_empty() && saved.iter().all(|(x, y)| x["params_hash"] == y["params_hash"]));
+}
+
+/// `fusegrpo train --resume auto` as one process; its stderr.
+fn fusegrpo_resume(cfg: &Path, run: &Path) -> String {
+    let out = Command::new(fusegrpo_bin()).args(["train", "--config", s(cfg), "--out", s(run), "--resume", "auto"]).env("FUSEGRPO_LOG", "warn").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}

@@ -1,0 +1,71 @@
+//! `fusegrpo dist-check`: data parallelism's own check, run under the
+//! launcher a real run uses (`mpirun -n N fusegrpo dist-check ...`): each
+//! loss aggregation's and SFT's gradient and AdamW update with the ranks
+//! against one process's on the same episodes (rank 0 computes both), within
+//! 1e-6 relative. Episodes from `--episodes` (`fusegrpo rollout --out`) or
+//! random ones over the model's vocabulary.
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use trainer::dist::{self, check};
+use trainer::run_config::RunConfig;
+use trainer::weights::load_weights;
+use trainer::ModelConfig;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run configuration: its model, [grpo], [train] micro-batching, [optim] and group size.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Episodes (JSONL of `fusegrpo rollout --out`), groups of `rollout.group` in order.
+    #[arg(long)]
+    pub episodes: Option<PathBuf>,
+    /// Episodes per group (default: the config's rollout.group).
+    #[arg(long)]
+    pub group: Option<usize>,
+    /// Without --episodes: this many random groups.
+    #[arg(long, default_value_t = 6)]
+    pub groups: usize,
+    /// Seed of the random episodes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write rank 0's cases as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let mut cfg = RunConfig::from_file(&args.config)?;
+    if let Some(g) = args.group {
+        anyhow::ensure!(g > 0, "--group: must be at least 1");
+        cfg.rollout.group = g;
+    }
+    let dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let model_cfg = ModelConfig::from_file(&dir.join("config.json"))?;
+    let device = cfg.model.device.open()?;
+    let weights = load_weights(&dir, &model_cfg, cfg.model.dtype.into(), &device)?;
+    let episodes = match &args.episodes {
+        Some(path) => super::sft::read_episodes(path)?,
+        None => check::synthetic_episodes(model_cfg.vocab_size, args.groups, cfg.rollout.group, args.seed),
+    };
+    let group = cfg.rollout.group.max(1);
+    anyhow::ensure!(
+        !episodes.is_empty() && episodes.len() % group == 0,
+        "{} episodes do not make whole groups of rollout.group = {group}",
+        episodes.len()
+    );
+    let d = dist::current();
+    let groups = episodes.len() / group;
+    eprintln!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups));
+    let cases = check::run(&d, &cfg, &model_cfg, &weights, &episodes)?;
+    if d.rank() != 0 {
+        return Ok(());
+    }
+    print!("{}", check::table(&cases, &*d));
+    if let Some(out) = &args.out {
+        std::fs::write(out, serde_json::to_string_pretty(&cases)?).with_context(|| format!("writing {}", out.display()))?;
+    }
+    let failed: Vec<&str> = cases.iter().filter(|c| !c.passed()).map(|c| c.name.as_str()).collect();
+    anyhow::ensure!(failed.is_empty(), "dist-check: {} beyond {:.0e}: {}", failed.len(), check::TOLERANCE, failed.join(", "));
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Gradients summed on the GPUs by NCCL (feature `nccl`): the communicator
+//! is built once, at the first sum, from rank 0's NCCL unique id handed to
+//! the other ranks over MPI (as NVIDIA's nccl-tests do); each bucket of f32
+//! gradients is all-reduced in place on the device. NCCL's ring and tree
+//! all-reduce give every rank the same bits, which the parameter hash at
+//! every checkpoint checks. bf16 parameters keep f32 gradients, f32 sums
+//! and f32 AdamW masters.
+
+use super::Collective;
+use crate::error::{Error, Result};
+use crate::optim::Gradients;
+use candle_core::cuda_backend::cudarc::nccl::{Comm, Id, ReduceOp};
+use candle_core::cuda_backend::CudaDType;
+use candle_core::op::BackpropOp;
+use candle_core::{CudaDevice, DType, Device, Storage, Tensor, Var};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The process's communicator: built by the first sum, used from the main
+/// thread only (the training loop's).
+struct Group {
+    comm: Comm,
+    device: CudaDevice,
+}
+
+// SAFETY: NCCL calls are made from the main thread only; the lock orders them.
+unsafe impl Send for Group {}
+
+static GROUP: OnceLock<Mutex<Group>> = OnceLock::new();
+
+fn nccl_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::invalid("NCCL", format!("{what}: {e:?} (is libnccl.so.2 on LD_LIBRARY_PATH? NCCL_DEBUG=INFO tells more)"))
+}
+
+/// The communicator over every rank, on this rank's GPU: rank 0 makes the
+/// unique id, the all-gather over MPI hands it to the others.
+fn group(dist: &dyn Collective, device: &CudaDevice) -> Result<&'static Mutex<Group>> {
+    if let Some(g) = GROUP.get() {
+        return Ok(g);
+    }
+    let id = if dist.rank() == 0 { Some(Id::new().map_err(|e| nccl_error("ncclGetUniqueId", e))?) } else { None };
+    let mine: Vec<u8> = id.as_ref().map(|id| id.internal().iter().map(|&c| c as u8).collect()).unwrap_or_default();
+    let root = dist.all_gather_bytes(&mine)?.swap_remove(0);
+    let internal: [std::ffi::c_char; 128] = std::array::from_fn(|i| root.get(i).copied().unwrap_or(0) as std::ffi::c_char);
+    if root.len() != 128 {
+        return Err(Error::invalid("NCCL", format!("rank 0 sent a unique id of {} bytes, expected 128", root.len())));
+    }
+    let comm = Comm::from_rank(device.cuda_stream(), dist.rank(), dist.world(), id.unwrap_or_else(|| Id::uninit(internal)))
+        .map_err(|e| nccl_error("ncclCommInitRank", e))?;
+    Ok(GROUP.get_or_init(|| Mutex::new(Group { comm, device: device.clone() })))
+}
+
+/// Sums `grads` over ranks on the GPU when they live on one (true), leaving
+/// CPU gradients to the MPI path (false). Same buckets and presence rules
+/// as [`super::reduce::sum_gradients`].
+pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, buckets: &[Vec<&String>], grads: &mut Gradients) -> Result<bool> {
+    let Some(Device::Cuda(device)) = params.values().next().map(|v| v.device().clone()) else { return Ok(false) };
+    let group = group(dist, &device)?.lock().map_err(|_| Error::invalid("NCCL", "the communicator's lock was poisoned"))?;
+    let mut summed = Gradients::default();
+    for bucket in buckets {
+        let parts: Vec<Tensor> = bucket
+            .iter()
+            .map(|name| match grads.get(name) {
+                Some(g) => Ok(g.to_dtype(DType::F32)?.flatten_all()?),
+                None => Ok(Tensor::zeros(params[*name].as_tensor().elem_count(), DType::F32, &Device::Cuda(device.clone()))?),
+            })
+            .collect::<Result<_>>()?;
+        let flat = Tensor::cat(&parts, 0)?.contiguous()?;
+        let n = flat.elem_count();
+        let mut out = group.device.alloc_zeros::<f32>(n)?;
+        {
+            let (storage, layout) = flat.storage_and_layout();
+            let Storage::Cuda(s) = &*storage else { return Err(Error::invalid("NCCL", "a gradient bucket is not on the GPU")) };
+            let src = f32::as_cuda_slice(s)?.slice(layout.start_offset()..layout.start_offset() + n);
+            group.comm.all_reduce(&src, &mut out, &ReduceOp::Sum).map_err(|e| nccl_error("ncclAllReduce", e))?;
+        }
+        let storage = Storage::Cuda(f32::wrap_cuda_slice(out, group.device.clone()));
+        let flat = Tensor::from_storage(storage, n, BackpropOp::none(), false);
+        let mut at = 0;
+        for name in bucket {
+            let t = params[*name].as_tensor();
+            let len = t.elem_count();
+            summed.add(name, &flat.narrow(0, at, len)?.reshape(t.dims())?)?;
+            at += len;
+        }
+    }
+    // The sums are on the communicator's stream; Candle's ops use the same.
+    Device::Cuda(group.device.clone()).synchronize()?;
+    *grads = summed;
+    Ok(true)
+}

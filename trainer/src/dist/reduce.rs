@@ -1,0 +1,200 @@
+//! Reductions on top of the all-gather. Every sum adds the ranks' values in
+//! rank order (0, 1, ...), on every rank, so all ranks hold the same bits
+//! and a rerun gives the same bits, whatever MPI's own algorithms do.
+
+use super::Collective;
+use crate::error::{Error, Result};
+use crate::grpo::loss::LossSums;
+use crate::optim::Gradients;
+use crate::packing::Padding;
+use crate::weights::TensorMap;
+use candle_core::{DType, Tensor, Var};
+use std::collections::BTreeMap;
+
+/// Gradient values per all-gather: 4M f32 (16 MiB per rank per exchange).
+pub const BUCKET_VALUES: usize = 4 << 20;
+
+/// Element-wise sum over ranks, added in rank order.
+pub fn sum_f64(dist: &dyn Collective, values: &mut [f64]) -> Result<()> {
+    if dist.world() == 1 {
+        return Ok(());
+    }
+    let all = dist.all_gather_f64(values)?;
+    let n = values.len();
+    for (i, v) in values.iter_mut().enumerate() {
+        *v = (0..dist.world()).map(|r| all[r * n + i]).fold(0.0, |acc, x| acc + x);
+    }
+    Ok(())
+}
+
+/// Element-wise maximum over ranks.
+pub fn max_f64(dist: &dyn Collective, values: &mut [f64]) -> Result<()> {
+    if dist.world() == 1 {
+        return Ok(());
+    }
+    let all = dist.all_gather_f64(values)?;
+    let n = values.len();
+    for (i, v) in values.iter_mut().enumerate() {
+        *v = (0..dist.world()).map(|r| all[r * n + i]).fold(f64::NEG_INFINITY, f64::max);
+    }
+    Ok(())
+}
+
+/// Sums `grads` over ranks: every parameter of `params` (name order) that
+/// has a gradient on some rank gets the sum of the ranks' gradients (zeros
+/// where a rank has none), flattened into f32 buckets of [`BUCKET_VALUES`]
+/// and added in rank order. A parameter no rank has a gradient for stays
+/// absent. One process: nothing is done. Gradients on a GPU in a build with
+/// feature `nccl` are summed there by NCCL instead ([`super::nccl`]).
+pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, grads: &mut Gradients) -> Result<()> {
+    let world = dist.world();
+    if world == 1 {
+        return Ok(());
+    }
+    let has: Vec<f32> = params.keys().map(|n| if grads.get(n).is_some() { 1.0 } else { 0.0 }).collect();
+    let all_has = dist.all_gather_f32(&has)?;
+    let present: Vec<&String> = params.keys().enumerate().filter(|&(i, _)| (0..world).any(|r| all_has[r * has.len() + i] != 0.0)).map(|(_, n)| n).collect();
+    // Bucket boundaries by parameter: a parameter larger than a bucket is its own bucket.
+    let mut buckets: Vec<Vec<&String>> = Vec::new();
+    let mut filled = usize::MAX;
+    for name in present {
+        let n = params[name].as_tensor().elem_count();
+        if filled.saturating_add(n) > BUCKET_VALUES {
+            buckets.push(Vec::new());
+            filled = 0;
+        }
+        buckets.last_mut().expect("a bucket").push(name);
+        filled += n;
+    }
+    #[cfg(feature = "nccl")]
+    if super::nccl::sum_gradients(dist, params, &buckets, grads)? {
+        return Ok(());
+    }
+    let mut summed = Gradients::default();
+    for bucket in buckets {
+        let mut flat: Vec<f32> = Vec::new();
+        for name in &bucket {
+            match grads.get(name) {
+                Some(g) => flat.extend(g.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+                None => flat.extend(std::iter::repeat_n(0f32, params[*name].as_tensor().elem_count())),
+            }
+        }
+        let all = dist.all_gather_f32(&flat)?;
+        let n = flat.len();
+        for (i, v) in flat.iter_mut().enumerate() {
+            *v = all[i];
+            for r in 1..world {
+                *v += all[r * n + i];
+            }
+        }
+        let mut at = 0;
+        for name in bucket {
+            let t = params[name].as_tensor();
+            let len = t.elem_count();
+            let g = Tensor::from_slice(&flat[at..at + len], t.dims(), t.device())?;
+            summed.add(name, &g)?;
+            at += len;
+        }
+    }
+    *grads = summed;
+    Ok(())
+}
+
+/// GRPO's loss sums added over ranks (rank order): sums add, the drift's
+/// maxima and minima stay maxima and minima.
+pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -> Result<(LossSums, Padding)> {
+    if dist.world() == 1 {
+        return Ok((sums.clone(), padding));
+    }
+    let opt = |x: Option<f64>| [f64::from(u8::from(x.is_some())), x.unwrap_or(0.0)];
+    let d = &sums.drift;
+    let [kl_on, kl] = opt(sums.kl);
+    let [ent_on, ent] = opt(sums.entropy);
+    let local = [
+        sums.loss,
+        sums.tokens,
+        kl_on,
+        kl,
+        ent_on,
+        ent,
+        sums.clip_low,
+        sums.clip_high,
+        sums.clip_region,
+        sums.skipped_rows as f64,
+        d.tokens,
+        d.diff_sum,
+        d.diff_max,
+        d.ratio_sum,
+        d.ratio_min,
+        d.ratio_max,
+        padding.slots as f64,
+        padding.tokens as f64,
+    ];
+    let n = local.len();
+    let all = dist.all_gather_f64(&local)?;
+    let mut total = LossSums::default();
+    let mut pad = Padding::default();
+    for v in all.chunks_exact(n) {
+        let mut s = LossSums {
+            loss: v[0],
+            tokens: v[1],
+            kl: (v[2] != 0.0).then_some(v[3]),
+            entropy: (v[4] != 0.0).then_some(v[5]),
+            clip_low: v[6],
+            clip_high: v[7],
+            clip_region: v[8],
+            skipped_rows: v[9] as usize,
+            ..LossSums::default()
+        };
+        s.drift.tokens = v[10];
+        s.drift.diff_sum = v[11];
+        s.drift.diff_max = v[12];
+        s.drift.ratio_sum = v[13];
+        s.drift.ratio_min = v[14];
+        s.drift.ratio_max = v[15];
+        total.add(&s);
+        pad.add(v[16] as usize, v[17] as usize);
+    }
+    Ok((total, pad))
+}
+
+/// FNV-1a 64 over every parameter's name and f32 bits (name order).
+pub fn parameter_hash(params: &TensorMap) -> Result<u64> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let sorted: BTreeMap<&String, &Tensor> = params.iter().collect();
+    for (name, t) in sorted {
+        eat(name.as_bytes());
+        for x in t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()? {
+            eat(&x.to_bits().to_le_bytes());
+        }
+    }
+    Ok(h)
+}
+
+/// Every rank's parameters must be rank 0's, bit for bit: an error naming
+/// the first rank that differs (and the step) otherwise. Returns this
+/// rank's [`parameter_hash`] (none with one process: nothing to compare).
+pub fn check_same_parameters(dist: &dyn Collective, params: &TensorMap, step: u64) -> Result<Option<u64>> {
+    if dist.world() == 1 {
+        return Ok(None);
+    }
+    let h = parameter_hash(params)?;
+    // Two f64 halves: a u64 does not fit one f64 exactly.
+    let all = dist.all_gather_f64(&[(h >> 32) as f64, (h & 0xffff_ffff) as f64])?;
+    let of = |r: usize| ((all[2 * r] as u64) << 32) | all[2 * r + 1] as u64;
+    for r in 1..dist.world() {
+        if of(r) != of(0) {
+            return Err(Error::invalid(
+                "data parallelism",
+                format!("at step {step} rank {r}'s parameters differ from rank 0's (hash {:016x} vs {:016x}): the ranks diverged", of(r), of(0)),
+            ));
+        }
+    }
+    Ok(Some(h))
+}
