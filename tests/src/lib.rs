@@ -111,3 +111,16 @@ pub fn shop_world(dir: &Path) -> std::path::PathBuf {
     cfg
 }
 
+
+/// GRPO metrics lines without the wall-clock fields (they differ between
+/// runs of the same steps).
+pub fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    rows.into_iter()
+        .map(|mut r| {
+            for k in ["seconds_rollout", "seconds_update", "tokens_per_second"] {
+                r.as_object_mut().expect("a metrics object").remove(k);
+            }
+            r
+        })
+        .collect()
+}

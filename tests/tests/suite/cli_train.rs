@@ -1,19 +1,8 @@
 //! `fusegrpo train`: GRPO steps write metrics and checkpoints, and a run
 //! killed after step 2 and resumed continues exactly as the uninterrupted one.
 
-use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world, without_timings};
 
-/// Metrics without the wall-clock fields.
-fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
-    rows.into_iter()
-        .map(|mut r| {
-            for k in ["seconds_rollout", "seconds_update", "tokens_per_second"] {
-                r.as_object_mut().unwrap().remove(k);
-            }
-            r
-        })
-        .collect()
-}
 
 #[test]
 fn resumed_run_matches_the_uninterrupted_one() {
@@ -237,4 +226,21 @@ fn the_memory_plan_is_printed_and_checked_before_training() {
     let out = fusegrpo(&["plan", "--config", cfg_s]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("rollout.max_kv_tokens"), "{err}");
+}
+
+/// A binary built without MPI that a launcher starts as one of several
+/// ranks stops at once, saying how to build one that can (every rank would
+/// otherwise run the whole job over the same files).
+#[test]
+#[cfg(not(feature = "mpi"))]
+fn several_ranks_without_mpi_are_refused() {
+    let out = std::process::Command::new(e2e::fusegrpo_bin())
+        .args(["practice-repo", "--out", "unused"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("one of 2 ranks") && err.contains("--features mpi"), "{err}");
+    assert!(!std::path::Path::new("unused").exists());
 }

@@ -5,7 +5,7 @@
 //! a rank and an exact resume, a raising rank, resuming across world sizes,
 //! and SFT split across ranks.
 
-use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl};
+use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl, without_timings};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -66,17 +66,6 @@ fn file(run: &Path, step: u64, name: &str) -> Vec<u8> {
     std::fs::read(run.join(format!("step_{step:08}")).join(name)).unwrap()
 }
 
-/// Metrics lines without the timings (they differ between runs).
-fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
-    rows.into_iter()
-        .map(|mut r| {
-            for k in ["seconds_rollout", "seconds_update", "tokens_per_second"] {
-                r.as_object_mut().unwrap().remove(k);
-            }
-            r
-        })
-        .collect()
-}
 
 #[test]
 fn two_ranks_match_one_process_for_every_aggregation_and_sft() {
@@ -84,12 +73,12 @@ fn two_ranks_match_one_process_for_every_aggregation_and_sft() {
     let cfg = demo_world(tmp.path());
     // The scripted teacher's varied trajectories: rewards spread within groups.
     let eps = tmp.path().join("eps.jsonl");
-    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "4", "--max-tasks", "3", "--out", s(&eps)]);
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "4", "--max-tasks", "2", "--out", s(&eps)]);
     let cases = tmp.path().join("cases.json");
     let out = mpirun_ok(2, &["dist-check", "--config", s(&cfg), "--episodes", s(&eps), "--group", "4", "--out", s(&cases)]);
     println!("{}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rank 0 of 2: groups 0..2 of 3") && err.contains("rank 1 of 2: groups 2..3 of 3"), "{err}");
+    assert!(err.contains("rank 0 of 2: groups 0..1 of 2") && err.contains("rank 1 of 2: groups 1..2 of 2"), "{err}");
     let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&cases).unwrap()).unwrap();
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "sft"]);
@@ -169,6 +158,19 @@ fn a_rank_that_raises_ends_the_job_naming_it() {
     assert!(t0.elapsed() < Duration::from_secs(60));
     assert!(err.contains(" of 2: error: ") && err.contains("not found"), "{err}");
     assert!(!tmp.path().join("run/step_00000001").exists(), "no checkpoint from a failed step");
+}
+
+#[test]
+fn only_the_data_parallel_commands_run_as_several_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repos = tmp.path().join("repos");
+    let out = mpirun(2, &["practice-repo", "--out", s(&repos)]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("only `train`, `sft` and `dist-check` run data-parallel"), "{err}");
+    assert!(!repos.exists());
+    // One rank under mpirun is one process.
+    mpirun_ok(1, &["practice-repo", "--out", s(&repos)]);
+    assert!(repos.join("practice__shop").exists());
 }
 
 #[test]

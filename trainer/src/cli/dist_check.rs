@@ -3,7 +3,9 @@
 //! loss aggregation's and SFT's gradient and AdamW update with the ranks
 //! against one process's on the same episodes (rank 0 computes both), within
 //! 1e-6 relative. Episodes from `--episodes` (`fusegrpo rollout --out`) or
-//! random ones over the model's vocabulary.
+//! random ones over the model's vocabulary. On GPUs in a build with NCCL, it
+//! first checks one NCCL all-reduce (which also runs on one GPU:
+//! `mpirun -n 1`); the gradient sums then go through NCCL.
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -55,6 +57,14 @@ pub fn run(args: Args) -> Result<()> {
         episodes.len()
     );
     let d = dist::current();
+    // GPUs in a build with NCCL: the communicator and one all-reduce first.
+    #[cfg(feature = "nccl")]
+    if let candle_core::Device::Cuda(gpu) = &device {
+        let line = dist::nccl::self_check(&*d, gpu, 1_000_003)?;
+        if d.rank() == 0 {
+            println!("{line}");
+        }
+    }
     let groups = episodes.len() / group;
     eprintln!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups));
     let cases = check::run(&d, &cfg, &model_cfg, &weights, &episodes)?;

@@ -89,3 +89,20 @@ pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, buck
     *grads = summed;
     Ok(true)
 }
+
+/// NCCL on this rank's GPU, checked: rank r all-reduces `r + 1` in every
+/// element of a buffer of `n` f32 (not a multiple of NCCL's chunks); every
+/// element must be `world (world + 1) / 2`. Returns a line for the report.
+pub fn self_check(dist: &dyn Collective, device: &CudaDevice, n: usize) -> Result<String> {
+    let group = group(dist, device)?.lock().map_err(|_| Error::invalid("NCCL", "the communicator's lock was poisoned"))?;
+    let src = group.device.clone_htod(&vec![(dist.rank() + 1) as f32; n][..])?;
+    let mut out = group.device.alloc_zeros::<f32>(n)?;
+    group.comm.all_reduce(&src, &mut out, &ReduceOp::Sum).map_err(|e| nccl_error("ncclAllReduce", e))?;
+    let host = group.device.clone_dtoh(&out)?;
+    let want = (dist.world() * (dist.world() + 1) / 2) as f32;
+    let wrong = host.iter().filter(|&&x| x != want).count();
+    if wrong > 0 {
+        return Err(Error::invalid("NCCL", format!("all-reduce of {n} f32 over {} ranks: {wrong} elements differ from {want}", dist.world())));
+    }
+    Ok(format!("NCCL all-reduce of {n} f32 over {} rank(s) on GPU {}: every element {want}", dist.world(), dist.local_rank()))
+}

@@ -16,26 +16,23 @@ pub const BUCKET_VALUES: usize = 4 << 20;
 
 /// Element-wise sum over ranks, added in rank order.
 pub fn sum_f64(dist: &dyn Collective, values: &mut [f64]) -> Result<()> {
-    if dist.world() == 1 {
-        return Ok(());
-    }
-    let all = dist.all_gather_f64(values)?;
-    let n = values.len();
-    for (i, v) in values.iter_mut().enumerate() {
-        *v = (0..dist.world()).map(|r| all[r * n + i]).fold(0.0, |acc, x| acc + x);
-    }
-    Ok(())
+    fold_ranks(dist, values, 0.0, |acc, x| acc + x)
 }
 
 /// Element-wise maximum over ranks.
 pub fn max_f64(dist: &dyn Collective, values: &mut [f64]) -> Result<()> {
+    fold_ranks(dist, values, f64::NEG_INFINITY, f64::max)
+}
+
+/// Each element becomes `f(...f(f(init, rank 0's), rank 1's)..., last rank's)`.
+fn fold_ranks(dist: &dyn Collective, values: &mut [f64], init: f64, f: impl Fn(f64, f64) -> f64) -> Result<()> {
     if dist.world() == 1 {
         return Ok(());
     }
     let all = dist.all_gather_f64(values)?;
     let n = values.len();
     for (i, v) in values.iter_mut().enumerate() {
-        *v = (0..dist.world()).map(|r| all[r * n + i]).fold(f64::NEG_INFINITY, f64::max);
+        *v = (0..dist.world()).map(|r| all[r * n + i]).fold(init, &f);
     }
     Ok(())
 }
