@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 1 process vs `mpirun -n 2` on the CPU demo's GRPO step (BENCHMARKS.md,
+# 1 process (2 threads, then 1) vs `mpirun -n 2` (1 thread each) on the CPU demo's GRPO step (BENCHMARKS.md,
 # "Data parallelism"): the demo's inputs and config (8 tasks x 8 episodes a
 # step, turns of up to 200 tokens), the tiny random model, KL on and
 # zero-spread groups kept so every step updates, STEPS steps each way; prints
@@ -24,14 +24,16 @@ sed -e 's#^path = .*#path = "model"#' -e 's#^repos_dir = .*#repos_dir = "repos"#
     -e 's/^beta = .*/beta = 0.04/' -e 's/^zero_std_groups = .*/zero_std_groups = "keep"/' \
     configs/smoke-cpu.toml > "$work/run.toml"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FUSEGRPO_LOG=warn
-rm -rf "$work/one" "$work/two"
+rm -rf "$work/one" "$work/one-thread" "$work/two"
 echo "== 1 process, $(nproc) threads"
 $bin train --config "$work/run.toml" --out "$work/one" > /dev/null 2>&1
+echo "== 1 process, 1 thread"
+RAYON_NUM_THREADS=1 $bin train --config "$work/run.toml" --out "$work/one-thread" > /dev/null 2>&1
 echo "== mpirun -n 2, 1 thread each"
 mpirun -n 2 --oversubscribe -x RAYON_NUM_THREADS=1 -x FUSEGRPO_LOG $bin train --config "$work/run.toml" --out "$work/two" > /dev/null 2>&1
-python3 - "$work/one/metrics.jsonl" "$work/two/metrics.jsonl" <<'PY'
+python3 - "$work/one/metrics.jsonl" "$work/one-thread/metrics.jsonl" "$work/two/metrics.jsonl" <<'PY'
 import json, statistics, sys
-for name, path in zip(["1 process", "2 ranks"], sys.argv[1:3]):
+for name, path in zip([f"1 process x 2 threads", "1 process x 1 thread", "2 ranks x 1 thread"], sys.argv[1:4]):
     rows = [json.loads(l) for l in open(path)]
     for r in rows:
         print(f"{name} step {r['step']}: rollout {r['seconds_rollout']:.1f} s, update {r['seconds_update']:.1f} s, "
