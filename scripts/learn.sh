@@ -14,8 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seed="${1:-0}"
 config="${CONFIG:-configs/smollm2-cpu.toml}"
-cargo build --release --bin fusegrpo
-bin=target/release/fusegrpo
+# FUSEGRPO_BIN=path/to/fusegrpo runs a copy (so a rebuild during the hours
+# of the run does not matter); by default the release build.
+bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
+[ -n "${FUSEGRPO_BIN:-}" ] || cargo build --release --bin fusegrpo
+export FUSEGRPO_BIN="$bin"
 run=checkpoints/learn
 mkdir -p "$run"
 model=$(scripts/fetch-smollm2.sh)

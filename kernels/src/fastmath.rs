@@ -46,6 +46,12 @@ pub fn exp(x: f32) -> f32 {
 /// it (checked at run time), else the scalar [`exp`].
 pub fn exp_sub_sum(xs: &mut [f32], shift: f32) -> f64 {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU supports AVX-512F, AVX2 and FMA (checked just
+        // above); the pointer covers `xs.len()` elements this call may write.
+        return unsafe { avx512::exp_sub_sum(xs.as_mut_ptr(), xs.len(), shift, true) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above); the
         // pointer covers `xs.len()` elements this call may write.
@@ -56,6 +62,12 @@ pub fn exp_sub_sum(xs: &mut [f32], shift: f32) -> f64 {
 
 /// `sum e^(x - shift)` over `xs`, leaving `xs` as it is (see [`exp_sub_sum`]).
 pub fn sum_exp_sub(xs: &[f32], shift: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: AVX-512F, AVX2 and FMA are available; with `write = false`
+        // the elements are only read through the pointer.
+        return unsafe { avx512::exp_sub_sum(xs.as_ptr() as *mut f32, xs.len(), shift, false) };
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: AVX2 and FMA are available; with `write = false` the
@@ -91,6 +103,11 @@ fn lanes_sum(values: impl Iterator<Item = f32>) -> f64 {
 /// never the largest).
 pub fn argmax(xs: &[f32]) -> usize {
     let max = max(xs);
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { avx2::first_equal(xs, max) }.unwrap_or(0);
+    }
     xs.iter().position(|&x| x == max).unwrap_or(0)
 }
 
@@ -103,6 +120,13 @@ pub fn max(xs: &[f32]) -> f32 {
         return unsafe { avx2::max(xs) };
     }
     xs.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+}
+
+/// Whether the CPU has AVX2 and FMA (detected once), the paths of this
+/// module and of [`crate::linear`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2_fma() -> bool {
+    avx2::available()
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -168,6 +192,22 @@ mod avx2 {
         total + rest_sum
     }
 
+    /// The index of the first element equal to `value` (a scalar scan was
+    /// a tenth of a decoding step at Qwen3's vocabulary).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn first_equal(xs: &[f32], value: f32) -> Option<usize> {
+        let v = _mm256_set1_ps(value);
+        let mut chunks = xs.chunks_exact(8);
+        for (c, eight) in (&mut chunks).enumerate() {
+            let hits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(_mm256_loadu_ps(eight.as_ptr()), v));
+            if hits != 0 {
+                return Some(c * 8 + hits.trailing_zeros() as usize);
+            }
+        }
+        let done = xs.len() - chunks.remainder().len();
+        chunks.remainder().iter().position(|&x| x == value).map(|i| done + i)
+    }
+
     /// The largest element (NaNs ignored; -inf for an empty slice).
     #[target_feature(enable = "avx2")]
     pub unsafe fn max(xs: &[f32]) -> f32 {
@@ -180,6 +220,74 @@ mod avx2 {
         let mut lanes = [0.0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
         lanes.iter().chain(chunks.remainder()).copied().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    }
+}
+
+/// AVX-512F: sixteen lanes of the same exp, summed in the AVX2 path's order
+/// (so every path gives the same bits).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    pub fn available() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| super::avx2::available() && is_x86_feature_detected!("avx512f"))
+    }
+
+    /// Sixteen lanes of [`super::exp`] (the scheme of the AVX2 `exp8`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn exp16(x: __m512) -> __m512 {
+        let lo = _mm512_set1_ps(-87.3);
+        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        let xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3));
+        let round = _mm512_set1_ps(12_582_912.0);
+        let rounded = _mm512_fmadd_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E), round);
+        let n = _mm512_sub_ps(rounded, round);
+        let ni = _mm512_sub_epi32(_mm512_castps_si512(rounded), _mm512_castps_si512(round));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), xc);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [1.398_199_9e-3f32, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let e_r = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0));
+        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127))));
+        let y = _mm512_maskz_mov_ps(!under, _mm512_mul_ps(e_r, scale));
+        _mm512_mask_blend_ps(nan, y, x)
+    }
+
+    /// See [`super::exp_sub_sum`]. The eight f32 accumulators of the AVX2
+    /// path take the low then the high half of each 16 exps: lane i adds
+    /// elements i, i + 8, i + 16, .. in the same order there and here.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn exp_sub_sum(xs: *mut f32, len: usize, shift: f32, write: bool) -> f64 {
+        let sh = _mm512_set1_ps(shift);
+        let mut total = 0.0f64;
+        let full = len / 64 * 64;
+        for c in (0..full).step_by(64) {
+            let mut acc = _mm256_setzero_ps();
+            for i in (c..c + 64).step_by(16) {
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(xs.add(i)), sh));
+                if write {
+                    _mm512_storeu_ps(xs.add(i), e);
+                }
+                acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+                acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            total += lanes.iter().map(|&l| l as f64).sum::<f64>();
+        }
+        let rest = std::slice::from_raw_parts(xs.add(full), len - full);
+        let rest_sum = super::lanes_sum(rest.iter().map(|&x| super::exp(x - shift)));
+        if write {
+            let rest = std::slice::from_raw_parts_mut(xs.add(full), len - full);
+            rest.iter_mut().for_each(|x| *x = super::exp(*x - shift));
+        }
+        total + rest_sum
     }
 }
 
@@ -225,6 +333,33 @@ mod tests {
         check(&b, sum, "scalar");
     }
 
+    /// The AVX-512 path gives the AVX2 path's bits, values and sum (where
+    /// the CPU has both), NaN and both ends of the range included. (The
+    /// scalar path rounds a few values 1 ulp apart: see the test above.)
+    #[test]
+    fn avx512_gives_the_avx2_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if super::avx512::available() {
+            let mut xs: Vec<f32> = (0..1003).map(|i| -95.0 + i as f32 * 0.187).collect();
+            xs[17] = f32::NAN;
+            xs[500] = f32::NEG_INFINITY;
+            let shift = -1.25f32;
+            let (mut a, mut b) = (xs.clone(), xs.clone());
+            // SAFETY: AVX-512F, AVX2 and FMA detected; the pointers cover a and b.
+            let (sa, sb) = unsafe {
+                (
+                    super::avx2::exp_sub_sum(a.as_mut_ptr(), a.len(), shift, true),
+                    super::avx512::exp_sub_sum(b.as_mut_ptr(), b.len(), shift, true),
+                )
+            };
+            let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            assert_eq!(differ, 0, "{differ} of {} values differ", a.len());
+            assert_eq!(sa.to_bits(), sb.to_bits(), "sums {sa} and {sb}");
+        } else {
+            println!("no AVX-512 here: nothing to compare");
+        }
+    }
+
     #[test]
     fn argmax_takes_the_first_largest() {
         let mut xs: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 1000) as f32).collect();
@@ -234,5 +369,10 @@ mod tests {
         xs[3] = f32::NAN;
         assert_eq!(super::argmax(&xs), 1001);
         assert_eq!(super::argmax(&[]), 0);
+        let mut ties = vec![-1.0f32; 40];
+        ties[9] = 7.0;
+        ties[12] = 7.0;
+        ties[33] = 7.0;
+        assert_eq!(super::argmax(&ties), 9, "the first of tied maxima inside the vector chunks");
     }
 }

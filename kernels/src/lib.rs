@@ -14,6 +14,8 @@
 //!   temperature, top-k / top-p), one uniform per row in, `[rows]` tokens
 //!   and log-probs out ([`sampling::sample`], reference
 //!   [`sampling::sample_reference`]).
+//! - [`linear`]: `x @ w^T` for few rows of `x` (decoding) without packing
+//!   `w` ([`linear::linear_few_rows`], reference [`linear::linear_reference`]).
 //! - [`norm`]: RMSNorm with backward ([`norm::rms_norm`]).
 //! - [`swiglu`]: the SwiGLU gate `silu(g) * u` with a one-pass backward
 //!   ([`swiglu::swiglu_gate`], reference [`swiglu::swiglu_gate_reference`]).
@@ -32,6 +34,7 @@
 
 pub mod attention;
 pub mod fastmath;
+pub mod linear;
 pub mod logprobs;
 mod matmul;
 pub mod norm;

@@ -12,7 +12,18 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = dims[dims.len() - 1];
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    let y = x.reshape((rows, inner))?.matmul(&w.t()?)?;
+    let x2 = x.reshape((rows, inner))?;
+    // Few rows without gradients (a decoding step, a short prefill): the
+    // unpacked kernel. Training keeps the packed product for every row
+    // count, so a micro-batch's products sum in the same order however the
+    // batch is split or packed.
+    let inference = !x.track_op() && !w.track_op();
+    let few_rows_f32 = rows <= kernels::linear::MAX_ROWS && x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32;
+    let y = if inference && few_rows_f32 {
+        kernels::linear::linear_few_rows(&x2, w)?
+    } else {
+        x2.matmul(&w.t()?)?
+    };
     let y = match b {
         Some(b) => y.broadcast_add(b)?,
         None => y,
