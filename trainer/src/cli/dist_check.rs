@@ -66,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let groups = episodes.len() / group;
-    eprintln!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups));
+    dist::say(&format!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups)));
     let cases = check::run(&d, &cfg, &model_cfg, &weights, &episodes)?;
     if d.rank() != 0 {
         return Ok(());

@@ -154,7 +154,7 @@ impl Run {
         optimizer.import_from(&checkpoint::OptimizerFile::open(dir, &self.device)?)?;
         optimizer.sync_params_from_masters(vars)?;
         if dist::current().rank() == 0 {
-            eprintln!("resumed from {} at step {}", dir.display(), state.step);
+            dist::say(&format!("resumed from {} at step {}", dir.display(), state.step));
         }
         Ok(Some(state))
     }
