@@ -129,6 +129,12 @@ pub(crate) fn has_avx2_fma() -> bool {
     avx2::available()
 }
 
+/// Whether the CPU has AVX-512F besides AVX2 and FMA (detected once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    avx512::available()
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;

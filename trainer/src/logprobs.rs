@@ -19,6 +19,13 @@ pub fn token_logprobs_and_entropy(model: &CausalLm, hidden: &Tensor, targets: &T
     Ok(kernels::logprobs::token_logprobs_and_entropy(hidden, model.lm_head(), targets, temperature)?)
 }
 
+/// `Σ weights · logp` (differentiable) with the detached log-probs and
+/// entropies `[n]`, the gradient computed in the forward sweep
+/// ([`kernels::logprobs::weighted_logprob_sum`]): for losses linear in the log-probs.
+pub fn weighted_logprob_sum(model: &CausalLm, hidden: &Tensor, targets: &Tensor, weights: &Tensor, temperature: f64) -> Result<kernels::logprobs::WeightedLogprobs> {
+    Ok(kernels::logprobs::weighted_logprob_sum(hidden, model.lm_head(), targets, weights, temperature)?)
+}
+
 /// [`token_logprobs`] through the full logits (matmul, `/ T`, log-softmax,
 /// gather): the differentiable composition the fused kernel replaces, kept
 /// for tests and benchmarks.

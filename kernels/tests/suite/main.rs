@@ -2,6 +2,7 @@
 
 mod attention;
 mod common;
+mod folded;
 mod linear;
 mod logprobs;
 mod norm_rope;

@@ -9,7 +9,7 @@ use super::drift::{Drift, RolloutCorrection};
 use super::loss::{
     aggregate, per_token_loss_weighted, token_weight, BatchTotals, EntropyMetric, GrpoLossConfig, GrpoMetrics, LossSums,
 };
-use super::{hidden_logprobs, sequence_logprobs};
+use super::{hidden_logprobs, hidden_weighted_logprobs, sequence_logprobs};
 use crate::error::{Error, Result};
 use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
@@ -312,8 +312,11 @@ fn padded_micro_batch(model: &CausalLm, params: &BTreeMap<String, Var>, mb: &Grp
     let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
     let mask = mb.mask.to_dtype(DType::F32)?;
     let adv = mb.advantages.to_dtype(DType::F32)?;
+    let linear = fold_loss(&mb.old_logprobs, cfg)
+        .then(|| linear_coefficients(&mask, |x| surrogate(x, &adv, &mask, cfg, |pt| aggregate(pt, &mask, cfg.aggregation, totals, cfg.max_completion_length))))
+        .transpose()?;
     let sums = &mut acc.sums;
-    backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, |logp, entropy| {
+    backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, linear.as_ref(), |logp, entropy| {
         let old = match &mb.old_logprobs {
             OldLogprobs::Current => logp.detach(),
             OldLogprobs::Stored(t) => t.clone(),
@@ -355,11 +358,44 @@ fn packed_micro_batch(
     let reference = batch.ref_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
     let rollout = batch.rollout_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
     let pass = LogprobPass { temperature: cfg.temperature, entropy: cfg.entropy, recompute: cfg.recompute };
+    let linear = fold_loss(&batch.old_logprobs, cfg)
+        .then(|| linear_coefficients(&mask, |x| surrogate(x, &adv, &mask, cfg, |pt| Ok((pt * &weights)?.sum_all()?))))
+        .transpose()?;
     let sums = &mut acc.sums;
-    backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, |logp, entropy| {
+    backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, linear.as_ref(), |logp, entropy| {
         let old = stored_old.clone().unwrap_or_else(|| logp.detach());
         let m = MicroLoss { old, reference: reference.as_ref(), rollout: rollout.as_ref(), advantages: &adv, mask: &mask };
         micro_loss(logp, entropy, m, cfg, sums, |pt| Ok((pt * &weights)?.sum_all()?))
+    })
+}
+
+/// Whether the loss of a micro-batch is linear in its log-probs, so that it
+/// can be folded into the log-prob op: on-policy (mu = 1: the ratio is
+/// `exp(logp - logp.detach())`, 1 in value, never clipped, gradient `A`), no
+/// KL term, and no importance weights (those of `"tis"` are computed from
+/// the current log-probs).
+fn fold_loss(old: &OldLogprobs, cfg: &GrpoLossConfig) -> bool {
+    cfg.fold_linear_loss
+        && matches!(old, OldLogprobs::Current) && cfg.beta == 0.0 && cfg.rollout_correction != RolloutCorrection::Tis
+}
+
+/// The on-policy clipped surrogate without KL of log-probs `logp` `[b, t]`,
+/// aggregated by `aggregate`: the loss [`micro_loss`] computes when
+/// [`fold_loss`] holds.
+fn surrogate(logp: &Tensor, adv: &Tensor, mask: &Tensor, cfg: &GrpoLossConfig, aggregate: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let pt = per_token_loss_weighted(logp, &logp.detach(), None, adv, mask, cfg.clip, 0.0, None)?;
+    aggregate(&pt.loss)
+}
+
+/// The coefficients `c` `[b, t]` (shaped as `like`) of a loss that is
+/// linear in the log-probs, `Σ c · logp` plus a constant: its gradient
+/// (through the same tensor code) at log-probs 0.
+pub fn linear_coefficients(like: &Tensor, loss: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let x = Var::zeros(like.shape(), DType::F32, like.device())?;
+    let store = loss(x.as_tensor())?.backward()?;
+    Ok(match store.get(x.as_tensor()) {
+        Some(g) => g.clone(),
+        None => x.as_tensor().zeros_like()?,
     })
 }
 
@@ -377,6 +413,13 @@ pub struct LogprobPass {
 /// backpropagated; the gradients of `params` are added into `grads`. With
 /// [`Recompute::PerLayer`] the decoder layers are recomputed one at a time
 /// in the backward pass ([`CausalLm::backward_layers`]). GRPO and SFT share it.
+///
+/// `linear`: the caller's promise that `loss_of` is `Σ c · logp` plus a
+/// constant, with the coefficients `c` `[b, t]` given. The loss is then
+/// folded into the log-prob op ([`hidden_weighted_logprobs`]: one
+/// vocabulary-sized product fewer), `loss_of` receives detached log-probs
+/// (for its value and metrics) and `Σ c · logp` is what is backpropagated.
+#[allow(clippy::too_many_arguments)]
 pub fn backward_micro_batch(
     model: &CausalLm,
     params: &BTreeMap<String, Var>,
@@ -384,23 +427,35 @@ pub fn backward_micro_batch(
     positions: &Positions,
     pass: LogprobPass,
     grads: &mut Gradients,
+    linear: Option<&Tensor>,
     loss_of: impl FnOnce(&Tensor, Option<&Tensor>) -> Result<Tensor>,
 ) -> Result<()> {
     let (_, cols) = tokens.dims2()?;
-    let (logp, entropy, saved) = match pass.recompute {
-        Recompute::PerLayer if cols >= 2 => {
-            let saved = model.forward_layer_inputs(tokens, positions)?;
-            let hidden = model.final_norm(saved.top().as_tensor())?;
-            let (logp, entropy) = hidden_logprobs(model, &hidden, tokens, pass.temperature, pass.entropy)?;
-            (logp, entropy, Some(saved))
+    let saved = match pass.recompute {
+        Recompute::PerLayer if cols >= 2 => Some(model.forward_layer_inputs(tokens, positions)?),
+        _ => None,
+    };
+    let (logp, entropy, folded) = match (&saved, linear) {
+        (_, Some(c)) if cols >= 2 => {
+            let hidden = match &saved {
+                Some(s) => model.final_norm(s.top().as_tensor())?,
+                None => model.forward(tokens, positions, None)?,
+            };
+            let out = hidden_weighted_logprobs(model, &hidden, tokens, c, pass.temperature, pass.entropy)?;
+            (out.logprobs, out.entropy, Some(out.sum))
         }
-        _ => {
+        (Some(s), _) => {
+            let hidden = model.final_norm(s.top().as_tensor())?;
+            let (logp, entropy) = hidden_logprobs(model, &hidden, tokens, pass.temperature, pass.entropy)?;
+            (logp, entropy, None)
+        }
+        (None, _) => {
             let (logp, entropy) = sequence_logprobs(model, tokens, positions, pass.temperature, pass.entropy)?;
             (logp, entropy, None)
         }
     };
     let loss = loss_of(&logp, entropy.as_ref())?;
-    let store = loss.backward()?;
+    let store = folded.unwrap_or(loss).backward()?;
     add_gradients(params, &store, grads)?;
     if let Some(saved) = saved {
         let grad_top = store.get(saved.top().as_tensor()).cloned();

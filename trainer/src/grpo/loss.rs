@@ -100,6 +100,12 @@ pub struct GrpoLossConfig {
     /// count in the normalizers). Off only to check that claim.
     #[serde(default = "yes")]
     pub skip_zero_advantage: bool,
+    /// When the loss is linear in the log-probs (on-policy, no KL, no TIS),
+    /// fold it into the log-prob op (same gradients, one vocabulary-sized
+    /// product fewer: [`super::hidden_weighted_logprobs`]). Off only to
+    /// check that claim.
+    #[serde(default = "yes")]
+    pub fold_linear_loss: bool,
 }
 
 fn default_tis_cap() -> f64 {

@@ -27,7 +27,7 @@ pub use loss::{
 };
 
 use crate::error::Result;
-use crate::logprobs::{token_logprobs, token_logprobs_and_entropy};
+use crate::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
 use crate::model::{cache::Positions, CausalLm};
 use candle_core::{DType, Tensor};
 
@@ -79,4 +79,47 @@ pub fn hidden_logprobs(
     };
     let lp = lp.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?;
     Ok((lp, ent))
+}
+
+/// What [`hidden_weighted_logprobs`] returns: the log-probs `[b, t]` and, when
+/// asked, the entropy `[b, t]` (both detached, laid out as
+/// [`sequence_logprobs`]'s), and the differentiable scalar `Σ weights · logp`.
+pub struct WeightedPass {
+    pub logprobs: Tensor,
+    pub entropy: Option<Tensor>,
+    pub sum: Tensor,
+}
+
+/// [`hidden_logprobs`] for a loss that is linear in the log-probs, with
+/// coefficients `weights` `[b, t]` (column 0 unused): the fused op computes
+/// the gradient of `Σ weights · logp` in its forward sweep (one
+/// vocabulary-sized product fewer than a forward and backward through
+/// [`hidden_logprobs`]); backpropagating `sum` gives the loss's gradients.
+pub fn hidden_weighted_logprobs(
+    model: &CausalLm,
+    hidden: &Tensor,
+    tokens: &Tensor,
+    weights: &Tensor,
+    temperature: f64,
+    entropy: EntropyMetric,
+) -> Result<WeightedPass> {
+    let (b, t) = tokens.dims2()?;
+    if t < 2 {
+        let zeros = Tensor::zeros((b, t), DType::F32, tokens.device())?;
+        let sum = Tensor::zeros((), DType::F32, tokens.device())?;
+        return Ok(WeightedPass { logprobs: zeros, entropy: None, sum });
+    }
+    let hidden = hidden.narrow(1, 0, t - 1)?.reshape((b * (t - 1), ()))?;
+    let targets = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
+    let w = weights.narrow(1, 1, t - 1)?.flatten_all()?;
+    let out = weighted_logprob_sum(model, &hidden, &targets, &w, temperature)?;
+    let layout = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?) };
+    Ok(WeightedPass {
+        logprobs: layout(&out.logprobs)?,
+        entropy: match entropy {
+            EntropyMetric::Compute => Some(layout(&out.entropy)?),
+            EntropyMetric::Skip => None,
+        },
+        sum: out.sum,
+    })
 }

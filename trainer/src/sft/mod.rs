@@ -124,7 +124,9 @@ pub fn sft_share_gradients(
     let mut loss_sum = 0.0;
     let pass = LogprobPass { temperature: 1.0, entropy: EntropyMetric::Skip, recompute };
     for (tokens, positions, mask) in batch.micro_batches(micro)? {
-        backward_micro_batch(model, params, &tokens, &positions, pass, &mut grads, |logp, _| {
+        // The loss is linear in the log-probs: folded into the log-prob op.
+        let coefficients = (mask.to_dtype(DType::F32)? * (-1.0 / total))?;
+        backward_micro_batch(model, params, &tokens, &positions, pass, &mut grads, Some(&coefficients), |logp, _| {
             let loss = ((logp * &mask)?.sum_all()?.neg()? / total)?;
             loss_sum += loss.to_scalar::<f32>()? as f64;
             Ok(loss)

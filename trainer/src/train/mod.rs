@@ -150,6 +150,7 @@ impl Trainer {
             rollout_correction: g.rollout_correction,
             tis_cap: g.tis_cap,
             skip_zero_advantage: true,
+            fold_linear_loss: true,
         }
     }
 

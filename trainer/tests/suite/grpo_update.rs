@@ -35,6 +35,7 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
         rollout_correction: RolloutCorrection::None,
         tis_cap: 3.0,
         skip_zero_advantage: true,
+        fold_linear_loss: true,
     }
 }
 
@@ -422,6 +423,7 @@ fn one_update_matches_pytorch_and_trl() {
         rollout_correction: RolloutCorrection::None,
         tis_cap: 3.0,
         skip_zero_advantage: true,
+        fold_linear_loss: true,
     };
     let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, MicroBatching::Rows(3)).unwrap();
     let mut grad_rel = 0f64;
@@ -530,4 +532,30 @@ fn drift_against_the_rollout_is_measured_and_tis_only_reweights() {
     assert!(m1.drift.unwrap().ratio_max <= 2.0 + 1e-6, "the truncated ratio is reported");
     assert!(max_rel_diff(&g0, &g1) > 1e-3, "TIS changes the gradient");
     assert!(max_rel_diff(&g1, &g2) < 1e-5 && (m1.loss - m2.loss).abs() < 1e-6, "packed TIS equals padded TIS");
+}
+
+#[test]
+fn folding_the_linear_loss_into_the_logprob_op_changes_nothing() {
+    let (c, w) = common::load("tied_sharded");
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
+    let (ref_model, _) = reference(&c, &w);
+    let mut b = batch(&model, &ref_model, c.vocab_size, 5, 0.7);
+    b.old_logprobs = OldLogprobs::Current;
+    for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        for recompute in [Recompute::Off, Recompute::PerLayer] {
+            let folded = GrpoLossConfig { recompute, ..cfg(agg, 0.0) };
+            let unfolded = GrpoLossConfig { fold_linear_loss: false, ..folded };
+            for micro in [MicroBatching::Rows(2), MicroBatching::Tokens(30)] {
+                let (g1, m1) = accumulate_gradients(&model, &params, &b, &folded, micro).unwrap();
+                let (g0, m0) = accumulate_gradients(&model, &params, &b, &unfolded, micro).unwrap();
+                let d = max_rel_diff(&g0, &g1);
+                println!("{agg:?} {recompute:?} {micro:?}: grads max rel diff {d:.3e}, loss {} vs {}", m1.loss, m0.loss);
+                assert_eq!(g1.len(), params.len());
+                assert!(d < 5e-6, "{agg:?} {recompute:?} {micro:?}: {d:.3e}");
+                assert!((m1.loss - m0.loss).abs() <= 1e-6 * m0.loss.abs().max(1e-3));
+                assert!((m1.entropy.unwrap() - m0.entropy.unwrap()).abs() < 1e-5 * m0.entropy.unwrap());
+                assert_eq!((m1.tokens, m1.clip_ratio_region_mean), (m0.tokens, m0.clip_ratio_region_mean));
+            }
+        }
+    }
 }

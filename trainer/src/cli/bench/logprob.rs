@@ -13,8 +13,13 @@ use std::time::Instant;
 /// Which implementation runs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Mode {
-    /// `kernels::logprobs::token_logprobs`: chunked, never materializes `[N, V]`.
+    /// `kernels::logprobs::weighted_logprob_sum` (weights 1): the sum's
+    /// gradient computed in the forward sweep, three product passes,
+    /// never the whole `[N, V]` (what training uses for a linear loss).
     Fused,
+    /// `kernels::logprobs::token_logprobs`: chunked, the backward recomputes
+    /// the logits (four passes; for losses that are not linear in the log-probs).
+    Recompute,
     /// matmul, `/ T`, log-softmax, gather through stock Candle ops (autograd backward).
     Unfused,
 }
@@ -59,17 +64,19 @@ pub fn run(args: Args) -> Result<()> {
     let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05, &device, dtype)?;
     let targets: Vec<u32> = (0..args.tokens).map(|_| rng.random_range(0..args.vocab as u32)).collect();
     let targets = Tensor::from_vec(targets, args.tokens, &device)?;
+    let ones = Tensor::ones(args.tokens, candle_core::DType::F32, &device)?;
     let rss_inputs = rss_kib("VmRSS");
     let peak_reset = reset_peak_rss();
 
     let (h, w, temp) = (hidden.as_tensor(), lm_head.as_tensor(), args.temperature);
     let once = || -> Result<Run> {
         let t0 = Instant::now();
-        let logp = match args.mode {
-            Mode::Fused => kernels::logprobs::token_logprobs(h, w, &targets, temp)?,
-            Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?,
+        let sum = match args.mode {
+            Mode::Fused => kernels::logprobs::weighted_logprob_sum(h, w, &targets, &ones, temp)?.sum,
+            Mode::Recompute => kernels::logprobs::token_logprobs(h, w, &targets, temp)?.sum_all()?,
+            Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?.sum_all()?,
         };
-        let sum = logp.to_dtype(candle_core::DType::F32)?.sum_all()?;
+        let sum = sum.to_dtype(candle_core::DType::F32)?;
         let peak_forward = rss_kib("VmHWM");
         let logprob_sum = sum.to_scalar::<f32>()? as f64;
         let forward_seconds = t0.elapsed().as_secs_f64();

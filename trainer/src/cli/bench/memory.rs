@@ -111,6 +111,7 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         rollout_correction: trainer::grpo::RolloutCorrection::None,
         tis_cap: 3.0,
         skip_zero_advantage: true,
+        fold_linear_loss: true,
     };
     let base_kib = status_kib("VmHWM")?;
     let t0 = Instant::now();

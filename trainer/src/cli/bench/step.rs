@@ -1,6 +1,6 @@
 //! `fusegrpo bench step`: one training micro-batch of a random model, as SFT
-//! and GRPO run it: forward, the fused token log-probs, the mean NLL over
-//! every predicted token, backward into every parameter's gradient
+//! and GRPO run it: forward, the mean NLL over every predicted token folded
+//! into the fused token log-prob op, backward into every parameter's gradient
 //! (`backward_micro_batch`). One warm-up step, then `--reps` timed steps;
 //! prints `{"seconds": median, "loss": .., "peak_rss_mib": ..}`. The
 //! counterpart is `scripts/bench_step_torch.py` (same shape, same token ids).
@@ -33,6 +33,11 @@ pub struct Args {
     pub tokens: usize,
     #[arg(long, value_enum, default_value_t = Recompute::Off)]
     pub recompute: Recompute,
+    /// Backpropagate the mean NLL through the log-prob op's own backward
+    /// (which recomputes the logits: four vocabulary-sized products) instead
+    /// of folding the loss into the op (three), for before/after figures.
+    #[arg(long)]
+    pub unfolded: bool,
     /// Timed steps after the warm-up step.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -64,6 +69,8 @@ pub fn run(a: Args) -> Result<()> {
     let tokens = Tensor::from_vec(ids, (a.rows, a.tokens), &dev)?;
     let mask = Tensor::ones((a.rows, a.tokens - 1), DType::F32, &dev)?.pad_with_zeros(1, 1, 0)?;
     let predicted = (a.rows * (a.tokens - 1)) as f64;
+    // Mean NLL is linear in the log-probs: folded into the log-prob op, as SFT does.
+    let coefficients = (&mask * (-1.0 / predicted))?;
     let pass = LogprobPass {
         temperature: 1.0,
         entropy: EntropyMetric::Skip,
@@ -78,7 +85,7 @@ pub fn run(a: Args) -> Result<()> {
         let mut grads = Gradients::default();
         let mut loss_value = f64::NAN;
         let t0 = Instant::now();
-        backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, |logp, _| {
+        backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, (!a.unfolded).then_some(&coefficients), |logp, _| {
             let loss = ((logp.to_dtype(DType::F32)? * &mask)?.sum_all()?.neg()? / predicted)?;
             loss_value = loss.to_scalar::<f32>()? as f64;
             Ok(loss)
@@ -108,6 +115,7 @@ pub fn run(a: Args) -> Result<()> {
         "rss_model_mib": rss_model / 1024,
         "minor_faults_per_step": faults_per_step,
         "rows": a.rows,
+        "folded": !a.unfolded,
         "tokens": a.tokens,
         "recompute": match a.recompute {
             Recompute::Off => "off",
