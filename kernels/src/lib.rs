@@ -38,6 +38,7 @@ pub mod linear;
 pub mod logprobs;
 mod matmul;
 pub mod norm;
+pub mod projection;
 pub mod rope;
 pub mod sampling;
 mod storage;

@@ -12,25 +12,24 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = dims[dims.len() - 1];
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    let x2 = x.reshape((rows, inner))?;
     // Few rows without gradients (a decoding step, a short prefill): the
-    // unpacked kernel. Training keeps the packed product for every row
-    // count, so a micro-batch's products sum in the same order however the
-    // batch is split or packed.
+    // unpacked kernel. Otherwise (training, long prefills) the packed
+    // product, as one autograd node, for every row count, so a
+    // micro-batch's products sum in the same order however the batch is
+    // split or packed.
     let inference = !x.track_op() && !w.track_op();
     let few_rows_f32 = rows <= kernels::linear::MAX_ROWS && x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32;
     let y = if inference && few_rows_f32 {
-        kernels::linear::linear_few_rows(&x2, w)?
+        let mut out_dims = dims;
+        *out_dims.last_mut().expect("non-empty") = w.dim(0)?;
+        kernels::linear::linear_few_rows(&x.reshape((rows, inner))?, w)?.reshape(out_dims)?
     } else {
-        x2.matmul(&w.t()?)?
+        kernels::projection::linear(x, w)?
     };
-    let y = match b {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out_dims = dims;
-    *out_dims.last_mut().expect("non-empty") = w.dim(0)?;
-    y.reshape(out_dims)
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
 }
 
 /// RMSNorm over the last dimension, computed in f32 as transformers does:
