@@ -57,6 +57,14 @@ pub(crate) fn chunk_tokens(n: usize, v: usize) -> usize {
     n.div_ceil(chunks).max(1)
 }
 
+/// The largest working memory of [`forward`] besides its outputs: the
+/// logits buffer of the largest chunk and one partial hidden gradient per
+/// gradient task.
+pub(crate) fn workspace_bytes(v: usize, d: usize, threads: usize) -> usize {
+    let rows = (BUFFER_BYTES / (4 * v.max(1))).clamp(MIN_CHUNK, MAX_CHUNK);
+    4 * rows * (v + BWD_TASKS_PER_THREAD * threads.max(1) * d)
+}
+
 /// The folded forward for targets `targets` and weights `weights` (both `[n]`).
 pub(crate) fn forward(p: &Problem, targets: &[u32], weights: &[f32]) -> Folded {
     let mut out = Folded { stats: vec![0.0; p.n * 4], grad_hidden: vec![0.0; p.n * p.d], grad_lm_head: vec![0.0; p.v * p.d] };
@@ -273,5 +281,7 @@ mod tests {
         assert_eq!(chunk_tokens(4096, 151_936), 512);
         assert_eq!(chunk_tokens(5, 100), 5);
         assert_eq!(chunk_tokens(3000, 100), 1000);
+        // Qwen3's head: at most 552 rows of logits, 8 partial [552, 2560] gradients on 2 threads.
+        assert_eq!(workspace_bytes(151_936, 2560, 2), 4 * 552 * (151_936 + 8 * 2560));
     }
 }

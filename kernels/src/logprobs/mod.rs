@@ -26,6 +26,14 @@ mod folded_cpu;
 
 pub use folded::{weighted_logprob_sum, WeightedLogprobs};
 
+/// Working memory (bytes) of [`weighted_logprob_sum`] on the CPU for a
+/// vocabulary of `vocab`, hidden size `hidden` and `threads` threads, at
+/// most: its logits buffer and partial gradients (the gradients it returns
+/// not included).
+pub fn folded_workspace_bytes(vocab: usize, hidden: usize, threads: usize) -> u64 {
+    folded_cpu::workspace_bytes(vocab, hidden, threads) as u64
+}
+
 use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 

@@ -73,10 +73,14 @@ pub fn head_activation_bytes(cfg: &ModelConfig, dtype: DType) -> u64 {
     3 * h * elem(dtype) + h * 4
 }
 
-/// Working memory of the fused token log-probs' backward
-/// (kernels::logprobs): 4 tasks per thread, each with a block of 1,024
-/// tokens x 1,024 vocabulary entries of f32 logits and a partial `[1,024,
-/// hidden]` f32 gradient of the hidden states, whatever the vocabulary.
+/// Working memory of the fused token log-probs (kernels::logprobs), the
+/// larger of its two forms: the backward of the op with its own backward
+/// (4 tasks per thread, each with a block of 1,024 tokens x 1,024
+/// vocabulary entries of f32 logits and a partial `[1,024, hidden]` f32
+/// gradient of the hidden states, whatever the vocabulary), and the loss
+/// folded into the op (a chunk's logits over the whole vocabulary, up to
+/// 320 MiB, and its partial gradients).
 pub fn logprob_workspace_bytes(cfg: &ModelConfig, threads: usize) -> u64 {
-    (threads * 4 * 1024 * (1024 + cfg.hidden_size) * 4) as u64
+    let recompute = (threads * 4 * 1024 * (1024 + cfg.hidden_size) * 4) as u64;
+    recompute.max(kernels::logprobs::folded_workspace_bytes(cfg.vocab_size, cfg.hidden_size, threads))
 }
