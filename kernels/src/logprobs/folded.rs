@@ -12,8 +12,7 @@
 //! path it composes [`super::token_logprobs_and_entropy`] and a weighted sum.
 
 use super::folded_cpu;
-use super::{cpu::Problem, prepare, MAX_VOCAB};
-use crate::storage::{contiguous_slice, f32_slice};
+use super::{cpu_inputs, prepare, target_id, MAX_VOCAB};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use std::sync::{Arc, Mutex};
 
@@ -76,25 +75,19 @@ impl CustomOp3 for FoldedLogprobsOp {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (n, d) = l1.shape().dims2()?;
-        let (v, _) = l2.shape().dims2()?;
-        let hidden = contiguous_slice(f32_slice(s1, "hidden")?, l1, "hidden")?;
-        let lm_head = contiguous_slice(f32_slice(s2, "lm_head")?, l2, "lm_head")?;
-        let aux = contiguous_slice(f32_slice(s3, "aux")?, l3, "aux")?;
-        let mut targets = Vec::with_capacity(n);
-        let mut weights = Vec::with_capacity(n);
+        let (p, aux) = cpu_inputs((s1, l1), (s2, l2), (s3, l3), self.temperature)?;
+        let mut targets = Vec::with_capacity(p.n);
+        let mut weights = Vec::with_capacity(p.n);
         for (i, row) in aux.chunks_exact(2).enumerate() {
-            let t = row[0];
-            if !(t >= 0.0 && (t as usize) < v && t.fract() == 0.0) {
-                candle_core::bail!("folded-logprobs: target {t} at row {i} is outside the vocabulary of {v}");
-            }
-            targets.push(t as u32);
+            let Some(t) = target_id(row[0], p.v) else {
+                candle_core::bail!("folded-logprobs: target {} at row {i} is outside the vocabulary of {}", row[0], p.v);
+            };
+            targets.push(t);
             weights.push(row[1]);
         }
-        let p = Problem { hidden, lm_head, n, d, v, inv_t: (1.0 / self.temperature) as f32 };
         let folded = folded_cpu::forward(&p, &targets, &weights);
         *self.grads.lock().expect("folded-logprobs gradients") = Some((folded.grad_hidden, folded.grad_lm_head));
-        Ok((CpuStorage::F32(folded.stats), Shape::from((n, COLUMNS))))
+        Ok((CpuStorage::F32(folded.stats), Shape::from((p.n, COLUMNS))))
     }
 
     fn bwd(&self, hidden: &Tensor, lm_head: &Tensor, _aux: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {

@@ -239,15 +239,31 @@ impl CustomOp3 for TokenLogprobsBackward {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (n, d) = l1.shape().dims2()?;
-        let (v, _) = l2.shape().dims2()?;
-        let hidden = contiguous_slice(f32_slice(s1, "hidden")?, l1, "hidden")?;
-        let lm_head = contiguous_slice(f32_slice(s2, "lm_head")?, l2, "lm_head")?;
-        let aux = contiguous_slice(f32_slice(s3, "aux")?, l3, "aux")?;
-        let (targets, stats) = unpack_aux(aux, v)?;
-        let p = cpu::Problem { hidden, lm_head, n, d, v, inv_t: (1.0 / self.temperature) as f32 };
-        Ok((CpuStorage::F32(cpu::backward(&p, &targets, &stats)), Shape::from((n + v, d))))
+        let (p, aux) = cpu_inputs((s1, l1), (s2, l2), (s3, l3), self.temperature)?;
+        let (targets, stats) = unpack_aux(aux, p.v)?;
+        Ok((CpuStorage::F32(cpu::backward(&p, &targets, &stats)), Shape::from((p.n + p.v, p.d))))
     }
+}
+
+/// The CPU kernels' inputs of the ops whose third input is f32 rows
+/// (`aux`): the problem (hidden `[N, d]`, lm_head `[V, d]`, `1/T`) and those rows.
+pub(crate) fn cpu_inputs<'a>(
+    (s1, l1): (&'a CpuStorage, &Layout),
+    (s2, l2): (&'a CpuStorage, &Layout),
+    (s3, l3): (&'a CpuStorage, &Layout),
+    temperature: f64,
+) -> Result<(cpu::Problem<'a>, &'a [f32])> {
+    let (n, d) = l1.shape().dims2()?;
+    let (v, _) = l2.shape().dims2()?;
+    let hidden = contiguous_slice(f32_slice(s1, "hidden")?, l1, "hidden")?;
+    let lm_head = contiguous_slice(f32_slice(s2, "lm_head")?, l2, "lm_head")?;
+    let aux = contiguous_slice(f32_slice(s3, "aux")?, l3, "aux")?;
+    Ok((cpu::Problem { hidden, lm_head, n, d, v, inv_t: (1.0 / temperature) as f32 }, aux))
+}
+
+/// A target id carried as f32 in an aux row, when it is a whole number inside the vocabulary of `v`.
+pub(crate) fn target_id(t: f32, v: usize) -> Option<u32> {
+    (t >= 0.0 && (t as usize) < v && t.fract() == 0.0).then_some(t as u32)
 }
 
 /// Splits [`AUX`] rows into target ids and [`Stats`].
@@ -255,11 +271,10 @@ pub(crate) fn unpack_aux(aux: &[f32], v: usize) -> Result<(Vec<u32>, Vec<Stats>)
     let mut targets = Vec::with_capacity(aux.len() / AUX);
     let mut stats = Vec::with_capacity(aux.len() / AUX);
     for row in aux.chunks_exact(AUX) {
-        let t = row[0];
-        if !(t >= 0.0 && (t as usize) < v && t.fract() == 0.0) {
-            candle_core::bail!("token-logprobs-backward: target {t} outside the vocabulary of {v}");
-        }
-        targets.push(t as u32);
+        let Some(t) = target_id(row[0], v) else {
+            candle_core::bail!("token-logprobs-backward: target {} outside the vocabulary of {v}", row[0]);
+        };
+        targets.push(t);
         stats.push(Stats { lse: row[1], grad_logp: row[2], grad_lse: row[3] });
     }
     Ok((targets, stats))

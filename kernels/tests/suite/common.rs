@@ -45,3 +45,13 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rel: f32) {
     println!("{what}: max |diff| = {diff:.3e}, max |ref| = {scale:.3e}, bound = {bound:.3e}");
     assert!(diff <= bound, "{what}: max |diff| {diff:e} > {bound:e} (max |ref| {scale:e})");
 }
+
+/// Entropy of each row of `softmax(h @ w^T / temperature)` through plain tensor ops.
+pub fn reference_entropy(h: &Tensor, w: &Tensor, temperature: f64) -> Tensor {
+    let logits = (h.matmul(&w.t().unwrap()).unwrap() / temperature).unwrap();
+    let max = logits.max_keepdim(candle_core::D::Minus1).unwrap();
+    let shifted = logits.broadcast_sub(&max).unwrap();
+    let lse = shifted.exp().unwrap().sum_keepdim(candle_core::D::Minus1).unwrap().log().unwrap();
+    let logp = shifted.broadcast_sub(&lse).unwrap();
+    (logp.exp().unwrap() * &logp).unwrap().sum(candle_core::D::Minus1).unwrap().neg().unwrap()
+}

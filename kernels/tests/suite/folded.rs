@@ -2,22 +2,12 @@
 //! the sum, the per-token log-probs and entropies, and the gradients of
 //! hidden and lm_head, over shapes that span several chunks and blocks.
 
-use crate::common::{assert_close, ids, tensor};
-use candle_core::{Device, Tensor, Var, D};
+use crate::common::{assert_close, ids, reference_entropy, tensor};
+use candle_core::{Device, Tensor, Var};
 use kernels::logprobs::{token_logprobs_reference, weighted_logprob_sum};
 
 /// Relative tolerance of values and gradients (to the largest reference entry).
 const REL: f32 = 1e-5;
-
-/// Entropy of each row of `softmax(h @ w^T / T)`.
-fn reference_entropy(h: &Tensor, w: &Tensor, temperature: f64) -> Tensor {
-    let logits = (h.matmul(&w.t().unwrap()).unwrap() / temperature).unwrap();
-    let max = logits.max_keepdim(D::Minus1).unwrap();
-    let shifted = logits.broadcast_sub(&max).unwrap();
-    let lse = shifted.exp().unwrap().sum_keepdim(D::Minus1).unwrap().log().unwrap();
-    let logp = shifted.broadcast_sub(&lse).unwrap();
-    (logp.exp().unwrap() * &logp).unwrap().sum(D::Minus1).unwrap().neg().unwrap()
-}
 
 /// Values and gradients of `scale * sum(w * logp) + 1` through the folded
 /// op and through the reference, for one shape.

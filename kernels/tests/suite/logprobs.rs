@@ -2,8 +2,8 @@
 //! entropy and gradients (through Candle's autograd on both paths), with
 //! shapes that do not divide the chunk sizes, N = 1 and Qwen3's vocabulary.
 
-use crate::common::{assert_close, ids, tensor};
-use candle_core::{Tensor, Var, D};
+use crate::common::{assert_close, ids, reference_entropy, tensor};
+use candle_core::{Tensor, Var};
 use kernels::logprobs::{token_entropy, token_logprobs, token_logprobs_and_entropy, token_logprobs_reference};
 
 /// Relative tolerance of forward values (log-probs, entropies).
@@ -31,16 +31,6 @@ fn check(n: usize, d: usize, v: usize, temperature: f64, seed: u64) {
         let b = grads_ref.get(var.as_tensor()).expect("reference gradient");
         assert_close(&format!("{what} {name}"), a, b, GRAD_REL);
     }
-}
-
-/// The entropy of the reference distribution.
-fn reference_entropy(h: &Tensor, w: &Tensor, temperature: f64) -> Tensor {
-    let logits = (h.matmul(&w.t().unwrap()).unwrap() / temperature).unwrap();
-    let max = logits.max_keepdim(D::Minus1).unwrap();
-    let shifted = logits.broadcast_sub(&max).unwrap();
-    let lse = shifted.exp().unwrap().sum_keepdim(D::Minus1).unwrap().log().unwrap();
-    let logp = shifted.broadcast_sub(&lse).unwrap();
-    (logp.exp().unwrap() * &logp).unwrap().sum(D::Minus1).unwrap().neg().unwrap()
 }
 
 #[test]
