@@ -34,6 +34,7 @@
 
 pub mod attention;
 pub mod fastmath;
+pub mod gated;
 pub mod linear;
 pub mod logprobs;
 mod matmul;

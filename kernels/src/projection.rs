@@ -31,6 +31,19 @@ pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&w.contiguous()?, Linear)
 }
 
+/// `x @ w^T` on CPU storages, `x` `[.., in]` and `w` `[out, in]` both
+/// contiguous: `[rows, out]` row-major, by the call Candle's `matmul` makes.
+pub(crate) fn product_with_transpose(x: (&CpuStorage, &Layout), w: (&CpuStorage, &Layout)) -> Result<CpuStorage> {
+    let (out, inner) = w.1.shape().dims2()?;
+    let rows = x.1.shape().elem_count() / inner.max(1);
+    let (Some((x0, _)), Some((w0, _))) = (x.1.contiguous_offsets(), w.1.contiguous_offsets()) else {
+        candle_core::bail!("linear: inputs must be contiguous");
+    };
+    let x_layout = Layout::contiguous_with_offset((rows, inner), x0);
+    let wt_layout = Layout::contiguous_with_offset((out, inner), w0).transpose(0, 1)?;
+    x.0.matmul(w.0, (1, rows, out, inner), &x_layout, &wt_layout)
+}
+
 /// The op of [`linear`].
 #[derive(Clone, Copy, Debug)]
 struct Linear;
@@ -41,16 +54,9 @@ impl CustomOp2 for Linear {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (out, inner) = l2.shape().dims2()?;
-        let rows = l1.shape().elem_count() / inner.max(1);
-        let (Some((x0, _)), Some((w0, _))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
-            candle_core::bail!("linear: inputs must be contiguous");
-        };
-        let x_layout = Layout::contiguous_with_offset((rows, inner), x0);
-        let wt_layout = Layout::contiguous_with_offset((out, inner), w0).transpose(0, 1)?;
-        let y = s1.matmul(s2, (1, rows, out, inner), &x_layout, &wt_layout)?;
+        let y = product_with_transpose((s1, l1), (s2, l2))?;
         let mut dims = l1.shape().dims().to_vec();
-        *dims.last_mut().expect("rank >= 2") = out;
+        *dims.last_mut().expect("rank >= 2") = l2.shape().dims2()?.0;
         Ok((y, Shape::from(dims)))
     }
 

@@ -54,13 +54,7 @@ impl CustomOp2 for SwigluOp {
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         let g = contiguous_slice(f32_slice(s1, "gate")?, l1, "gate")?;
         let u = contiguous_slice(f32_slice(s2, "up")?, l2, "up")?;
-        let mut h = vec![0.0f32; g.len()];
-        h.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK))).for_each(|(hs, (gs, us))| {
-            for ((h, &g), &u) in hs.iter_mut().zip(gs).zip(us) {
-                *h = g * sigmoid(g) * u;
-            }
-        });
-        Ok((CpuStorage::F32(h), l1.shape().clone()))
+        Ok((CpuStorage::F32(gate_forward(g, u)), l1.shape().clone()))
     }
 
     fn bwd(&self, g: &Tensor, u: &Tensor, _res: &Tensor, grad_h: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
@@ -81,16 +75,33 @@ impl CustomOp3 for SwigluBackward {
         let n = g.len();
         let mut out = vec![0.0f32; 2 * n];
         let (dg, du) = out.split_at_mut(n);
-        dg.par_chunks_mut(CHUNK)
-            .zip(du.par_chunks_mut(CHUNK))
-            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)).zip(dh.par_chunks(CHUNK)))
-            .for_each(|((dgs, dus), ((gs, us), dhs))| {
-                for ((dg, du), ((&g, &u), &dh)) in dgs.iter_mut().zip(dus.iter_mut()).zip(gs.iter().zip(us).zip(dhs)) {
-                    let s = sigmoid(g);
-                    *dg = dh * u * s * (1.0 + g * (1.0 - s));
-                    *du = dh * g * s;
-                }
-            });
+        gate_backward(g, u, dh, dg, du);
         Ok((CpuStorage::F32(out), Shape::from((2, n))))
     }
+}
+
+/// `silu(g) * u` element-wise (rayon over chunks).
+pub(crate) fn gate_forward(g: &[f32], u: &[f32]) -> Vec<f32> {
+    let mut h = vec![0.0f32; g.len()];
+    h.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK))).for_each(|(hs, (gs, us))| {
+        for ((h, &g), &u) in hs.iter_mut().zip(gs).zip(us) {
+            *h = g * sigmoid(g) * u;
+        }
+    });
+    h
+}
+
+/// The gradients of `silu(g) * u` given the upstream `dh`, into `dg` and `du`
+/// (rayon over chunks).
+pub(crate) fn gate_backward(g: &[f32], u: &[f32], dh: &[f32], dg: &mut [f32], du: &mut [f32]) {
+    dg.par_chunks_mut(CHUNK)
+        .zip(du.par_chunks_mut(CHUNK))
+        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)).zip(dh.par_chunks(CHUNK)))
+        .for_each(|((dgs, dus), ((gs, us), dhs))| {
+            for ((dg, du), ((&g, &u), &dh)) in dgs.iter_mut().zip(dus.iter_mut()).zip(gs.iter().zip(us).zip(dhs)) {
+                let s = sigmoid(g);
+                *dg = dh * u * s * (1.0 + g * (1.0 - s));
+                *du = dh * g * s;
+            }
+        });
 }

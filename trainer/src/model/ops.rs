@@ -66,11 +66,20 @@ pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
     shifted.broadcast_sub(&lse)
 }
 
-/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`; the gate through the
-/// fused kernel (`kernels::swiglu`, one pass each way) for f32 where it runs
-/// natively, else from stock ops.
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`. In training and long
+/// prefills the gate, up and SwiGLU are one node (`kernels::gated`, which
+/// keeps the widest activations out of Candle's gradient bookkeeping); a
+/// decoding step's few rows take [`linear`]'s unpacked kernel and the fused
+/// gate (`kernels::swiglu`).
 pub fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
-    let g = linear(x, gate, None)?;
-    let u = linear(x, up, None)?;
-    linear(&kernels::swiglu::swiglu_gate(&g, &u)?, down, None)
+    let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
+    let inference = !x.track_op() && !gate.track_op() && !up.track_op();
+    let h = if inference && rows <= kernels::linear::MAX_ROWS {
+        let g = linear(x, gate, None)?;
+        let u = linear(x, up, None)?;
+        kernels::swiglu::swiglu_gate(&g, &u)?
+    } else {
+        kernels::gated::gated_projection(x, gate, up)?
+    };
+    linear(&h, down, None)
 }
