@@ -16,6 +16,10 @@
 //!   [`sampling::sample_reference`]).
 //! - [`linear`]: `x @ w^T` for few rows of `x` (decoding) without packing
 //!   `w` ([`linear::linear_few_rows`], reference [`linear::linear_reference`]).
+//! - [`projection`]: `x @ w^T` as one autograd node for training
+//!   ([`projection::linear`]; the forward is Candle's own product call).
+//! - [`gated`]: a SwiGLU layer's gate and up projections and gate as one
+//!   node ([`gated::gated_projection`], reference: the composition).
 //! - [`norm`]: RMSNorm with backward ([`norm::rms_norm`]).
 //! - [`swiglu`]: the SwiGLU gate `silu(g) * u` with a one-pass backward
 //!   ([`swiglu::swiglu_gate`], reference [`swiglu::swiglu_gate_reference`]).

@@ -316,7 +316,7 @@ fn padded_micro_batch(model: &CausalLm, params: &BTreeMap<String, Var>, mb: &Grp
         .then(|| linear_coefficients(&mask, |x| surrogate(x, &adv, &mask, cfg, |pt| aggregate(pt, &mask, cfg.aggregation, totals, cfg.max_completion_length))))
         .transpose()?;
     let sums = &mut acc.sums;
-    backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, linear.as_ref(), |logp, entropy| {
+    backward_micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), pass, &mut acc.grads, linear.as_ref().map(|c| LinearLoss { coefficients: c, mask: &mask }), |logp, entropy| {
         let old = match &mb.old_logprobs {
             OldLogprobs::Current => logp.detach(),
             OldLogprobs::Stored(t) => t.clone(),
@@ -362,7 +362,7 @@ fn packed_micro_batch(
         .then(|| linear_coefficients(&mask, |x| surrogate(x, &adv, &mask, cfg, |pt| Ok((pt * &weights)?.sum_all()?))))
         .transpose()?;
     let sums = &mut acc.sums;
-    backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, linear.as_ref(), |logp, entropy| {
+    backward_micro_batch(model, params, &tokens, &pack.positions(), pass, &mut acc.grads, linear.as_ref().map(|c| LinearLoss { coefficients: c, mask: &mask }), |logp, entropy| {
         let old = stored_old.clone().unwrap_or_else(|| logp.detach());
         let m = MicroLoss { old, reference: reference.as_ref(), rollout: rollout.as_ref(), advantages: &adv, mask: &mask };
         micro_loss(logp, entropy, m, cfg, sums, |pt| Ok((pt * &weights)?.sum_all()?))
@@ -399,6 +399,18 @@ pub fn linear_coefficients(like: &Tensor, loss: impl FnOnce(&Tensor) -> Result<T
     })
 }
 
+/// A loss that is linear in the log-probs: `Σ coefficients · logp` plus a
+/// constant, reading the log-probs only where `mask` is non-zero.
+#[derive(Debug, Clone, Copy)]
+pub struct LinearLoss<'a> {
+    /// `[b, t]`, zero outside the mask.
+    pub coefficients: &'a Tensor,
+    /// `[b, t]`: the positions whose log-probs and entropies the loss and
+    /// its metrics read (the policy tokens). The others are not computed and
+    /// read as 0.
+    pub mask: &'a Tensor,
+}
+
 /// How a micro-batch's log-probs are computed.
 #[derive(Debug, Clone, Copy)]
 pub struct LogprobPass {
@@ -415,10 +427,12 @@ pub struct LogprobPass {
 /// in the backward pass ([`CausalLm::backward_layers`]). GRPO and SFT share it.
 ///
 /// `linear`: the caller's promise that `loss_of` is `Σ c · logp` plus a
-/// constant, with the coefficients `c` `[b, t]` given. The loss is then
-/// folded into the log-prob op ([`hidden_weighted_logprobs`]: one
-/// vocabulary-sized product fewer), `loss_of` receives detached log-probs
-/// (for its value and metrics) and `Σ c · logp` is what is backpropagated.
+/// constant, with the coefficients `c` `[b, t]` given, and reads the
+/// log-probs only inside the given mask. The loss is then folded into the
+/// log-prob op ([`hidden_weighted_logprobs`]: one vocabulary-sized product
+/// fewer, and none for the positions outside the mask), `loss_of` receives
+/// detached log-probs (for its value and metrics) and `Σ c · logp` is what
+/// is backpropagated.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_micro_batch(
     model: &CausalLm,
@@ -427,7 +441,7 @@ pub fn backward_micro_batch(
     positions: &Positions,
     pass: LogprobPass,
     grads: &mut Gradients,
-    linear: Option<&Tensor>,
+    linear: Option<LinearLoss<'_>>,
     loss_of: impl FnOnce(&Tensor, Option<&Tensor>) -> Result<Tensor>,
 ) -> Result<()> {
     let (_, cols) = tokens.dims2()?;
@@ -441,7 +455,7 @@ pub fn backward_micro_batch(
                 Some(s) => model.final_norm(s.top().as_tensor())?,
                 None => model.forward(tokens, positions, None)?,
             };
-            let out = hidden_weighted_logprobs(model, &hidden, tokens, c, pass.temperature, pass.entropy)?;
+            let out = hidden_weighted_logprobs(model, &hidden, tokens, c.coefficients, c.mask, pass.temperature, pass.entropy)?;
             (out.logprobs, out.entropy, Some(out.sum))
         }
         (Some(s), _) => {

@@ -102,8 +102,8 @@ pub struct GrpoLossConfig {
     pub skip_zero_advantage: bool,
     /// When the loss is linear in the log-probs (on-policy, no KL, no TIS),
     /// fold it into the log-prob op (same gradients, one vocabulary-sized
-    /// product fewer: [`super::hidden_weighted_logprobs`]). Off only to
-    /// check that claim.
+    /// product fewer, and none for the positions outside the loss mask:
+    /// [`super::hidden_weighted_logprobs`]). Off only to check that claim.
     #[serde(default = "yes")]
     pub fold_linear_loss: bool,
 }

@@ -17,7 +17,7 @@ pub use crate::model::recompute::Recompute;
 
 pub use accumulate::{
     accumulate_gradients, accumulate_share, backward_micro_batch, detached_logprobs, micro_batches, used_columns, GrpoBatch,
-    LogprobPass, OldLogprobs,
+    LinearLoss, LogprobPass, OldLogprobs,
 };
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
 pub use drift::{DriftMetrics, RolloutCorrection};
@@ -26,7 +26,7 @@ pub use loss::{
     LossAggregation, LossSums, PerTokenLoss,
 };
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
 use crate::model::{cache::Positions, CausalLm};
 use candle_core::{DType, Tensor};
@@ -81,6 +81,18 @@ pub fn hidden_logprobs(
     Ok((lp, ent))
 }
 
+/// The rows of `mask` `[n]` that are non-zero, or `None` when all are;
+/// an error where `weights` `[n]` is non-zero outside the mask.
+fn masked_rows(weights: &Tensor, mask: &Tensor) -> Result<Option<Vec<u32>>> {
+    let w = weights.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    let m = mask.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    if let Some(i) = (0..w.len()).find(|&i| m[i] == 0.0 && w[i] != 0.0) {
+        return Err(Error::invalid("log-prob weights", format!("weight {} at flattened position {i} lies outside the loss mask", w[i])));
+    }
+    let rows: Vec<u32> = (0..m.len()).filter(|&i| m[i] != 0.0).map(|i| i as u32).collect();
+    Ok((rows.len() < m.len()).then_some(rows))
+}
+
 /// What [`hidden_weighted_logprobs`] returns: the log-probs `[b, t]` and, when
 /// asked, the entropy `[b, t]` (both detached, laid out as
 /// [`sequence_logprobs`]'s), and the differentiable scalar `Σ weights · logp`.
@@ -95,11 +107,17 @@ pub struct WeightedPass {
 /// the gradient of `Σ weights · logp` in its forward sweep (one
 /// vocabulary-sized product fewer than a forward and backward through
 /// [`hidden_logprobs`]); backpropagating `sum` gives the loss's gradients.
+///
+/// Only the positions where `mask` `[b, t]` is non-zero are computed (the
+/// policy tokens: a prompt's and the tool outputs' rows never reach the
+/// vocabulary-sized products); elsewhere the log-probs and entropies are 0.
+/// A non-zero weight outside the mask is an error.
 pub fn hidden_weighted_logprobs(
     model: &CausalLm,
     hidden: &Tensor,
     tokens: &Tensor,
     weights: &Tensor,
+    mask: &Tensor,
     temperature: f64,
     entropy: EntropyMetric,
 ) -> Result<WeightedPass> {
@@ -109,11 +127,34 @@ pub fn hidden_weighted_logprobs(
         let sum = Tensor::zeros((), DType::F32, tokens.device())?;
         return Ok(WeightedPass { logprobs: zeros, entropy: None, sum });
     }
-    let hidden = hidden.narrow(1, 0, t - 1)?.reshape((b * (t - 1), ()))?;
+    let n = b * (t - 1);
+    let hidden = hidden.narrow(1, 0, t - 1)?.reshape((n, ()))?;
     let targets = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
     let w = weights.narrow(1, 1, t - 1)?.flatten_all()?;
-    let out = weighted_logprob_sum(model, &hidden, &targets, &w, temperature)?;
-    let layout = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?) };
+    let kept = masked_rows(&w, &mask.narrow(1, 1, t - 1)?.flatten_all()?)?;
+    let (out, spread) = match kept {
+        // Every row: nothing to select.
+        None => (weighted_logprob_sum(model, &hidden, &targets, &w, temperature)?, None),
+        Some(rows) if rows.is_empty() => {
+            let zeros = Tensor::zeros((b, t), DType::F32, tokens.device())?;
+            let sum = Tensor::zeros((), DType::F32, tokens.device())?;
+            let entropy = matches!(entropy, EntropyMetric::Compute).then(|| zeros.clone());
+            return Ok(WeightedPass { logprobs: zeros, entropy, sum });
+        }
+        Some(rows) => {
+            let k = rows.len();
+            let idx = Tensor::from_vec(rows, k, tokens.device())?;
+            let pick = |x: &Tensor| x.index_select(&idx, 0);
+            (weighted_logprob_sum(model, &pick(&hidden)?, &pick(&targets)?, &pick(&w)?, temperature)?, Some(idx))
+        }
+    };
+    let layout = |x: &Tensor| -> Result<Tensor> {
+        let x = match &spread {
+            Some(idx) => Tensor::zeros(n, x.dtype(), x.device())?.index_add(idx, &x.contiguous()?, 0)?,
+            None => x.clone(),
+        };
+        Ok(x.reshape((b, t - 1))?.pad_with_zeros(1, 1, 0)?)
+    };
     Ok(WeightedPass {
         logprobs: layout(&out.logprobs)?,
         entropy: match entropy {

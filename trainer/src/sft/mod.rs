@@ -12,7 +12,7 @@ pub mod config;
 
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
-use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LogprobPass};
+use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LinearLoss, LogprobPass};
 use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
 use crate::packing::{plan, trained_lengths, MicroBatching};
@@ -126,7 +126,8 @@ pub fn sft_share_gradients(
     for (tokens, positions, mask) in batch.micro_batches(micro)? {
         // The loss is linear in the log-probs: folded into the log-prob op.
         let coefficients = (mask.to_dtype(DType::F32)? * (-1.0 / total))?;
-        backward_micro_batch(model, params, &tokens, &positions, pass, &mut grads, Some(&coefficients), |logp, _| {
+        let linear = LinearLoss { coefficients: &coefficients, mask: &mask };
+        backward_micro_batch(model, params, &tokens, &positions, pass, &mut grads, Some(linear), |logp, _| {
             let loss = ((logp * &mask)?.sum_all()?.neg()? / total)?;
             loss_sum += loss.to_scalar::<f32>()? as f64;
             Ok(loss)

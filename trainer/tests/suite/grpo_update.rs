@@ -10,8 +10,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::grpo::{
-    accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
-    LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
+    accumulate_gradients, detached_logprobs, hidden_logprobs, hidden_weighted_logprobs, ClipRange, EntropyMetric, GrpoBatch,
+    GrpoLossConfig, LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
 };
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
@@ -558,4 +558,37 @@ fn folding_the_linear_loss_into_the_logprob_op_changes_nothing() {
             }
         }
     }
+}
+
+#[test]
+fn the_folded_pass_computes_only_the_masked_positions() {
+    let (c, w) = common::load("tied_sharded");
+    let (model, _) = CausalLm::trainable(&c, &w).unwrap();
+    let (ref_model, _) = reference(&c, &w);
+    let b = batch(&model, &ref_model, c.vocab_size, 6, 0.7);
+    let (rows, cols) = b.tokens.dims2().unwrap();
+    let hidden = model.forward(&b.tokens, &trainer::model::cache::Positions::sequential(rows, cols), None).unwrap();
+    let weights = (&b.mask * 0.3).unwrap();
+    let out = hidden_weighted_logprobs(&model, &hidden, &b.tokens, &weights, &b.mask, 0.7, EntropyMetric::Compute).unwrap();
+    let (full, full_entropy) = hidden_logprobs(&model, &hidden, &b.tokens, 0.7, EntropyMetric::Compute).unwrap();
+    let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let mask = flat(&b.mask);
+    let (masked_out, masked_positions) = (mask.iter().filter(|&&m| m == 0.0).count(), mask.iter().filter(|&&m| m != 0.0).count());
+    assert!(masked_out > rows && masked_positions > 0, "the batch has prompt, tool and padding positions");
+    for (ours, theirs) in [(flat(&out.logprobs), flat(&full)), (flat(&out.entropy.unwrap()), flat(&full_entropy.unwrap()))] {
+        for i in 0..mask.len() {
+            if mask[i] == 0.0 {
+                assert_eq!(ours[i], 0.0, "position {i} is outside the mask");
+            } else {
+                assert!((ours[i] - theirs[i]).abs() <= 1e-5 * theirs[i].abs().max(1.0), "position {i}: {} vs {}", ours[i], theirs[i]);
+            }
+        }
+    }
+    let expected: f32 = flat(&full).iter().zip(&mask).map(|(l, m)| l * m * 0.3).sum();
+    let sum = out.sum.to_scalar::<f32>().unwrap();
+    assert!((sum - expected).abs() <= 1e-5 * expected.abs(), "{sum} vs {expected}");
+    // A coefficient on a position the mask leaves out would be dropped: refused.
+    let stray = (&weights + 0.1).unwrap();
+    let err = hidden_weighted_logprobs(&model, &hidden, &b.tokens, &stray, &b.mask, 0.7, EntropyMetric::Skip).err().expect("refused").to_string();
+    assert!(err.contains("outside the loss mask"), "{err}");
 }

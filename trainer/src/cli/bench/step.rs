@@ -10,7 +10,7 @@ use super::{median, minor_faults, rss_kib, set_threads};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Tensor};
 use std::time::Instant;
-use trainer::grpo::{backward_micro_batch, EntropyMetric, LogprobPass};
+use trainer::grpo::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
 use trainer::optim::Gradients;
 use trainer::CausalLm;
 
@@ -85,7 +85,7 @@ pub fn run(a: Args) -> Result<()> {
         let mut grads = Gradients::default();
         let mut loss_value = f64::NAN;
         let t0 = Instant::now();
-        backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, (!a.unfolded).then_some(&coefficients), |logp, _| {
+        backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, (!a.unfolded).then_some(LinearLoss { coefficients: &coefficients, mask: &mask }), |logp, _| {
             let loss = ((logp.to_dtype(DType::F32)? * &mask)?.sum_all()?.neg()? / predicted)?;
             loss_value = loss.to_scalar::<f32>()? as f64;
             Ok(loss)
