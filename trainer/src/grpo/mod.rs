@@ -29,7 +29,7 @@ pub use loss::{
 use crate::error::{Error, Result};
 use crate::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
 use crate::model::{cache::Positions, CausalLm};
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 /// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under
 /// `model` with logits divided by `temperature`: column `j >= 1` is
@@ -102,6 +102,16 @@ pub struct WeightedPass {
     pub sum: Tensor,
 }
 
+impl WeightedPass {
+    /// The pass over no position (a batch of one token per row, or nothing
+    /// in the mask): log-probs, the asked-for entropy and the sum all 0.
+    fn zeros(b: usize, t: usize, device: &Device, entropy: EntropyMetric) -> Result<Self> {
+        let zeros = Tensor::zeros((b, t), DType::F32, device)?;
+        let entropy = matches!(entropy, EntropyMetric::Compute).then(|| zeros.clone());
+        Ok(WeightedPass { logprobs: zeros, entropy, sum: Tensor::zeros((), DType::F32, device)? })
+    }
+}
+
 /// [`hidden_logprobs`] for a loss that is linear in the log-probs, with
 /// coefficients `weights` `[b, t]` (column 0 unused): the fused op computes
 /// the gradient of `Σ weights · logp` in its forward sweep (one
@@ -123,9 +133,7 @@ pub fn hidden_weighted_logprobs(
 ) -> Result<WeightedPass> {
     let (b, t) = tokens.dims2()?;
     if t < 2 {
-        let zeros = Tensor::zeros((b, t), DType::F32, tokens.device())?;
-        let sum = Tensor::zeros((), DType::F32, tokens.device())?;
-        return Ok(WeightedPass { logprobs: zeros, entropy: None, sum });
+        return WeightedPass::zeros(b, t, tokens.device(), entropy);
     }
     let n = b * (t - 1);
     let hidden = hidden.narrow(1, 0, t - 1)?.reshape((n, ()))?;
@@ -135,12 +143,7 @@ pub fn hidden_weighted_logprobs(
     let (out, spread) = match kept {
         // Every row: nothing to select.
         None => (weighted_logprob_sum(model, &hidden, &targets, &w, temperature)?, None),
-        Some(rows) if rows.is_empty() => {
-            let zeros = Tensor::zeros((b, t), DType::F32, tokens.device())?;
-            let sum = Tensor::zeros((), DType::F32, tokens.device())?;
-            let entropy = matches!(entropy, EntropyMetric::Compute).then(|| zeros.clone());
-            return Ok(WeightedPass { logprobs: zeros, entropy, sum });
-        }
+        Some(rows) if rows.is_empty() => return WeightedPass::zeros(b, t, tokens.device(), entropy),
         Some(rows) => {
             let k = rows.len();
             let idx = Tensor::from_vec(rows, k, tokens.device())?;
