@@ -20,18 +20,22 @@ PY=${PYTHON:-python3}
 "$PY" -c 'import torch, transformers' || { echo "bench-vs-torch: $PY cannot import torch and transformers (set PYTHON)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "bench-vs-torch: no binary at $BIN (cargo build --release, or set FUSEGRPO)" >&2; exit 2; }
 say() { echo "== $* $(date -u +%H:%M:%S)"; }
+# The sides' progress goes to a log, shown if one of them fails.
+errlog=$(mktemp)
+trap 'echo "bench-vs-torch: a run failed; the end of its output:" >&2; tail -20 "$errlog" >&2' ERR
+trap 'rm -f "$errlog"' EXIT
 echo "== $(date -u +%FT%TZ) $(uname -m) nproc=$(nproc) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for r in $(seq "$step_rounds"); do
-  say "step off, round $r";       "$BIN" bench step --reps 3 2>/dev/null | tail -1
-  say "step per-layer, round $r"; "$BIN" bench step --reps 3 --recompute per-layer 2>/dev/null | tail -1
-  say "torch step off, round $r"; "$PY" scripts/bench_step_torch.py --reps 3 --threads 2 2>/dev/null | tail -1
+  say "step off, round $r";       "$BIN" bench step --reps 3 2>>"$errlog" | tail -1
+  say "step per-layer, round $r"; "$BIN" bench step --reps 3 --recompute per-layer 2>>"$errlog" | tail -1
+  say "torch step off, round $r"; "$PY" scripts/bench_step_torch.py --reps 3 --threads 2 2>>"$errlog" | tail -1
 done
 for r in $(seq "$other_rounds"); do
   for shape in small qwen-vocab; do for rows in 16 64; do
     say "decode $shape x $rows, round $r"
-    "$PY" scripts/bench_generate.py "$BIN" --shape "$shape" --rows "$rows" --reps 3 2>/dev/null | tail -1
+    "$PY" scripts/bench_generate.py "$BIN" --shape "$shape" --rows "$rows" --reps 3 2>>"$errlog" | tail -1
   done; done
-  say "logprob fused, round $r"; "$BIN" bench logprob --mode fused --reps 3 2>/dev/null | tail -1
-  say "torch logprob, round $r"; "$PY" scripts/bench_logprob_torch.py --reps 3 --threads 2 2>/dev/null | tail -1
+  say "logprob fused, round $r"; "$BIN" bench logprob --mode fused --reps 3 2>>"$errlog" | tail -1
+  say "torch logprob, round $r"; "$PY" scripts/bench_logprob_torch.py --reps 3 --threads 2 2>>"$errlog" | tail -1
 done
 say end
