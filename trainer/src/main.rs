@@ -57,6 +57,9 @@ enum Command {
     Train(cli::train::Args),
     /// The whole recipe: synth -> filter -> sft -> grpo -> eval, with report.json.
     Pipeline(cli::pipeline::Args),
+    /// Several pipeline runs (seeds) side by side in Markdown: stage tables, paired differences per run
+    /// and pooled over the runs, and the held-out tasks a gain would need.
+    Seeds(cli::seeds::Args),
     /// The memory plan of a run config: bytes per phase and part, and whether it fits.
     Plan(cli::plan::Args),
     /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
@@ -117,6 +120,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Synth(args) => cli::synth::run(args),
         Command::Sft(args) => cli::sft::run(args),
         Command::Pipeline(args) => cli::pipeline::run(args),
+        Command::Seeds(args) => cli::seeds::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Plot(args) => cli::plot::run(args),
         Command::PlotScaling(args) => cli::plot_scaling::run(args),

@@ -112,6 +112,31 @@ fn pipeline_runs_every_stage_then_skips_them() {
     }
     let report2: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
     assert_eq!(report2["stages"], report["stages"]);
+    seeds_compares_runs(tmp.path(), &run, &report);
+}
+
+/// `fusegrpo seeds`: a run's paired differences are its report's, and the
+/// same run given twice pools to the same interval (a held-out task is one
+/// cluster, so a copy adds no evidence); a folder that is not a run is named.
+fn seeds_compares_runs(dir: &std::path::Path, run: &std::path::Path, report: &Value) {
+    let json = dir.join("pooled.json");
+    let r = run.to_str().unwrap();
+    let out = fusegrpo_ok(&["seeds", r, r, "--json", json.to_str().unwrap()]);
+    let pooled: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for pair in ["sft_vs_base", "grpo_vs_sft", "grpo_vs_base"] {
+        let (one, both) = (&report["paired"][pair], &pooled[pair]);
+        assert_eq!(both["mean"], one["mean"], "{pair}");
+        assert_eq!(both["ci95"], one["ci95"], "{pair}");
+        assert_eq!(both["tasks"], 2, "{pair}: 2 held-out tasks");
+        assert_eq!(both["units"], 4, "{pair}: 2 tasks x 2 runs");
+    }
+    assert!(out.lines().filter(|l| l.starts_with("| run | base |")).count() == 2, "{out}");
+    assert!(out.contains("| all 2 runs, pooled | 2 tasks, 4 pairs |"), "{out}");
+    assert!(out.contains("held-out tasks for its 95% interval"), "{out}");
+    let bad = fusegrpo(&["seeds", r, dir.join("repos").to_str().unwrap()]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("report.json") && err.contains("repos"), "{err}");
 }
 
 /// Two scripted-teacher episodes for each of the first `tasks` tasks, in `dir/traj.jsonl`.

@@ -15,6 +15,7 @@ pub mod plot_scaling;
 pub mod rollout;
 pub mod run;
 pub mod scaling;
+pub mod seeds;
 pub mod pipeline;
 pub mod plan;
 pub mod score;
