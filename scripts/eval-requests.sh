@@ -8,9 +8,9 @@
 #       POLICY     model (default) or scripted (the scripted teacher; MODEL_DIR then gives the tokenizer)
 #   -> checkpoints/requests/NAME.jsonl (episodes) and the summary table on stdout
 #
-# The setting of BENCHMARKS.md's psf/requests rows for SmolLM2: 4 turns of at
-# most 256 tokens, 8,192 in all, default tool limits, greedy, the ChatML
-# template with tools (configs/chatml-tools.jinja). The repository is cloned
+# The setting of BENCHMARKS.md's psf/requests rows for SmolLM2
+# (configs/smollm2-requests.toml: 4 turns of at most 256 tokens, 8,192 in
+# all, default tool limits, greedy, the ChatML template with tools). The repository is cloned
 # into checkpoints/requests/repos once, from REPOS_SOURCE, a URL or path
 # template as `fusegrpo repos fetch --source` takes it (default
 # https://github.com/{owner}/{name}.git; e.g. /mirrors/{owner}+{name}/repo
@@ -30,30 +30,8 @@ bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
 out=$(mkdir -p checkpoints/requests && realpath checkpoints/requests)
 github='https://github.com/{owner}/{name}.git'
 $bin repos fetch --tasks "$tasks" --repos-dir "$out/repos" --source "${REPOS_SOURCE:-$github}"
-config="$out/$name.toml"
-cat > "$config" <<TOML
-# written by scripts/eval-requests.sh
-name = "requests-$name"
-
-[model]
-path = "$model"
-chat_template = "$(realpath configs/chatml-tools.jinja)"
-dtype = "f32"
-device = "cpu"
-
-[env]
-repos_dir = "$out/repos"
-
-[episode]
-max_turns = 4
-max_turn_tokens = 256
-max_total_tokens = 8192
-
-[sampling]
-temperature = 0.0
-seed = 0
-TOML
 # Greedy decoding gives a model one episode per task; the scripted teacher
 # varies its episodes, so it gets the default group of 4.
 group=(); [ "$policy" = model ] && group=(--group 1)
-time $bin eval --config "$config" --tasks "$tasks" --policy "$policy" "${group[@]}" --out "$out/$name.jsonl"
+time $bin eval --config configs/smollm2-requests.toml --model "$model" --repos-dir "$out/repos" \
+  --tasks "$tasks" --policy "$policy" "${group[@]}" --out "$out/$name.jsonl"

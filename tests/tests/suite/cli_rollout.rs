@@ -44,6 +44,20 @@ fn scripted_and_model_rollouts_write_complete_episodes() {
     assert!(table.contains("f1_file") && table.contains("calls/turn"), "{table}");
     let row = table.lines().find(|l| l.starts_with("eval")).unwrap();
     assert_eq!(row.split_whitespace().nth(2), Some("1.000"), "file F1 column: {row}");
+
+    // The same config elsewhere, its relative model and repositories now
+    // missing: --model and --repos-dir stand in and give the same episodes.
+    let moved = tmp.path().join("elsewhere/run.toml");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::copy(&cfg, &moved).unwrap();
+    let out2 = tmp.path().join("moved.jsonl");
+    let (model, repos) = (tmp.path().join("model"), tmp.path().join("repos"));
+    let base = ["rollout", "--config", moved.to_str().unwrap(), "--tasks", tasks.to_str().unwrap(), "--out", out2.to_str().unwrap()];
+    let failed = fusegrpo(&base);
+    assert!(!failed.status.success(), "the moved config's own paths are missing");
+    let overridden = [&base[..], &["--model", model.to_str().unwrap(), "--repos-dir", repos.to_str().unwrap()]].concat();
+    fusegrpo_ok(&overridden);
+    assert_eq!(toks(&read_jsonl(&out2)), toks(&model_eps), "--model and --repos-dir replace the config's paths");
 }
 
 #[test]

@@ -58,6 +58,12 @@ pub struct Args {
     /// Episodes per task (default: the config's rollout.group).
     #[arg(long)]
     pub group: Option<usize>,
+    /// The model (a folder, a checkpoint or a hub id) instead of the config's [model] path.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The repositories' folder instead of the config's [env] repos_dir.
+    #[arg(long)]
+    pub repos_dir: Option<PathBuf>,
     /// Use only the first N tasks.
     #[arg(long)]
     pub max_tasks: Option<usize>,
@@ -89,7 +95,13 @@ pub struct TeacherOpts {
 
 /// The config, tasks and teacher options of `args`.
 fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
-    let cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = RunConfig::from_file(&args.config)?;
+    if let Some(model) = &args.model {
+        cfg.model.path = model.to_string_lossy().into_owned();
+    }
+    if let Some(dir) = &args.repos_dir {
+        cfg.env.repos_dir = dir.clone();
+    }
     let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
