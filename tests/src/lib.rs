@@ -6,8 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 
-/// The `fusegrpo` binary of the same profile as the running test.
+/// The `fusegrpo` binary of the same profile as the running test, or the
+/// one `FUSEGRPO_TEST_BIN` names (to run the suite against another build,
+/// e.g. to show a regression test fails before its fix).
 pub fn fusegrpo_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("FUSEGRPO_TEST_BIN") {
+        return PathBuf::from(bin);
+    }
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> -> target/<profile>/fusegrpo
     let bin = exe.parent().and_then(Path::parent).expect("target dir").join("fusegrpo");

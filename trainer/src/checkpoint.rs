@@ -159,7 +159,7 @@ pub fn save(
     }
     std::fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
     sync_file(run_dir)?;
-    prune(run_dir, keep_last)?;
+    prune(run_dir, keep_last, state.step)?;
     Ok(final_dir)
 }
 
@@ -198,15 +198,37 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
     Ok(complete_checkpoints(run_dir)?.pop().map(|(_, p)| p))
 }
 
-fn prune(run_dir: &Path, keep_last: usize) -> Result<()> {
+/// Keeps the newest `keep_last` of the checkpoints up to `written` (the one
+/// just saved, always kept). Checkpoints after `written` are not this run's
+/// past: they are left alone (a run folder never holds them unless the user
+/// resumed from an older checkpoint with `--overwrite`, which removed them).
+fn prune(run_dir: &Path, keep_last: usize, written: u64) -> Result<()> {
     if keep_last == 0 {
         return Ok(());
     }
-    let all = complete_checkpoints(run_dir)?;
-    for (_, path) in all.iter().take(all.len().saturating_sub(keep_last)) {
+    let older: Vec<(u64, PathBuf)> = complete_checkpoints(run_dir)?.into_iter().filter(|(s, _)| *s < written).collect();
+    for (_, path) in older.iter().take((older.len() + 1).saturating_sub(keep_last)) {
         std::fs::remove_dir_all(path).map_err(|e| Error::io(path, e))?;
     }
     Ok(())
+}
+
+/// The step folders of `run_dir` (complete or not) after `step`, oldest first.
+pub fn checkpoints_after(run_dir: &Path, step: u64) -> Result<Vec<(u64, PathBuf)>> {
+    if !run_dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(run_dir).map_err(|e| Error::io(run_dir, e))? {
+        let path = entry.map_err(|e| Error::io(run_dir, e))?.path();
+        if let Some(s) = path.file_name().and_then(|n| n.to_str()).and_then(step_of) {
+            if s > step && path.is_dir() {
+                out.push((s, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Read state.json of a checkpoint; refuses an incomplete checkpoint or
@@ -228,20 +250,50 @@ pub fn load_state(dir: &Path) -> Result<TrainState> {
     Ok(state)
 }
 
-/// Check a checkpoint against the run about to resume from it.
-pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config_hash: &str, allow_config_change: bool) -> Result<()> {
+/// Check a checkpoint against the run about to resume from it: the same
+/// architecture, and the same run config (`config`, as JSON) unless
+/// `allow_config_change`; a changed config names the keys that changed.
+pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config: &serde_json::Value, allow_config_change: bool) -> Result<()> {
     let path = dir.join(STATE_FILE);
     if state.arch_hash != arch {
         return Err(Error::Config { path, key: "arch_hash".into(), message: "the checkpoint's model architecture differs from the config's model".into() });
     }
-    if state.config_hash != config_hash && !allow_config_change {
+    let hash = config_hash(config);
+    if state.config_hash != hash && !allow_config_change {
+        let changed = changed_keys(&state.config, config);
+        let listed = if changed.is_empty() { format!("hash {} != {hash}", state.config_hash) } else { changed.join(", ") };
         return Err(Error::Config {
             path,
             key: "config_hash".into(),
-            message: format!("run config changed since this checkpoint ({} != {config_hash}); pass --allow-config-change to resume anyway", state.config_hash),
+            message: format!("the run config changed since this checkpoint: {listed}; pass --allow-config-change to resume anyway"),
         });
     }
     Ok(())
+}
+
+/// The dotted keys whose values differ between two configs (as JSON), each
+/// as `key (old -> new)`, `missing` for a side without the key.
+pub fn changed_keys(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    fn walk(prefix: &str, old: Option<&serde_json::Value>, new: Option<&serde_json::Value>, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (old, new) {
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                for k in keys {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    walk(&key, a.get(k), b.get(k), out);
+                }
+            }
+            (a, b) if a != b => {
+                let show = |v: Option<&Value>| v.map_or("missing".to_string(), |v| v.to_string());
+                out.push(format!("{prefix} ({} -> {})", show(a), show(b)));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", Some(old), Some(new), &mut out);
+    out
 }
 
 /// optimizer.safetensors of a checkpoint, read tensor by tensor onto

@@ -36,6 +36,18 @@ pub struct Generation {
 /// Continue every prompt; results are in prompt order. Sampling draws one
 /// seed from `rng` (greedy draws none); prompt `i` samples from stream `i`.
 pub fn generate<R: Rng>(model: &CausalLm, prompts: &[Vec<u32>], cfg: &GenerateConfig, rng: &mut R) -> Result<Vec<Generation>> {
+    generate_each(model, prompts, cfg, rng, |_, _| Ok(()))
+}
+
+/// [`generate`], with `on_done(prompt_index, generation)` called as each
+/// row finishes (stop token or budget), before the others do.
+pub fn generate_each<R: Rng>(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    cfg: &GenerateConfig,
+    rng: &mut R,
+    mut on_done: impl FnMut(usize, &Generation) -> Result<()>,
+) -> Result<Vec<Generation>> {
     if let Some(i) = prompts.iter().position(Vec::is_empty) {
         return Err(Error::invalid("generate", format!("prompt {i} is empty")));
     }
@@ -60,7 +72,7 @@ pub fn generate<R: Rng>(model: &CausalLm, prompts: &[Vec<u32>], cfg: &GenerateCo
     let streams = (0..prompts.len() as u64).collect::<Vec<_>>();
     let draws = Draws { streams: DrawStreams::for_sampler(&cfg.sampler, rng), keys: &streams };
     let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets, draws };
-    decode(model, &mut cache, last, next_pos, &step, &mut out, |_, _, _, _| Ok(()))?;
+    decode(model, &mut cache, last, next_pos, &step, &mut out, |i, _, _, g| on_done(i, g))?;
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// A GRPO trainer for tool-using code-localization agents (Qwen3, Llama and Qwen2 on Candle).
 #[derive(Parser)]
@@ -88,7 +89,12 @@ enum Command {
     DistCheck(cli::dist_check::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Exit status of an ordinary failure (a bad argument, config, task file,
+/// checkpoint, ...): the message says what and where.
+const EXIT_FAILURE: u8 = 1;
+
+fn main() -> ExitCode {
+    quiet_error_backtraces();
     let malloc = trainer::malloc::tune();
     let threads = trainer::threads::pin();
     let cli = Cli::parse();
@@ -98,13 +104,45 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
-    let launch = trainer::dist::launch::init()?;
+    let launch = match trainer::dist::launch::init() {
+        Ok(launch) => launch,
+        Err(e) => return report(&e.into()),
+    };
     let result = run(cli.command);
+    // An interrupt stops every rank at the same step (they agree on it); an
+    // error on one rank ends them all.
     if let Err(e) = &result {
-        launch.fail(e);
+        if e.downcast_ref::<cli::common::Interrupted>().is_none() {
+            launch.fail(e);
+        }
     }
     drop(launch);
-    result
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e),
+    }
+}
+
+/// Prints `e` (with its causes) and picks the exit status: 130 for a run
+/// stopped by SIGINT/SIGTERM with its checkpoint saved, 1 otherwise.
+fn report(e: &anyhow::Error) -> ExitCode {
+    if let Some(stop) = e.downcast_ref::<cli::common::Interrupted>() {
+        eprintln!("{stop}");
+        return ExitCode::from(cli::common::EXIT_INTERRUPTED);
+    }
+    eprintln!("Error: {e:?}");
+    ExitCode::from(EXIT_FAILURE)
+}
+
+/// Errors are a message and their causes; stack backtraces are for panics.
+/// anyhow captures one for every error when RUST_BACKTRACE is set (as many
+/// environments set it) unless RUST_LIB_BACKTRACE says otherwise, which a
+/// user can still set to 1 to see them.
+fn quiet_error_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // Before any thread starts: nothing else reads the environment yet.
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
 }
 
 /// Runs one subcommand.

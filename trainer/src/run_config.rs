@@ -133,16 +133,36 @@ pub struct RunConfig {
     pub pipeline: Option<crate::pipeline::PipelineSection>,
 }
 
+/// A TOML syntax or type error as `file:line:column: message`, naming the
+/// key (its table and name, read off the source) when the line sets one.
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> Error {
+    let message = e.message().trim().to_string();
+    let Some(span) = e.span() else { return Error::Invalid { what: path.display().to_string(), message } };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let what = format!("{}:{line}:{column}", path.display());
+    let source_line = text.lines().nth(line - 1).unwrap_or_default();
+    let table = text
+        .lines()
+        .take(line)
+        .filter_map(|l| l.trim().strip_prefix('[').and_then(|l| l.split(']').next()).map(|t| t.trim_matches(['[', ' ']).to_string()))
+        .last();
+    let key = source_line.split_once('=').map(|(k, _)| k.trim().trim_matches('"')).filter(|k| !k.is_empty() && !k.starts_with('#'));
+    let message = match (table, key) {
+        (Some(t), Some(k)) => format!("config key `{t}.{k}`: {message}"),
+        (None, Some(k)) => format!("config key `{k}`: {message}"),
+        _ => message,
+    };
+    Error::Invalid { what, message }
+}
+
 impl RunConfig {
     /// Read, parse and validate a TOML file. Relative paths in it are taken
     /// relative to the file's folder.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let mut cfg: RunConfig = toml::from_str(&text).map_err(|e| Error::Config {
-            path: path.into(),
-            key: e.span().map(|s| text[..s.start].lines().count().to_string()).map_or("?".into(), |l| format!("line {l}")),
-            message: e.message().to_string(),
-        })?;
+        let mut cfg: RunConfig = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.resolve_paths(base);
         cfg.validate(path)?;
@@ -186,8 +206,8 @@ impl RunConfig {
         if !(self.sampling.top_p > 0.0 && self.sampling.top_p <= 1.0) {
             return bad("sampling.top_p", format!("must be in (0, 1], got {}", self.sampling.top_p));
         }
-        if self.sampling.temperature < 0.0 {
-            return bad("sampling.temperature", format!("must be >= 0, got {}", self.sampling.temperature));
+        if !(self.sampling.temperature >= 0.0 && self.sampling.temperature.is_finite()) {
+            return bad("sampling.temperature", format!("must be a number >= 0 (0 = greedy), got {}", self.sampling.temperature));
         }
         if self.episode.max_turns == 0 || self.episode.max_turn_tokens == 0 {
             return bad("episode.max_turns / episode.max_turn_tokens", "must be at least 1".into());
@@ -208,6 +228,36 @@ impl RunConfig {
             if let Err(Error::Invalid { what, message }) = micro {
                 return bad(&what, message);
             }
+        }
+        let g = &self.grpo;
+        if !(g.beta >= 0.0 && g.beta.is_finite()) {
+            return bad("grpo.beta", format!("must be a number >= 0 (0 = no KL term), got {}", g.beta));
+        }
+        if !(0.0..1.0).contains(&g.clip_low) {
+            return bad("grpo.clip_low", format!("must be in [0, 1), got {}", g.clip_low));
+        }
+        if !(g.clip_high >= 0.0 && g.clip_high.is_finite()) {
+            return bad("grpo.clip_high", format!("must be a number >= 0, got {}", g.clip_high));
+        }
+        if !(g.tis_cap > 0.0 && g.tis_cap.is_finite()) {
+            return bad("grpo.tis_cap", format!("must be a positive number, got {}", g.tis_cap));
+        }
+        let o = &self.optim;
+        for (key, v) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return bad(key, format!("must be in [0, 1), got {v}"));
+            }
+        }
+        if !(o.eps > 0.0 && o.eps.is_finite()) {
+            return bad("optim.eps", format!("must be a positive number, got {}", o.eps));
+        }
+        for (key, v) in [("optim.weight_decay", o.weight_decay), ("optim.max_grad_norm", o.max_grad_norm)] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(key, format!("must be a number >= 0, got {v}"));
+            }
+        }
+        if self.episode.max_total_tokens == 0 {
+            return bad("episode.max_total_tokens", "must be at least 1".into());
         }
         if self.grpo.num_iterations == 0 {
             return bad("grpo.num_iterations", "must be at least 1".into());

@@ -11,7 +11,7 @@ pub mod path;
 mod snapshot;
 mod store;
 
-pub use load::{load_snapshot, open_repository, open_repository_path, repo_dir_name};
+pub use load::{load_snapshot, open_repository, open_repository_path, repo_dir_name, resolve_commit};
 pub use snapshot::{FileEntry, FileKind, Snapshot, SnapshotConfig};
 pub use store::SnapshotStore;
 

@@ -1,6 +1,7 @@
 //! Tasks: SWE-bench-style JSONL rows, gold derived from patches, filters,
 //! and tasks mined from a repository's own history.
 
+pub mod check;
 pub mod gold;
 pub mod history;
 pub mod patch;
@@ -67,6 +68,11 @@ pub enum TaskError {
 
 /// Loads a JSONL file of tasks (blank lines skipped).
 pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
+    Ok(load_task_lines(path)?.into_iter().map(|(_, t)| t).collect())
+}
+
+/// Loads a JSONL file of tasks, each with its 1-based line (blank lines skipped).
+pub fn load_task_lines(path: &Path) -> Result<Vec<(usize, Task)>, TaskError> {
     let text = std::fs::read_to_string(path).map_err(|source| TaskError::Io { path: path.into(), source })?;
     let mut tasks = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -78,7 +84,7 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
         if task.patch.is_none() && task.gold.is_none() {
             return Err(TaskError::NoGold { path: path.into(), line: i + 1, instance_id: task.instance_id });
         }
-        tasks.push(task);
+        tasks.push((i + 1, task));
     }
     Ok(tasks)
 }

@@ -106,7 +106,15 @@ pub enum ToolError {
         /// The cap.
         max: usize,
     },
-    /// `start_line` beyond the file, or `end_line` before `start_line`.
+    /// `end_line` before `start_line`.
+    #[error("end_line {end} is before start_line {start}: give start_line <= end_line")]
+    LineRangeReversed {
+        /// Requested first line.
+        start: usize,
+        /// Requested last line.
+        end: usize,
+    },
+    /// `start_line` beyond the file.
     #[error("line range {start}..{end} is out of bounds: '{path}' has {lines} lines")]
     LineOutOfRange {
         /// The file.

@@ -37,7 +37,10 @@ pub(super) fn run(snapshot: &Snapshot, args: &Args, config: &ToolConfig) -> Resu
         let entities = EntitySet::from([Entity::file(&path)]);
         return Ok(ToolResult { output: "(empty file)\n".into(), entities, error: false });
     }
-    if start > lines.len() || end.is_some_and(|e| e < start) {
+    if let Some(end) = end.filter(|&e| e < start) {
+        return Err(ToolError::LineRangeReversed { start, end });
+    }
+    if start > lines.len() {
         return Err(out_of_range(end.unwrap_or(start)));
     }
     let end = end.unwrap_or(usize::MAX).min(lines.len());

@@ -202,7 +202,7 @@ fn read_file_cases() {
         (r#"{"name":"read_file","arguments":{"path":"lines.txt","start_line":499}}"#, Exactly("499\tline 499\n500\tline 500\n", &["lines.txt"])),
         (r#"{"name":"read_file","arguments":{"path":"long.txt"}}"#, Contains(&["… [line cut at 300 chars]"])),
         (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":13}}"#, Error("out of bounds: 'src/app.py' has 12 lines")),
-        (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":5,"end_line":4}}"#, Error("out of bounds")),
+        (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":5,"end_line":4}}"#, Error("end_line 4 is before start_line 5")),
         (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":0}}"#, Error("line number >= 1")),
         (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":-3}}"#, Error("line number >= 1")),
         (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":1.5}}"#, Error("line number >= 1")),

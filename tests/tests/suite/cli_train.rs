@@ -130,7 +130,8 @@ fn kill_9_or_sigterm_then_resume_matches_the_straight_run() {
     assert_eq!(std::fs::read(killed.join("step_00000004/model.safetensors")).unwrap(), final_weights);
     assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), final_metrics);
 
-    // SIGTERM: the run saves where it is and exits cleanly.
+    // SIGTERM: the run saves where it is and exits with 130, as on SIGINT
+    // (README, "When something goes wrong").
     let termed = tmp.path().join("termed");
     let child = spawn_train(cfg, &termed, &["--save-every", "100"]);
     wait_for(&termed.join("metrics.jsonl"));
@@ -140,7 +141,7 @@ fn kill_9_or_sigterm_then_resume_matches_the_straight_run() {
     let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
     let saved = trainer_steps(&termed);
     assert_eq!(saved.len(), 1, "one checkpoint saved on SIGTERM: {saved:?}");
     fusegrpo_ok(&["train", "--config", cfg, "--out", termed.to_str().unwrap(), "--resume", "auto"]);

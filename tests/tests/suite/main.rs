@@ -2,6 +2,7 @@
 
 mod cli_env;
 mod cli_model;
+mod cli_no_data_loss;
 mod cli_pipeline;
 mod cli_plot;
 mod cli_practice;

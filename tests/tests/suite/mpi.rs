@@ -62,6 +62,11 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The lines of a JSONL file that may not exist yet, or be mid-write.
+fn read_jsonl_or_empty(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|t| t.lines().filter(|l| l.ends_with('}')).map(String::from).collect()).unwrap_or_default()
+}
+
 fn file(run: &Path, step: u64, name: &str) -> Vec<u8> {
     std::fs::read(run.join(format!("step_{step:08}")).join(name)).unwrap()
 }
@@ -144,20 +149,28 @@ fn grpo_on_two_ranks_shares_groups_survives_kill_9_and_resumes_exactly() {
 fn a_rank_that_raises_ends_the_job_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = demo_world(tmp.path());
-    // One task of four at a commit the repository lacks: whichever rank
-    // rolls it out fails while the other waits in the all-gather.
-    let tasks = tmp.path().join("tasks.jsonl");
-    let mut rows: Vec<serde_json::Value> = read_jsonl(&tasks).into_iter().take(4).collect();
-    rows[2]["base_commit"] = serde_json::json!("0".repeat(40));
-    std::fs::write(&tasks, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    // The task file is checked at start (a bad row never reaches a rank), so
+    // the failure comes mid-run: once step 1 is done the repositories move
+    // away, and whichever rank first loads a new commit fails while the
+    // other waits in a collective.
+    let run = tmp.path().join("run");
     let t0 = Instant::now();
-    let out = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&tmp.path().join("run"))]).output().unwrap();
+    let job = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&run), "--max-steps", "50"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    while read_jsonl_or_empty(&run.join("metrics.jsonl")).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(300), "no step done");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::rename(tmp.path().join("repos"), tmp.path().join("repos-moved")).unwrap();
+    let moved = Instant::now();
+    let out = job.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    println!("raising rank: job ended after {:.1} s", t0.elapsed().as_secs_f64());
+    println!("raising rank: job ended {:.1} s after the repositories moved", moved.elapsed().as_secs_f64());
     assert!(!out.status.success());
-    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(moved.elapsed() < Duration::from_secs(60));
     assert!(err.contains(" of 2: error: ") && err.contains("not found"), "{err}");
-    assert!(!tmp.path().join("run/step_00000001").exists(), "no checkpoint from a failed step");
+    let done = read_jsonl(&run.join("metrics.jsonl")).len();
+    assert!(done < 50, "the run stopped early");
+    assert!(!run.join(format!("step_{:08}", done + 1)).exists(), "no checkpoint from the failed step");
 }
 
 #[test]

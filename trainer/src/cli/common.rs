@@ -104,19 +104,129 @@ pub fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenize
     tokenizers::Tokenizer::from_file(&path).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// Write one JSON value per line.
+/// Write one JSON value per line, atomically: into `path.partial`, then
+/// renamed over `path`, so a failure (or a run with nothing to write that
+/// fails before) never leaves `path` emptied or half-written.
 pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
+    let mut text = Vec::new();
     for row in rows {
-        serde_json::to_writer(&mut w, row)?;
-        w.write_all(b"\n")?;
+        serde_json::to_writer(&mut text, row)?;
+        text.push(b'\n');
     }
-    w.flush().with_context(|| format!("writing {}", path.display()))
+    write_atomic(path, &text)
+}
+
+/// `bytes` into `path` through a temporary sibling renamed into place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    file.write_all(bytes).and_then(|_| file.flush()).with_context(|| format!("writing {}", tmp.display()))?;
+    drop(file);
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// Rows of an output written as they finish, `{"row": i, ...}` lines in
+/// `<path>.partial`: [`write_json_lines`] to `path` later replaces that file
+/// with the ordered rows, so a run stopped midway leaves its finished rows
+/// there and `path` untouched.
+pub struct RowStream {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl RowStream {
+    pub fn create(path: &Path) -> Result<RowStream> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let path = std::path::PathBuf::from(partial);
+        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(RowStream { file, path })
+    }
+
+    pub fn write(&mut self, row: usize, mut value: serde_json::Value) -> Result<()> {
+        value["row"] = row.into();
+        writeln!(self.file, "{value}").and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// `--skip-bad-tasks` of the commands that read a task file.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TaskCheckArgs {
+    /// Drop the tasks that cannot run (repository or base commit missing,
+    /// empty gold, a prompt longer than the context) with a count, instead
+    /// of refusing the whole file.
+    #[arg(long)]
+    pub skip_bad_tasks: bool,
+}
+
+/// The tasks of `path`, every one checked before anything large loads:
+/// its repository under `[env] repos_dir`, its base commit, a non-empty
+/// gold, and a prompt that fits `[episode] max_total_tokens`. All bad rows
+/// are reported at once (file:line, reason); with `skip_bad` they are
+/// dropped with a count instead.
+pub fn checked_tasks(path: &Path, cfg: &trainer::run_config::RunConfig, skip_bad: bool) -> Result<Vec<rollout::tasks::Task>> {
+    let repos = &cfg.env.repos_dir;
+    anyhow::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
+    let model_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
+    let limit = cfg.episode.max_total_tokens;
+    let fits = |task: &rollout::tasks::Task| match rollout::episode::driver::prompt_tokens(&tok, task, &cfg.episode) {
+        Ok((_, ids)) if ids.len() >= limit => Some(format!("its prompt is {} tokens, [episode] max_total_tokens = {limit} leaves no room for a turn", ids.len())),
+        Ok(_) => None,
+        Err(e) => Some(format!("rendering its prompt: {e}")),
+    };
+    let checked = rollout::tasks::check::check_task_file(path, repos, &fits)?;
+    let total = checked.good.len() + checked.bad.len();
+    anyhow::ensure!(total > 0, "{}: no tasks", path.display());
+    if checked.bad.is_empty() {
+        return Ok(checked.tasks());
+    }
+    if checked.good.is_empty() && checked.bad.iter().all(|b| b.reason.contains("max_total_tokens")) {
+        let shortest = checked.bad.iter().map(|b| b.reason.clone()).min_by_key(|r| r.len()).unwrap_or_default();
+        anyhow::bail!("config key `episode.max_total_tokens`: {limit} is below every task's prompt in {} (e.g. {shortest})", path.display());
+    }
+    let list = checked.report();
+    if skip_bad {
+        eprint!("{list}");
+        eprintln!("--skip-bad-tasks: dropped {} of {total} tasks in {}; {} remain", checked.bad.len(), path.display(), checked.good.len());
+        anyhow::ensure!(!checked.good.is_empty(), "{}: no task can run", path.display());
+        return Ok(checked.tasks());
+    }
+    anyhow::bail!("{} of {total} tasks in {} cannot run:\n{list}nothing was started; fix them, or pass --skip-bad-tasks to drop them", checked.bad.len(), path.display())
+}
+
+/// The process's exit status when a run stopped on SIGINT/SIGTERM with a
+/// checkpoint saved (128 + SIGINT, as shells report an interrupted command).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// The error a command returns when a run was interrupted (a checkpoint
+/// was saved): `main` prints its message and exits with [`EXIT_INTERRUPTED`].
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The run folder a second Ctrl-C names (its newest complete checkpoint).
+static RUN_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// Tell the interrupt handler which run folder is training now.
+pub fn set_interrupt_run_dir(dir: &Path) {
+    *RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir.to_path_buf());
 }
 
 /// The process's SIGINT/SIGTERM flag: the handler is installed once, on
 /// first use, and every training loop of the process polls the same flag.
+/// The first signal asks the loop to stop after its step (with a
+/// checkpoint); a second ends the process at once with exit status 130,
+/// naming the last complete checkpoint.
 pub fn interrupt_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, OnceLock};
@@ -126,6 +236,19 @@ pub fn interrupt_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>>
     }
     let flag = Arc::new(AtomicBool::new(false));
     let handler_flag = flag.clone();
-    ctrlc::set_handler(move || handler_flag.store(true, Ordering::SeqCst)).context("installing the SIGINT/SIGTERM handler")?;
+    ctrlc::set_handler(move || {
+        if !handler_flag.swap(true, Ordering::SeqCst) {
+            eprintln!("interrupt: stopping after this step with a checkpoint (interrupt again to stop at once)");
+            return;
+        }
+        let dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let last = dir.as_deref().and_then(|d| trainer::checkpoint::latest(d).ok().flatten());
+        match last {
+            Some(last) => eprintln!("second interrupt: stopped at once; the last complete checkpoint is {} (resume with --resume auto)", last.display()),
+            None => eprintln!("second interrupt: stopped at once; no complete checkpoint was saved"),
+        }
+        std::process::exit(EXIT_INTERRUPTED as i32);
+    })
+    .context("installing the SIGINT/SIGTERM handler")?;
     Ok(FLAG.get_or_init(|| flag).clone())
 }

@@ -47,18 +47,21 @@ pub fn run_tool(args: ToolArgs) -> Result<()> {
 /// `fusegrpo reward`: score one episode against its task.
 #[derive(clap::Args)]
 pub struct RewardArgs {
-    /// A task as JSON (one JSONL row): with `gold`, or `patch` plus --repos-dir.
+    /// The task: a file holding one JSON object (a JSONL row), or that JSON
+    /// itself when the argument starts with `{`. With `gold`, or `patch` plus --repos-dir.
     #[arg(long)]
-    pub task: PathBuf,
-    /// The episode, `{"turns": ["assistant text", ...], "call_entities": [[...], ...]?}`.
+    pub task: String,
+    /// The episode: a file, or the JSON itself when the argument starts with `{`:
+    /// `{"turns": ["assistant text", ...], "call_entities": [[...], ...]?}`.
     #[arg(long)]
-    pub episode: PathBuf,
+    pub episode: String,
     /// Repositories, to replay the episode's calls and derive gold from a patch.
     #[arg(long)]
     pub repos_dir: Option<PathBuf>,
-    /// Reward weights as JSON (`{"w_file":..,"w_func":..,"alpha":..,"gamma":..}`).
+    /// Reward weights: a JSON file, or the JSON itself when the argument starts
+    /// with `{` (`{"w_file":..,"w_func":..,"alpha":..,"gamma":..}`).
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub config: Option<String>,
 }
 
 /// An episode as the policy wrote it.
@@ -74,10 +77,10 @@ struct Episode {
 
 /// Prints `{"f1_file", "f1_func", "f1", "e", "reward"}`.
 pub fn run_reward(args: RewardArgs) -> Result<()> {
-    let task: Task = read_json(&args.task)?;
-    let episode: Episode = read_json(&args.episode)?;
+    let task: Task = read_json("--task", &args.task)?;
+    let episode: Episode = read_json("--episode", &args.episode)?;
     let config: RewardConfig = match &args.config {
-        Some(path) => read_json(path)?,
+        Some(arg) => read_json("--config", arg)?,
         None => RewardConfig::default(),
     };
     config.validate()?;
@@ -93,9 +96,14 @@ pub fn run_reward(args: RewardArgs) -> Result<()> {
     Ok(())
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+/// The JSON of argument `flag`: inline when it starts with `{`, else read
+/// from the file it names.
+fn read_json<T: for<'de> Deserialize<'de>>(flag: &str, arg: &str) -> Result<T> {
+    if arg.trim_start().starts_with('{') {
+        return serde_json::from_str(arg).with_context(|| format!("{flag}: parsing the JSON given inline"));
+    }
+    let text = std::fs::read_to_string(arg).with_context(|| format!("{flag}: reading the file {arg} (or pass the JSON itself, starting with {{)"))?;
+    serde_json::from_str(&text).with_context(|| format!("{flag}: parsing {arg}"))
 }
 
 fn task_gold(task: &Task, store: Option<&SnapshotStore>) -> Result<Gold> {

@@ -3,7 +3,7 @@
 use super::common::{load_model, model_tokenizer, read_input_lines, write_json_lines, RunOn};
 use rand::SeedableRng;
 use std::path::PathBuf;
-use trainer::generate::{generate, GenerateConfig};
+use trainer::generate::{generate_each, GenerateConfig, Generation};
 use trainer::sampling::SamplerConfig;
 
 #[derive(clap::Args)]
@@ -48,6 +48,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (n, ids) in prompts.iter().enumerate() {
         anyhow::ensure!(!ids.is_empty(), "{}:{}: empty prompt", args.input.display(), n + 1);
     }
+    let context = model.config().max_position_embeddings;
+    if let Some((n, ids)) = prompts.iter().enumerate().max_by_key(|(_, ids)| ids.len()) {
+        anyhow::ensure!(
+            ids.len() + args.max_new_tokens <= context,
+            "--max-new-tokens {}: the longest prompt ({}:{}, {} tokens) plus the new tokens exceed the model's context (max_position_embeddings = {context}); at most {} new tokens fit",
+            args.max_new_tokens,
+            args.input.display(),
+            n + 1,
+            ids.len(),
+            context.saturating_sub(ids.len())
+        );
+    }
     let cfg = GenerateConfig {
         max_new_tokens: args.max_new_tokens,
         sampler: SamplerConfig { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k },
@@ -55,18 +67,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
     let t0 = std::time::Instant::now();
-    let gens = generate(&model, &prompts, &cfg, &mut rng)?;
+    // Rows are streamed as they finish, `{"row": i, ...}` lines in
+    // OUTPUT.partial, which the ordered OUTPUT then replaces (atomically).
+    let mut stream = super::common::RowStream::create(&args.output)?;
+    let gens = generate_each(&model, &prompts, &cfg, &mut rng, |i, g| {
+        let row = output_row(g, tokenizer.as_ref()).map_err(|e| trainer::Error::Invalid { what: "generate".into(), message: e.to_string() })?;
+        stream.write(i, row).map_err(|e| trainer::Error::Invalid { what: args.output.display().to_string(), message: e.to_string() })
+    })?;
     let new_tokens: usize = gens.iter().map(|g| g.ids.len()).sum();
     let secs = t0.elapsed().as_secs_f64();
-    let mut rows = Vec::with_capacity(gens.len());
-    for g in &gens {
-        let mut row = serde_json::json!({"ids": g.ids, "logprobs": g.logprobs});
-        if let Some(tok) = &tokenizer {
-            row["text"] = tok.decode(&g.ids, false).map_err(|e| anyhow::anyhow!("decoding generated ids: {e}"))?.into();
-        }
-        rows.push(row);
-    }
+    let rows = gens.iter().map(|g| output_row(g, tokenizer.as_ref())).collect::<anyhow::Result<Vec<_>>>()?;
+    drop(stream);
     write_json_lines(&args.output, &rows)?;
     tracing::info!(rows = rows.len(), new_tokens, secs, tokens_per_sec = new_tokens as f64 / secs.max(1e-9), "generated");
     Ok(())
+}
+
+/// One output line: the new ids, their log-probs, and the decoded text when
+/// the model has a tokenizer.
+fn output_row(g: &Generation, tokenizer: Option<&tokenizers::Tokenizer>) -> anyhow::Result<serde_json::Value> {
+    let mut row = serde_json::json!({"ids": g.ids, "logprobs": g.logprobs});
+    if let Some(tok) = tokenizer {
+        row["text"] = tok.decode(&g.ids, false).map_err(|e| anyhow::anyhow!("decoding generated ids: {e}"))?.into();
+    }
+    Ok(row)
 }

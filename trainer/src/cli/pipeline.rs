@@ -33,6 +33,8 @@ pub struct Args {
     /// Override the sampling and SFT seeds (runs over several seeds).
     #[arg(long)]
     pub seed: Option<u64>,
+    #[command(flatten)]
+    pub tasks_check: super::common::TaskCheckArgs,
 }
 
 /// The file a finished training stage leaves: `{"checkpoint": ".."}`.
@@ -51,7 +53,8 @@ pub fn run(args: Args) -> Result<()> {
         TaskSource::Synth(s) => synth_tasks(&cfg, p, s, &run_dir)?,
     };
     let p = p.clone();
-    let all = rollout::tasks::load_tasks(&tasks_path).with_context(|| format!("the task file of {} (pipeline.tasks)", args.config.display()))?;
+    let all = super::common::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)
+        .with_context(|| format!("the task file of {} (pipeline.tasks)", args.config.display()))?;
     let (train, heldout) = split_tasks(&all, &p)?;
     eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
     super::common::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
@@ -69,21 +72,15 @@ pub fn run(args: Args) -> Result<()> {
         seconds.insert("synth".to_string(), t0.elapsed().as_secs_f64());
     }
 
-    let Some(sft_ckpt) = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
+    let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
         super::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
-    })?
-    else {
-        return Ok(());
-    };
+    })?;
 
     let mut grpo_cfg = cfg.clone();
     grpo_cfg.model.path = sft_ckpt.to_string_lossy().into_owned();
-    let Some(grpo_ckpt) = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
+    let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
         super::train::train(&grpo_cfg, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
-    })?
-    else {
-        return Ok(());
-    };
+    })?;
 
     let mut report = Report {
         stages: BTreeMap::new(),
@@ -189,14 +186,14 @@ fn teacher_of(p: &PipelineSection, seed: u64) -> (PolicyChoice, TeacherOpts) {
 /// A training stage: skipped when `<dir>/complete.json` names its
 /// checkpoint; otherwise run (resuming) and marked complete. `None` when it
 /// was interrupted (a checkpoint is saved; rerun the pipeline to continue).
-fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl FnOnce(&Path) -> Result<RunEnd>) -> Result<Option<PathBuf>> {
+fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl FnOnce(&Path) -> Result<RunEnd>) -> Result<PathBuf> {
     let marker = dir.join(COMPLETE);
     if let Ok(text) = std::fs::read_to_string(&marker) {
         let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
         let ckpt = PathBuf::from(v["checkpoint"].as_str().with_context(|| format!("{}: no `checkpoint`", marker.display()))?);
         if ckpt.join("DONE").exists() {
             eprintln!("== {name}: done ({}), skipped", ckpt.display());
-            return Ok(Some(ckpt));
+            return Ok(ckpt);
         }
         eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display());
     }
@@ -206,12 +203,13 @@ fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl 
         RunEnd::Done(ckpt) => {
             std::fs::write(&marker, serde_json::json!({ "checkpoint": ckpt }).to_string())?;
             seconds.insert(name.to_string(), t0.elapsed().as_secs_f64());
-            Ok(Some(ckpt))
+            Ok(ckpt)
         }
-        RunEnd::Interrupted => {
-            eprintln!("pipeline interrupted during {name}; run the same command again to continue");
-            Ok(None)
-        }
+        RunEnd::Interrupted(ckpt) => Err(super::common::Interrupted(format!(
+            "pipeline interrupted during {name}: checkpoint {} saved; run the same command again to continue",
+            ckpt.display()
+        ))
+        .into()),
     }
 }
 

@@ -78,6 +78,8 @@ pub struct Args {
     pub requests_per_second: Option<f64>,
     #[command(flatten)]
     pub scaling: super::scaling::ScalingArgs,
+    #[command(flatten)]
+    pub tasks_check: super::common::TaskCheckArgs,
 }
 
 /// How to reach (and vary) a teacher policy.
@@ -102,7 +104,9 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
     if let Some(dir) = &args.repos_dir {
         cfg.env.repos_dir = dir.clone();
     }
-    let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
+    anyhow::ensure!(args.group != Some(0), "--group 0: at least 1 episode per task");
+    anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
+    let mut tasks = super::common::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
@@ -260,19 +264,17 @@ pub fn run_eval(args: Args) -> Result<()> {
     run_args(&args, "eval", false)
 }
 
-/// [`write_episodes`] to `path` atomically (through `path.partial`, folders
-/// created): a stage's output never exists half-written, so "the file
-/// exists" means "the stage finished".
+/// [`write_episodes`] to `path` with its folders created. Atomic (through
+/// `path.partial`): a stage's output never exists half-written, so "the
+/// file exists" means "the stage finished".
 pub fn write_episodes_atomic(path: &Path, episodes: &[Episode]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("jsonl.partial");
-    write_episodes(&tmp, episodes)?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    write_episodes(path, episodes)
 }
 
-/// Episodes as JSONL, with their stop reason, policy tokens, tool calls
+/// Episodes as JSONL (atomically, [`write_json_lines`]), with their stop reason, policy tokens, tool calls
 /// and mean calls per tool turn spelled out.
 pub fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
     let rows: Vec<serde_json::Value> = episodes

@@ -23,6 +23,9 @@ pub struct RunOptions {
     pub max_steps: Option<u64>,
     pub save_every: Option<u64>,
     pub allow_config_change: bool,
+    /// Start over in a run folder that holds a run (`--overwrite`): its
+    /// checkpoints after the starting step and its metrics lines go.
+    pub overwrite: bool,
     /// The memory plan's check before the weights are loaded.
     pub memory: MemoryCheck,
 }
@@ -80,8 +83,8 @@ pub enum Stage {
 pub enum RunEnd {
     /// All steps done; the newest checkpoint.
     Done(PathBuf),
-    /// SIGINT/SIGTERM: a checkpoint was saved, `--resume auto` continues.
-    Interrupted,
+    /// SIGINT/SIGTERM: this checkpoint was saved, `--resume auto` continues.
+    Interrupted(PathBuf),
 }
 
 /// A training run's folder and starting point.
@@ -122,23 +125,225 @@ fn check_memory(cfg: &RunConfig, model: &ModelConfig, device: &Device, check: Me
     Ok(plan.check(limit, what)?)
 }
 
-impl Run {
-    /// Resolves where the run starts (`opts.resume`) and loads those weights.
-    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap)> {
-        let cfg_json = serde_json::to_value(cfg)?;
-        let cfg_hash = checkpoint::config_hash(&cfg_json);
-        let resume_dir = match opts.resume.as_deref() {
+/// What a run folder holds before a run starts in it.
+struct Folder {
+    /// The checkpoint `--resume` names (none for a fresh run).
+    resume: Option<PathBuf>,
+    /// The step the run starts from.
+    start: u64,
+    /// Step folders after `start`: another run's, or this one's future.
+    newer: Vec<(u64, PathBuf)>,
+    /// metrics.jsonl lines of a fresh run's folder.
+    logged: usize,
+}
+
+impl Folder {
+    /// Where a run in `dir` starts (the checkpoint `opts.resume` names,
+    /// checked to be one) and what of an earlier run `dir` holds.
+    fn inspect(dir: &Path, opts: &RunOptions) -> Result<Folder> {
+        let resume = match opts.resume.as_deref() {
             None => None,
             Some("auto") => checkpoint::latest(dir)?,
             Some(path) => Some(PathBuf::from(path)),
         };
+        let start = match &resume {
+            Some(ckpt) => checkpoint_step(ckpt, dir)?,
+            None => 0,
+        };
+        let newer = checkpoint::checkpoints_after(dir, start)?;
+        let logged = if resume.is_none() { logged_steps(&dir.join("metrics.jsonl"))? } else { 0 };
+        Ok(Folder { resume, start, newer, logged })
+    }
+
+    /// Whether starting here would overwrite something.
+    fn would_overwrite(&self) -> bool {
+        !self.newer.is_empty() || self.logged > 0
+    }
+
+    /// `checkpoint step 2`, `3 checkpoints, steps 1..3 and metrics.jsonl with 3 step(s)`.
+    fn describe(&self) -> String {
+        let checkpoints = match (self.newer.first(), self.newer.last()) {
+            (Some((a, _)), Some((b, _))) if a == b => format!("checkpoint step {a}"),
+            (Some((a, _)), Some((b, _))) => format!("{} checkpoints, steps {a}..{b}", self.newer.len()),
+            _ => String::new(),
+        };
+        match (checkpoints.is_empty(), self.logged) {
+            (_, 0) => checkpoints,
+            (true, n) => format!("metrics.jsonl with {n} step(s)"),
+            (false, n) => format!("{checkpoints} and metrics.jsonl with {n} step(s)"),
+        }
+    }
+
+    /// The refusal of a start that would overwrite `dir`'s run.
+    fn refusal(&self, dir: &Path) -> anyhow::Error {
+        let what = self.describe();
+        match &self.resume {
+            None => anyhow::anyhow!(
+                "{} already holds a run ({what}); nothing was changed. Pass --resume auto to continue it, --overwrite to delete it and start over, or another --out",
+                dir.display()
+            ),
+            Some(ckpt) => anyhow::anyhow!(
+                "resuming {} (step {}) would overwrite the newer {what} in {}; nothing was changed. Pass --resume auto to continue from the newest, or --overwrite to delete what comes after step {}",
+                ckpt.display(),
+                self.start,
+                dir.display(),
+                self.start
+            ),
+        }
+    }
+}
+
+/// Refuses (changing nothing) a run that would overwrite what `dir` holds
+/// of an earlier run, unless `opts.overwrite`: a fresh run in a folder with
+/// checkpoints or metrics lines, a resume from a checkpoint older than the
+/// folder's newest. Commands call it before they read anything at length.
+pub fn check_folder(dir: &Path, opts: &RunOptions) -> Result<()> {
+    let folder = Folder::inspect(dir, opts)?;
+    if folder.would_overwrite() && !opts.overwrite {
+        return Err(folder.refusal(dir));
+    }
+    Ok(())
+}
+
+/// Where a run in `dir` starts (none: fresh), after [`check_folder`]'s
+/// refusal; with `opts.overwrite`, the checkpoints after the starting step
+/// (and, for a fresh run, the metrics and rank logs) are removed first.
+pub fn prepare_folder(dir: &Path, opts: &RunOptions) -> Result<Option<PathBuf>> {
+    let folder = Folder::inspect(dir, opts)?;
+    if !folder.would_overwrite() {
+        return Ok(folder.resume);
+    }
+    if !opts.overwrite {
+        return Err(folder.refusal(dir));
+    }
+    // With several ranks, rank 0 alone removes (the others saw the same folder).
+    if dist::current().rank() != 0 {
+        return Ok(folder.resume);
+    }
+    for (_, path) in &folder.newer {
+        std::fs::remove_dir_all(path).with_context(|| format!("--overwrite: removing {}", path.display()))?;
+    }
+    if folder.resume.is_none() {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name == "metrics.jsonl" || (name.starts_with("rank-") && name.ends_with(".jsonl")) {
+                std::fs::remove_file(&path).with_context(|| format!("--overwrite: removing {}", path.display()))?;
+            }
+        }
+    }
+    eprintln!("--overwrite: removed the {} of {}", folder.describe(), dir.display());
+    Ok(folder.resume)
+}
+
+impl RunEnd {
+    /// The command's result: Ok when done; when interrupted, the error
+    /// `main` prints on plain stderr and exits 130 with.
+    pub fn into_result(self) -> Result<()> {
+        match self {
+            RunEnd::Done(_) => Ok(()),
+            RunEnd::Interrupted(ckpt) => Err(super::common::Interrupted(format!("interrupted: checkpoint {} saved, resume with --resume auto", ckpt.display())).into()),
+        }
+    }
+}
+
+/// The step of the checkpoint `ckpt` (a `--resume` folder), or an error
+/// that says what the folder is not, and for a broken one in `run_dir`, the
+/// complete checkpoint before it.
+fn checkpoint_step(ckpt: &Path, run_dir: &Path) -> Result<u64> {
+    anyhow::ensure!(ckpt.is_dir(), "--resume {}: no such folder", ckpt.display());
+    let has_state = ckpt.join(checkpoint::STATE_FILE).exists();
+    if !has_state && !ckpt.join(checkpoint::DONE_FILE).exists() {
+        let newest = checkpoint::latest(ckpt).ok().flatten();
+        anyhow::bail!(
+            "--resume {}: not a checkpoint (a run's step_NNNNNNNN folder, with state.json and DONE){}",
+            ckpt.display(),
+            match newest {
+                Some(n) => format!("; it is a run folder whose newest checkpoint is {}: pass --resume auto with --out {}, or --resume {}", n.display(), ckpt.display(), n.display()),
+                None => "; pass --resume auto to continue the run in --out".into(),
+            }
+        );
+    }
+    checkpoint::load_state(ckpt).map(|s| s.step).map_err(|e| broken_checkpoint(e.into(), ckpt, run_dir))
+}
+
+/// `err` about checkpoint `ckpt`, with the complete checkpoint of `run_dir`
+/// before it named (where a resume can go instead).
+fn broken_checkpoint(err: anyhow::Error, ckpt: &Path, run_dir: &Path) -> anyhow::Error {
+    let mine = ckpt.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step_")).and_then(|s| s.parse::<u64>().ok());
+    let previous = checkpoint::complete_checkpoints(run_dir).ok().and_then(|all| all.into_iter().rev().find(|(s, _)| mine.is_some_and(|m| *s < m)));
+    match previous {
+        Some((_, prev)) => err.context(format!(
+            "checkpoint {} cannot be resumed; the complete checkpoint before it is {}: pass --resume {} --overwrite to continue from there (the newer checkpoints are deleted)",
+            ckpt.display(),
+            prev.display(),
+            prev.display()
+        )),
+        None => err.context(format!("checkpoint {} cannot be resumed, and no complete checkpoint comes before it in {}", ckpt.display(), run_dir.display())),
+    }
+}
+
+/// How many step lines `path` (a metrics.jsonl) holds; 0 when absent.
+fn logged_steps(path: &Path) -> Result<usize> {
+    if !path.exists() {
+        return Ok(0);
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.lines().filter(|l| !l.trim().is_empty()).count())
+}
+
+/// A model path changed on resume: refused when both folders exist and
+/// differ (the run's weights and its KL reference come from the starting
+/// model its checkpoints record); a moved model (the old path gone) is
+/// taken with a note.
+fn check_model_path(state: &TrainState, cfg: &RunConfig, ckpt: &Path) -> Result<()> {
+    let Some(old) = state.config.get("model").and_then(|m| m.get("path")).and_then(|p| p.as_str()) else { return Ok(()) };
+    if old == cfg.model.path {
+        return Ok(());
+    }
+    let same = |a: &str, b: &str| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => Some(a == b),
+        (Err(_), _) => None,
+        _ => Some(false),
+    };
+    match same(old, &cfg.model.path) {
+        Some(true) => Ok(()),
+        Some(false) => anyhow::bail!(
+            "{}: config key `model.path`: the run started from {old}, the config now names {}; a resumed run keeps its starting model (its weights and KL reference), even with --allow-config-change. Start a new run (another --out, or --overwrite without --resume) to train from {}",
+            ckpt.join(checkpoint::STATE_FILE).display(),
+            cfg.model.path,
+            cfg.model.path
+        ),
+        None => {
+            eprintln!("note: the run's starting model {old} no longer exists; taking [model] path = {} as the same model, moved", cfg.model.path);
+            Ok(())
+        }
+    }
+}
+
+impl Run {
+    /// Resolves where the run starts (`opts.resume`, [`prepare_folder`])
+    /// and loads those weights.
+    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap)> {
+        let cfg_json = serde_json::to_value(cfg)?;
+        let cfg_hash = checkpoint::config_hash(&cfg_json);
+        let resume_dir = prepare_folder(dir, opts)?;
+        if let Some(ckpt) = &resume_dir {
+            let state = checkpoint::load_state(ckpt).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?;
+            checkpoint::check_compatible(ckpt, &state, &state.arch_hash, &cfg_json, opts.allow_config_change)?;
+            check_model_path(&state, cfg, ckpt)?;
+        }
         let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
         let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
         let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
         let device = cfg.model.device.open()?;
         check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
-        let weights = load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?;
+        let weights = match &resume_dir {
+            Some(ckpt) => load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?,
+            None => load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?,
+        };
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        super::common::set_interrupt_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
         let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, saved_hash: Default::default() };
@@ -150,8 +355,11 @@ impl Run {
     pub fn resume(&self, opts: &RunOptions, optimizer: &mut AdamW, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
         let Some(dir) = &self.resume_dir else { return Ok(None) };
         let state = checkpoint::load_state(dir)?;
-        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_hash, opts.allow_config_change)?;
-        optimizer.import_from(&checkpoint::OptimizerFile::open(dir, &self.device)?)?;
+        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_json, opts.allow_config_change)?;
+        checkpoint::OptimizerFile::open(dir, &self.device)
+            .map_err(anyhow::Error::from)
+            .and_then(|file| Ok(optimizer.import_from(&file)?))
+            .map_err(|e| broken_checkpoint(e, dir, &self.dir))?;
         optimizer.sync_params_from_masters(vars)?;
         if dist::current().rank() == 0 {
             dist::say(&format!("resumed from {} at step {}", dir.display(), state.step));
@@ -201,7 +409,7 @@ impl Run {
     /// other ranks get a file that writes nothing.
     pub fn metrics(&self, step: u64) -> Result<MetricsFile> {
         if dist::current().rank() != 0 {
-            return Ok(MetricsFile { file: None, path: self.dir.join("metrics.jsonl") });
+            return Ok(MetricsFile::none(self.dir.join("metrics.jsonl")));
         }
         MetricsFile::append(&self.dir.join("metrics.jsonl"), step)
     }
@@ -256,27 +464,40 @@ pub fn ranks_in_state(state: &TrainState, name: &str) -> usize {
 }
 
 /// A run's metrics.jsonl (or a rank's log): one JSON line per step, flushed
-/// as written; a file of `None` writes nothing.
+/// as written; a file of `None` writes nothing. The lines of steps after
+/// the run's starting step (steps that will be redone) are dropped at the
+/// first write, not before: a run that fails at start-up leaves the file
+/// as it was.
 pub struct MetricsFile {
     file: Option<std::fs::File>,
     path: PathBuf,
+    /// The starting step, until the first write has truncated the file.
+    pending: Option<u64>,
 }
 
 impl MetricsFile {
-    /// `path` for appending, without the lines of steps after `step`.
+    /// `path` for appending from step `step` on.
     fn append(path: &Path, step: u64) -> Result<MetricsFile> {
-        truncate_metrics(path, step)?;
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
-        Ok(MetricsFile { file: Some(file), path: path.to_path_buf() })
+        Ok(MetricsFile { file: None, path: path.to_path_buf(), pending: Some(step) })
+    }
+
+    /// A file that writes nothing (ranks other than 0).
+    fn none(path: PathBuf) -> MetricsFile {
+        MetricsFile { file: None, path, pending: None }
     }
 
     pub fn write<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
+        if let Some(step) = self.pending.take() {
+            truncate_metrics(&self.path, step)?;
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
+            self.file = Some(file);
+        }
         let Some(file) = &mut self.file else { return Ok(()) };
         writeln!(file, "{}", serde_json::to_string(row)?).and_then(|_| file.flush()).with_context(|| format!("writing {}", self.path.display()))
     }
 }
 
-/// Keep only the metrics lines of steps `1..=step`.
+/// Keep only the metrics lines of steps `1..=step` (atomically).
 pub fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     if !path.exists() {
         return Ok(());
@@ -287,5 +508,8 @@ pub fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
         .filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step))
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(path, kept).with_context(|| format!("writing {}", path.display()))
+    if kept == text {
+        return Ok(());
+    }
+    super::common::write_atomic(path, kept.as_bytes())
 }

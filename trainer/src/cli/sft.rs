@@ -43,6 +43,10 @@ pub struct Args {
     /// Resume even if the run config changed since the checkpoint.
     #[arg(long)]
     pub allow_config_change: bool,
+    /// Delete the run that --out holds (its checkpoints after the starting
+    /// step, its metrics) and start over; without it such a folder is refused.
+    #[arg(long)]
+    pub overwrite: bool,
     #[command(flatten)]
     pub memory: super::run::MemoryArgs,
 }
@@ -56,8 +60,15 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) => rollout::tasks::load_tasks(&p)?,
         None => Vec::new(),
     };
-    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change, memory: args.memory.check() };
-    sft(&cfg, &data, &run_dir, &tasks, &opts).map(|_| ())
+    let opts = RunOptions {
+        resume: args.resume,
+        max_steps: args.max_steps,
+        save_every: args.save_every,
+        allow_config_change: args.allow_config_change,
+        overwrite: args.overwrite,
+        memory: args.memory.check(),
+    };
+    sft(&cfg, &data, &run_dir, &tasks, &opts)?.into_result()
 }
 
 /// Episodes from a JSONL file; errors name the file and line.
@@ -89,6 +100,12 @@ pub fn read_episodes(path: &Path) -> Result<Vec<Episode>> {
 /// (any superset of the data's tasks) lets the end-of-run evaluation roll
 /// out the held-out tasks.
 pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
+    // Refusals first: nothing (filter.json included) is written into a
+    // folder whose run would be lost.
+    for k in 0..cfg.sft.openings.len() {
+        super::run::check_folder(&run_dir.join(format!("opening-{}", k + 1)), opts)?;
+    }
+    super::run::check_folder(run_dir, opts)?;
     let episodes = read_episodes(data)?;
     let (examples, report) = filter(&episodes, &cfg.sft.filter);
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
@@ -103,7 +120,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         for (k, phase) in cfg.sft.openings.iter().enumerate() {
             match opening_phase(&start, &episodes, phase, im_start, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
                 RunEnd::Done(checkpoint) => start.model.path = checkpoint.to_string_lossy().into_owned(),
-                RunEnd::Interrupted => return Ok(RunEnd::Interrupted),
+                interrupted @ RunEnd::Interrupted(_) => return Ok(interrupted),
             }
         }
     }
@@ -188,9 +205,11 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
         bar.set_position(trainer.step);
         bar.set_message(format!("loss {:.4}{}", m.loss, m.heldout_loss.map_or(String::new(), |h| format!(" held-out {h:.4}"))));
         let interrupted = trainer::dist::any(&*trainer.dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
+        let mut saved = None;
         if trainer.step % save_every == 0 || last || interrupted {
             let dir = save(&trainer, cursor)?;
             bar.println(format!("saved {}", dir.display()));
+            saved = Some(dir);
         }
         if let Some(log) = &mut rank_log {
             let mine: Vec<usize> = rows[trainer::dist::share(&*trainer.dist, rows.len())].to_vec();
@@ -198,9 +217,9 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
                                           "rows": mine, "params_hash": run.take_saved_hash()});
             log.write(&line)?;
         }
-        if interrupted {
-            bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
-            return Ok((RunEnd::Interrupted, held_rows));
+        if let (true, Some(dir)) = (interrupted, saved) {
+            bar.abandon();
+            return Ok((RunEnd::Interrupted(dir), held_rows));
         }
     }
     bar.finish();

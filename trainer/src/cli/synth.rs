@@ -40,13 +40,16 @@ pub struct Args {
     /// Bound on requests per second to an HTTP teacher.
     #[arg(long)]
     pub requests_per_second: Option<f64>,
+    #[command(flatten)]
+    pub tasks_check: super::common::TaskCheckArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
     let cfg = RunConfig::from_file(&args.config)?;
-    let mut tasks = rollout::tasks::load_tasks(&args.tasks)?;
+    anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
+    let mut tasks = super::common::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }

@@ -33,6 +33,12 @@ pub struct Args {
     /// Resume even if the run config changed since the checkpoint.
     #[arg(long)]
     pub allow_config_change: bool,
+    /// Delete the run that --out holds (its checkpoints after the starting
+    /// step, its metrics) and start over; without it such a folder is refused.
+    #[arg(long)]
+    pub overwrite: bool,
+    #[command(flatten)]
+    pub tasks_check: super::common::TaskCheckArgs,
     #[command(flatten)]
     pub memory: super::run::MemoryArgs,
 }
@@ -41,10 +47,18 @@ pub fn run(args: Args) -> Result<()> {
     let cfg = RunConfig::from_file(&args.config)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
-    let tasks = rollout::tasks::load_tasks(&tasks_path)?;
-    anyhow::ensure!(!tasks.is_empty(), "{}: no tasks", tasks_path.display());
-    let opts = RunOptions { resume: args.resume, max_steps: args.max_steps, save_every: args.save_every, allow_config_change: args.allow_config_change, memory: args.memory.check() };
-    train(&cfg, &run_dir, &tasks, &opts).map(|_| ())
+    let opts = RunOptions {
+        resume: args.resume,
+        max_steps: args.max_steps,
+        save_every: args.save_every,
+        allow_config_change: args.allow_config_change,
+        overwrite: args.overwrite,
+        memory: args.memory.check(),
+    };
+    // Refusals first, before anything is read at length or written.
+    super::run::check_folder(&run_dir, &opts)?;
+    let tasks = super::common::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)?;
+    train(&cfg, &run_dir, &tasks, &opts)?.into_result()
 }
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
@@ -102,9 +116,11 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
             );
         }
         let interrupted = trainer::dist::any(&*dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
+        let mut saved = None;
         if trainer.step % save_every == 0 || trainer.step == total || interrupted {
             let dir = save(&trainer, sampler.cursor)?;
             bar.println(format!("saved {}", dir.display()));
+            saved = Some(dir);
         }
         if let Some(log) = &mut rank_log {
             let mine: Vec<&str> = batch[trainer::dist::share(&*dist, batch.len())].iter().map(|t| t.instance_id.as_str()).collect();
@@ -112,9 +128,9 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
                                           "tasks": mine, "episodes": m.rolled_out, "params_hash": run.take_saved_hash()});
             log.write(&line)?;
         }
-        if interrupted {
-            bar.abandon_with_message("interrupted: checkpoint saved, resume with --resume auto");
-            return Ok(RunEnd::Interrupted);
+        if let (true, Some(dir)) = (interrupted, saved) {
+            bar.abandon();
+            return Ok(RunEnd::Interrupted(dir));
         }
     }
     bar.finish();

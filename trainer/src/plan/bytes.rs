@@ -19,7 +19,10 @@ pub fn parse(text: &str) -> std::result::Result<u64, String> {
         "t" | "tib" => 1024f64.powi(4),
         _ => return Err(format!("`{text}`: unknown unit `{unit}` (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
     };
-    if !(value.is_finite() && value > 0.0) {
+    if !value.is_finite() || value * scale >= u64::MAX as f64 {
+        return Err(format!("`{text}`: too large (at most 16 EiB)"));
+    }
+    if value <= 0.0 {
         return Err(format!("`{text}`: a size must be positive"));
     }
     Ok((value * scale).round() as u64)
@@ -51,6 +54,10 @@ mod tests {
         assert!(parse("lots").unwrap_err().contains("`lots`"));
         assert!(parse("3 parsecs").unwrap_err().contains("unknown unit"));
         assert!(parse("-1GB").is_err());
+        // Defect 8 of issue 37: too large is said so, never "not positive" nor a wrapped size.
+        assert!(parse("1e999GB").unwrap_err().contains("too large"), "{:?}", parse("1e999GB"));
+        assert!(parse("99999999999999999999999").unwrap_err().contains("too large"));
+        assert!(parse("0").unwrap_err().contains("positive"));
         assert_eq!(format(1536 << 20), "1.50 GiB");
         assert_eq!(format(12), "12 B");
     }

@@ -76,14 +76,39 @@ fn mismatches_are_refused_unless_allowed() {
     let run_cfg = serde_json::json!({"lr": 1e-6});
     let dir = save(run.path(), &cfg, &w, &optimizer(), &state(1, &rng, run_cfg.clone(), &arch_hash(&cfg)), 0).unwrap();
     let st = load_state(&dir).unwrap();
-    let same = config_hash(&run_cfg);
-    check_compatible(&dir, &st, &arch_hash(&cfg), &same, false).unwrap();
-    let e = check_compatible(&dir, &st, &arch_hash(&other), &same, true).unwrap_err().to_string();
+    check_compatible(&dir, &st, &arch_hash(&cfg), &run_cfg, false).unwrap();
+    let e = check_compatible(&dir, &st, &arch_hash(&other), &run_cfg, true).unwrap_err().to_string();
     assert!(e.contains("arch_hash") && e.contains("state.json"), "{e}");
-    let changed = config_hash(&serde_json::json!({"lr": 2e-6}));
+    let changed = serde_json::json!({"lr": 2e-6});
     let e = check_compatible(&dir, &st, &arch_hash(&cfg), &changed, false).unwrap_err().to_string();
     assert!(e.contains("--allow-config-change"), "{e}");
     check_compatible(&dir, &st, &arch_hash(&cfg), &changed, true).unwrap();
     // Key order does not change the hash.
     assert_eq!(config_hash(&serde_json::json!({"a": 1, "b": 2})), config_hash(&serde_json::json!({"b": 2, "a": 1})));
+}
+
+#[test]
+fn defect_1_pruning_keeps_the_checkpoint_just_written_and_leaves_later_ones() {
+    // Issue 37: a run writing step 1 into a folder with an older run's step 2
+    // pruned the step it had just written (keep_last counted step 2).
+    let (cfg, w) = common::load("untied");
+    let arch = arch_hash(&cfg);
+    let run = tempfile::tempdir().unwrap();
+    let rng = ChaCha8Rng::seed_from_u64(0);
+    let steps = || complete_checkpoints(run.path()).unwrap().into_iter().map(|(s, _)| s).collect::<Vec<_>>();
+    save(run.path(), &cfg, &w, &optimizer(), &state(2, &rng, serde_json::json!({}), &arch), 1).unwrap();
+    save(run.path(), &cfg, &w, &optimizer(), &state(1, &rng, serde_json::json!({}), &arch), 1).unwrap();
+    assert_eq!(steps(), vec![1, 2], "step 1 just written stays; step 2 is not this run's past");
+    // Later steps of the same run prune only what came before them.
+    save(run.path(), &cfg, &w, &optimizer(), &state(3, &rng, serde_json::json!({}), &arch), 2).unwrap();
+    assert_eq!(steps(), vec![2, 3]);
+    assert_eq!(checkpoints_after(run.path(), 2).unwrap().into_iter().map(|(s, _)| s).collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn defect_8_a_changed_config_names_its_keys() {
+    let old = serde_json::json!({"optim": {"lr": 1e-4, "beta1": 0.9}, "rollout": {"group": 2}, "name": "a"});
+    let new = serde_json::json!({"optim": {"lr": 2e-4, "beta1": 0.9}, "rollout": {"group": 2, "max_kv_tokens": 64}, "name": "a"});
+    assert_eq!(changed_keys(&old, &new), vec!["optim.lr (0.0001 -> 0.0002)".to_string(), "rollout.max_kv_tokens (missing -> 64)".to_string()]);
+    assert!(changed_keys(&old, &old).is_empty());
 }

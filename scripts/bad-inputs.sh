@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Runs fusegrpo on the bad inputs a user makes (issue 37): configs, task
+# files, models, checkpoints, run folders, arguments. For each case it
+# prints the exit status and the first line of the message, as a Markdown
+# table, and checks that no case panics, hangs (60 s) or exits with the
+# wrong status, and that the cases marked `same` leave the run folder
+# byte-identical. Exit status 1 when any check fails.
+#
+#   scripts/bad-inputs.sh            # builds the release binary first
+#   FUSEGRPO=path/to/fusegrpo scripts/bad-inputs.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+if [ -z "${FUSEGRPO:-}" ]; then
+    cargo build --release --bin fusegrpo >&2
+    FUSEGRPO=$root/target/release/fusegrpo
+fi
+B=$FUSEGRPO
+[ -x "$B" ] || { echo "bad-inputs.sh: no fusegrpo binary at $B" >&2; exit 1; }
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+export FUSEGRPO_LOG=warn
+
+# A small world: the practice repository, its tasks, a tiny model, a config.
+$B practice-repo --out "$w/repos" --seed 0 >/dev/null
+$B tasks from-history --repo practice/shop --repos-dir "$w/repos" --out "$w/tasks.jsonl" 2>/dev/null
+$B init-tiny --out "$w/model" --small-vocab 1024 --seed 0 --corpus-repo practice/shop --repos-dir "$w/repos" 2>/dev/null
+cat > "$w/cfg.toml" <<EOF
+name = "bad-inputs"
+[model]
+path = "model"
+[env]
+repos_dir = "repos"
+[episode]
+max_turns = 2
+max_turn_tokens = 16
+max_total_tokens = 2048
+[rollout]
+group = 2
+[sampling]
+temperature = 0.7
+[train]
+tasks = "tasks.jsonl"
+steps = 3
+tasks_per_step = 1
+save_every = 1
+keep_last = 3
+[grpo]
+beta = 0.0
+[optim]
+lr = 1e-4
+EOF
+cd "$w"
+# A config with one line changed: variant NAME FROM TO.
+variant() { sed "s|$2|$3|" cfg.toml > "$1.toml"; cmp -s cfg.toml "$1.toml" && { echo "variant $1: '$2' not in cfg.toml" >&2; exit 1; }; true; }
+# A task file with one row changed by a Python expression on `t` (the first task).
+taskvariant() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open("tasks.jsonl")]
+t = dict(rows[0]); exec(sys.argv[2])
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows[1:4] + [t]))
+PY
+}
+
+# The run folder every `same` case must leave as it was: 2 GRPO steps.
+$B train --config cfg.toml --out run --max-steps 2 2>/dev/null
+fingerprint() { find "$1" -type f | sort | xargs md5sum | md5sum | cut -c1-32; }
+$B synth --config cfg.toml --tasks tasks.jsonl --teacher scripted --samples 1 --max-tasks 4 --out traj.jsonl 2>/dev/null
+cp cfg.toml sftcfg.toml; printf '[sft]\nepochs = 1\nbatch_rows = 1\n[sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\n' >> sftcfg.toml
+$B sft --config sftcfg.toml --data traj.jsonl --out sftrun --max-steps 1 2>/dev/null
+
+failures=0
+echo "| case | expected | exit | first line of the message |"
+echo "|---|---|---|---|"
+# check NAME EXPECTED_STATUS same|- COMMAND...
+check() {
+    local name=$1 want=$2 keep=$3; shift 3
+    local before="" status=0
+    [ "$keep" = same ] && before=$(fingerprint run; fingerprint sftrun)
+    timeout 60 "$@" > out.txt 2> err.txt < /dev/null || status=$?
+    local line
+    line=$( (grep -v '^\s*$' err.txt || true) | head -1 | cut -c1-220 | sed 's/|/\\|/g')
+    [ -n "$line" ] || line=$(head -c 220 out.txt | head -1 | sed 's/|/\\|/g')
+    local bad=""
+    [ "$status" = "$want" ] || bad="wrong status"
+    [ "$status" = 124 ] && bad="hung (60 s)"
+    grep -q "panicked" err.txt && bad="panicked"
+    if [ "$keep" = same ] && [ "$before" != "$(fingerprint run; fingerprint sftrun)" ]; then bad="changed the run folder"; fi
+    if [ -n "$bad" ]; then failures=$((failures + 1)); line="**$bad** $line"; fi
+    echo "| $name | $want | $status | ${line//$w\//} |"
+}
+
+# Configs.
+check "config: missing file" 1 same $B train --config nope.toml --out run
+printf 'name = "x"\n[grpo\n' > syntax.toml
+check "config: TOML syntax" 1 same $B train --config syntax.toml --out run
+variant type "temperature = 0.7" 'temperature = "hot"'
+check "config: TOML type" 1 same $B train --config type.toml --out run
+variant unknown "\[grpo\]" '[grpo]\nbetta = 0.1'
+check "config: unknown key" 1 same $B train --config unknown.toml --out run
+variant nan "temperature = 0.7" "temperature = nan"
+check "config: temperature = nan" 1 same $B train --config nan.toml --out run
+variant beta "beta = 0.0" "beta = -1.0"
+check "config: grpo.beta = -1" 1 same $B train --config beta.toml --out run
+variant ctx "max_total_tokens = 2048" "max_total_tokens = 10"
+check "config: max_total_tokens below the prompt" 1 same $B train --config ctx.toml --out fresh1
+variant group "group = 2" "group = 0"
+check "config: rollout.group = 0" 1 same $B train --config group.toml --out run
+variant lr "lr = 1e-4" "lr = 0.0"
+check "config: optim.lr = 0" 1 same $B train --config lr.toml --out run
+variant topp "temperature = 0.7" 'temperature = 0.7\ntop_p = 0.0'
+check "config: sampling.top_p = 0" 1 same $B train --config topp.toml --out run
+variant norepos 'repos_dir = "repos"' 'repos_dir = "nowhere"'
+check "config: repos_dir missing" 1 same $B train --config norepos.toml --out fresh2
+
+# Task files.
+variant notasks 'tasks = "tasks.jsonl"' 'tasks = "none.jsonl"'
+check "tasks: file missing" 1 same $B train --config notasks.toml --out fresh3
+{ head -2 tasks.jsonl; echo '{"instance_id": "x",'; } > broken.jsonl
+check "tasks: malformed JSON line" 1 same $B eval --config cfg.toml --tasks broken.jsonl --policy scripted
+taskvariant nogold.jsonl 't.pop("patch", None); t.pop("gold", None)'
+check "tasks: neither patch nor gold" 1 same $B eval --config cfg.toml --tasks nogold.jsonl --policy scripted
+taskvariant commit.jsonl 't["base_commit"] = "0" * 40'
+check "tasks: base commit missing" 1 same $B eval --config cfg.toml --tasks commit.jsonl --policy scripted
+taskvariant empty.jsonl 't.pop("patch", None); t["gold"] = {"files": [], "functions": []}'
+check "tasks: empty gold" 1 same $B eval --config cfg.toml --tasks empty.jsonl --policy scripted
+taskvariant reponame.jsonl 't["repo"] = "../etc"'
+check "tasks: repository name escapes" 1 same $B eval --config cfg.toml --tasks reponame.jsonl --policy scripted
+check "tasks: --skip-bad-tasks drops them" 0 same $B eval --config cfg.toml --tasks commit.jsonl --policy scripted --skip-bad-tasks --group 1
+
+# Models.
+variant nomodel 'path = "model"' 'path = "nomodel"'
+check "model: folder missing" 1 same $B train --config nomodel.toml --out fresh4
+cp -r model badweights; head -c 100 model/model.safetensors > badweights/model.safetensors
+variant badw 'path = "model"' 'path = "badweights"'
+check "model: corrupt safetensors" 1 same $B train --config badw.toml --out fresh5
+cp -r model badarch; sed -i 's/"model_type": *"qwen3"/"model_type": "gpt2"/' badarch/config.json
+variant bada 'path = "model"' 'path = "badarch"'
+check "model: unsupported architecture" 1 same $B train --config bada.toml --out fresh6
+
+# Run folders and checkpoints.
+check "run: rerun without --resume" 1 same $B train --config cfg.toml --out run --max-steps 1
+check "run: sft rerun without --resume" 1 same $B sft --config sftcfg.toml --data traj.jsonl --out sftrun --max-steps 1
+check "run: --resume on the run folder" 1 same $B train --config cfg.toml --out run --resume run
+check "run: --resume a missing folder" 1 same $B train --config cfg.toml --out run --resume run/step_00000009
+check "run: resume older, newer present" 1 same $B train --config cfg.toml --out run --resume run/step_00000001
+variant changed "lr = 1e-4" "lr = 2e-4"
+check "run: config changed on resume" 1 same $B train --config changed.toml --out run --resume auto --max-steps 3
+$B init-tiny --out model2 --small-vocab 1024 --seed 1 --corpus-repo practice/shop --repos-dir repos 2>/dev/null
+variant moved 'path = "model"' 'path = "model2"'
+check "run: model changed on resume" 1 same $B train --config moved.toml --out run --resume auto --max-steps 3 --allow-config-change
+cp -r run corrupt; echo garbage > corrupt/step_00000002/state.json
+check "run: corrupt newest checkpoint" 1 - $B train --config cfg.toml --out corrupt --resume auto --max-steps 3
+cp -r run trunc; head -c 1000 run/step_00000002/optimizer.safetensors > trunc/step_00000002/optimizer.safetensors
+check "run: truncated optimizer state" 1 - $B train --config cfg.toml --out trunc --resume auto --max-steps 3
+cp -r run nodone; rm nodone/step_00000002/DONE
+check "run: --resume an incomplete checkpoint" 1 - $B train --config cfg.toml --out nodone --resume nodone/step_00000002
+
+# Arguments.
+echo '{"kept": true}' > kept.jsonl
+check "eval --group 0" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --group 0 --out kept.jsonl
+check "rollout --max-tasks 0" 1 same $B rollout --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 0 --out kept.jsonl
+grep -q kept kept.jsonl || { echo "kept.jsonl was changed" >&2; failures=$((failures + 1)); }
+check "eval --policy nonsense" 2 same $B eval --config cfg.toml --tasks tasks.jsonl --policy nonsense
+echo '{"ids": [1, 2, 3]}' > in.jsonl; echo '{"ids": []}' > emptyin.jsonl; echo '{"ids": [99999]}' > vocab.jsonl
+check "generate --max-new-tokens 100000000" 1 same $B generate --model model --input in.jsonl --output g.jsonl --max-new-tokens 100000000
+check "generate: empty prompt" 1 same $B generate --model model --input emptyin.jsonl --output g.jsonl --max-new-tokens 4
+check "generate: id outside the vocabulary" 1 same $B generate --model model --input vocab.jsonl --output g.jsonl --max-new-tokens 4
+check "generate --temperature -1" 1 same $B generate --model model --input in.jsonl --output g.jsonl --max-new-tokens 4 --temperature=-1
+check "reward --task missing file" 1 same $B reward --task missing.json --episode '{"turns": []}'
+check "reward --episode bad inline JSON" 1 same $B reward --task '{"instance_id":"a","repo":"x/y","base_commit":"c","problem_statement":"p","gold":{"files":["a.py"],"functions":[]}}' --episode '{"turns": '
+check "plan --gpu-memory 1e999GB" 2 same $B plan --config cfg.toml --gpu-memory 1e999GB
+check "train --gpu-memory 0" 2 same $B train --config cfg.toml --out run --gpu-memory 0
+check "unknown subcommand" 2 same $B trian --config cfg.toml
+commit=$(python3 -c 'import json; print(json.loads(open("tasks.jsonl").readline())["base_commit"])')
+check "tool: read_file reversed range (error text for the model)" 0 same $B tool --repos-dir repos --repo practice/shop --commit "$commit" --call '{"name": "read_file", "arguments": {"path": "README.md", "start_line": 10, "end_line": 2}}'
+check "tool: path escaping the repository (error text for the model)" 0 same $B tool --repos-dir repos --repo practice/shop --commit "$commit" --call '{"name": "read_file", "arguments": {"path": "../../etc/passwd"}}'
+check "tool: unknown commit" 1 same $B tool --repos-dir repos --repo practice/shop --commit 0000000 --call '{"name": "glob", "arguments": {"pattern": "*"}}'
+check "pipeline: config without [pipeline]" 1 same $B pipeline --config cfg.toml --out pipe
+
+echo
+if [ "$failures" -gt 0 ]; then
+    echo "bad-inputs.sh: $failures case(s) failed their check" >&2
+    exit 1
+fi
+echo "bad-inputs.sh: every case exited as expected; no panic, no hang, no run folder changed"
