@@ -96,11 +96,14 @@ impl CustomOp3 for GatedProjection {
         };
         let dg = Tensor::from_vec(dg, (rows, out), x.device())?;
         let du = Tensor::from_vec(du, (rows, out), x.device())?;
+        let (gate_tracks, up_tracks) = (w_gate.track_op(), w_up.track_op());
         let (x2, w_gate, w_up) = (x.detach().reshape((rows, inner))?, w_gate.detach(), w_up.detach());
         let grad_x = (dg.matmul(&w_gate)? + du.matmul(&w_up)?)?.reshape(x.shape())?;
-        let grad_gate = dg.t()?.matmul(&x2)?;
-        let grad_up = du.t()?.matmul(&x2)?;
-        Ok((Some(grad_x), Some(grad_gate), Some(grad_up)))
+        // Frozen weights (a LoRA run's base) get no gradient product.
+        let weight_grad = |tracks: bool, d: &Tensor| if tracks { d.t().and_then(|d| d.matmul(&x2)).map(Some) } else { Ok(None) };
+        let grad_gate = weight_grad(gate_tracks, &dg)?;
+        let grad_up = weight_grad(up_tracks, &du)?;
+        Ok((Some(grad_x), grad_gate, grad_up))
     }
 }
 

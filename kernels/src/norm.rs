@@ -86,7 +86,9 @@ impl CustomOp2 for RmsNormOp {
         let d = w.dim(0)?;
         let rows = x.elem_count() / d;
         let grads = x.apply_op3_no_bwd(w, &grad_y.contiguous()?, &RmsNormBackward { eps: self.eps })?;
-        Ok((Some(grads.narrow(0, 0, rows)?.reshape(x.shape())?), Some(grads.narrow(0, rows, 1)?.squeeze(0)?)))
+        // A frozen scale (a LoRA run's base) gets none.
+        let grad_w = if w.track_op() { Some(grads.narrow(0, rows, 1)?.squeeze(0)?) } else { None };
+        Ok((Some(grads.narrow(0, 0, rows)?.reshape(x.shape())?), grad_w))
     }
 }
 

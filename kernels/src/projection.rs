@@ -63,11 +63,14 @@ impl CustomOp2 for Linear {
     fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (out, inner) = w.dims2()?;
         let rows = x.elem_count() / inner.max(1);
+        let (x_tracks, w_tracks) = (x.track_op(), w.track_op());
         let (x2, w) = (x.detach().reshape((rows, inner))?, w.detach());
         let g = grad.detach().reshape((rows, out))?;
-        let grad_x = g.matmul(&w)?.reshape(x.shape())?;
-        let grad_w = g.t()?.matmul(&x2)?;
-        Ok((Some(grad_x), Some(grad_w)))
+        // A frozen side (a LoRA run's base weight) gets no gradient: its
+        // product is skipped, not computed and dropped.
+        let grad_x = if x_tracks { Some(g.matmul(&w)?.reshape(x.shape())?) } else { None };
+        let grad_w = if w_tracks { Some(g.t()?.matmul(&x2)?) } else { None };
+        Ok((grad_x, grad_w))
     }
 }
 

@@ -126,7 +126,17 @@ fn sync_file(path: &Path) -> Result<()> {
     File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(path, e))
 }
 
-/// Save a checkpoint atomically and keep the newest `keep_last` (0 = all).
+/// What a checkpoint holds of the model.
+pub enum Weights<'a> {
+    /// Every weight: config.json and model.safetensors (a whole model).
+    Model(&'a ModelConfig, &'a TensorMap),
+    /// A LoRA run's adapter in PEFT's layout, with its base's name (for
+    /// `base_model_name_or_path`) and identity; the base is not copied.
+    Adapter { adapter: &'a crate::lora::Adapter, base_name: &'a str, base: &'a crate::lora::peft::BaseIdentity },
+}
+
+/// Save a checkpoint of a whole model atomically and keep the newest
+/// `keep_last` (0 = all).
 pub fn save(
     run_dir: &Path,
     model_cfg: &ModelConfig,
@@ -135,11 +145,20 @@ pub fn save(
     state: &TrainState,
     keep_last: usize,
 ) -> Result<PathBuf> {
+    save_weights(run_dir, Weights::Model(model_cfg, model), optimizer, state, keep_last)
+}
+
+/// Save a checkpoint (a whole model or an adapter) atomically and keep the
+/// newest `keep_last` (0 = all).
+pub fn save_weights(run_dir: &Path, weights: Weights<'_>, optimizer: &TensorMap, state: &TrainState, keep_last: usize) -> Result<PathBuf> {
     std::fs::create_dir_all(run_dir).map_err(|e| Error::io(run_dir, e))?;
     remove_stale_temporaries(run_dir)?;
     let final_dir = run_dir.join(step_dir_name(state.step));
     let tmp = run_dir.join(format!("{TMP_PREFIX}{}-{}", step_dir_name(state.step), std::process::id()));
-    save_model(&tmp, model_cfg, model, ShardPolicy::Single)?;
+    match weights {
+        Weights::Model(model_cfg, model) => save_model(&tmp, model_cfg, model, ShardPolicy::Single)?,
+        Weights::Adapter { adapter, base_name, base } => crate::lora::peft::save(&tmp, adapter, base_name, Some(base))?,
+    }
     let opt_path = tmp.join(OPTIMIZER_FILE);
     // Sorted by name: the same state gives the same bytes.
     let mut opt: Vec<(String, &candle_core::Tensor)> = optimizer.iter().map(|(k, t)| (k.clone(), t)).collect();

@@ -26,6 +26,7 @@
 //! - [`dist`]: data parallelism over MPI ranks (gradients summed in rank
 //!   order, per-rank shares of groups and rows).
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
+//! - [`lora`]: LoRA adapters (a value the model takes), saved and loaded in PEFT's layout.
 
 pub mod checkpoint;
 pub mod config;
@@ -39,6 +40,7 @@ pub mod malloc;
 pub mod hub;
 pub mod init;
 pub mod logprobs;
+pub mod lora;
 pub mod model;
 pub mod optim;
 pub mod packing;

@@ -36,6 +36,8 @@ enum Command {
     InitTiny(cli::init_tiny::Args),
     /// Convert a GGUF file (llama.cpp) into a Hugging Face model folder: weights dequantized, tokenizer rebuilt.
     ImportGguf(cli::import_gguf::Args),
+    /// Merge a LoRA adapter into its base: a whole Hugging Face model folder.
+    MergeAdapter(cli::merge_adapter::Args),
     /// Log-probability of every token of each input sequence given its prefix.
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
@@ -151,6 +153,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::InitTiny(args) => cli::init_tiny::run(args),
         Command::ImportGguf(args) => cli::import_gguf::run(args),
+        Command::MergeAdapter(args) => cli::merge_adapter::run(args),
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),

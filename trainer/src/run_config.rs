@@ -25,6 +25,11 @@ pub struct ModelSection {
     /// and the `<tool_call>` format to a ChatML model whose template has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template: Option<PathBuf>,
+    /// A LoRA adapter applied to the model (relative to the config file):
+    /// PEFT's folder or a LoRA run's checkpoint. With `[lora]`, training
+    /// starts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
     #[serde(default)]
     pub dtype: DTypeKind,
     #[serde(default)]
@@ -131,6 +136,9 @@ pub struct RunConfig {
     /// The whole recipe (`fusegrpo pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<crate::pipeline::PipelineSection>,
+    /// Train a LoRA adapter instead of every weight (`train`, `sft`, `pipeline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<crate::lora::LoraSection>,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
@@ -180,6 +188,9 @@ impl RunConfig {
             fix(t);
         }
         if let Some(t) = self.model.chat_template.as_mut() {
+            fix(t);
+        }
+        if let Some(t) = self.model.adapter.as_mut() {
             fix(t);
         }
         if let Some(t) = self.train.tasks.as_mut() {
@@ -297,10 +308,34 @@ impl RunConfig {
                 return bad(&format!("pipeline.{key}"), message);
             }
         }
+        if let Some(l) = &self.lora {
+            if let Err((key, message)) = l.validate() {
+                return bad(&format!("lora.{key}"), message);
+            }
+        }
         if let Err(e) = self.reward.validate() {
             return bad(&format!("reward.{}", e.field), e.to_string());
         }
         Ok(())
+    }
+
+    /// This config with its model a training run's checkpoint `ckpt`: the
+    /// checkpoint as `[model] path`, or for a LoRA run (whose checkpoints
+    /// are adapters) as `[model] adapter` over the same base.
+    pub fn with_trained(&self, ckpt: &Path) -> RunConfig {
+        let mut out = self.clone();
+        if self.lora.is_some() {
+            out.model.adapter = Some(ckpt.to_path_buf());
+        } else {
+            out.model.path = ckpt.to_string_lossy().into_owned();
+            out.model.adapter = None;
+        }
+        out
+    }
+
+    /// The validated `[lora]` setting, if the run trains an adapter.
+    pub fn lora(&self) -> Option<crate::lora::LoraConfig> {
+        self.lora.as_ref().map(|l| l.validate().expect("validated when the config was read"))
     }
 
     /// The tokenizer folder: explicit, else the model folder.

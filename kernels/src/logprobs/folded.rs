@@ -103,7 +103,9 @@ impl CustomOp3 for FoldedLogprobsOp {
             gh.iter_mut().chain(gw.iter_mut()).for_each(|x| *x *= scale);
         }
         let gh = Tensor::from_vec(gh, hidden.shape(), hidden.device())?;
-        let gw = Tensor::from_vec(gw, lm_head.shape(), lm_head.device())?;
-        Ok((Some(gh), Some(gw), None))
+        // A frozen head (a LoRA run) gets none. Its product was still made
+        // in the forward sweep.
+        let gw = if lm_head.track_op() { Some(Tensor::from_vec(gw, lm_head.shape(), lm_head.device())?) } else { None };
+        Ok((Some(gh), gw, None))
     }
 }

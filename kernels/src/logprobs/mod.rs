@@ -216,7 +216,8 @@ impl CustomOp3 for TokenLogprobsOp {
         .contiguous()?;
         let grads = hidden.apply_op3_no_bwd(lm_head, &aux, &TokenLogprobsBackward { temperature: self.temperature })?;
         let v = lm_head.dim(0)?;
-        Ok((Some(grads.narrow(0, 0, n)?), Some(grads.narrow(0, n, v)?), None))
+        let head = if lm_head.track_op() { Some(grads.narrow(0, n, v)?) } else { None };
+        Ok((Some(grads.narrow(0, 0, n)?), head, None))
     }
 }
 

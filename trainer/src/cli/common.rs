@@ -45,16 +45,25 @@ pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Load a model from a folder or hub id.
-pub fn load_model(spec: &str, on: &RunOn) -> Result<(CausalLm, Device)> {
+/// Load a model from a folder or hub id, with an adapter: `adapter`, or
+/// the model folder itself when it is one (a LoRA run's checkpoint, whose
+/// base its adapter_config.json names).
+pub fn load_model(spec: &str, adapter: Option<&Path>, on: &RunOn) -> Result<(CausalLm, Device)> {
     let device = on.device.open()?;
-    let dir = trainer::hub::resolve_model_dir(spec)?;
-    let cfg = trainer::ModelConfig::from_file(&dir.join("config.json"))?;
+    let spec = trainer::lora::resolve(spec, adapter)?;
     let t0 = std::time::Instant::now();
-    let weights = trainer::weights::load_weights(&dir, &cfg, on.dtype.into(), &device)?;
-    let model = CausalLm::new(&cfg, &weights)?;
-    tracing::info!(model = %dir.display(), params = trainer::params::parameter_count(&cfg), secs = t0.elapsed().as_secs_f64(), "loaded");
+    let model = trainer::lora::load_model(&spec, on.dtype.into(), &device)?;
+    let adapter = spec.adapter.as_ref().map_or("none".to_string(), |a| a.display().to_string());
+    tracing::info!(model = %spec.base.display(), %adapter, params = trainer::params::parameter_count(model.config()), secs = t0.elapsed().as_secs_f64(), "loaded");
     Ok((model, device))
+}
+
+/// `--adapter DIR` of the commands that run a model.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct AdapterArg {
+    /// A LoRA adapter to apply (PEFT's folder, or a LoRA run's checkpoint).
+    #[arg(long)]
+    pub adapter: Option<std::path::PathBuf>,
 }
 
 /// Read `{"ids": [...]}` lines, each id below `vocab`, or `{"text": "..."}`
@@ -97,7 +106,11 @@ pub fn read_input_lines(path: &Path, vocab: usize, tokenizer: Option<&tokenizers
 
 /// The model folder's tokenizer.json, when it has one.
 pub fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenizer>> {
-    let path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
+    let mut path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
+    if !path.exists() {
+        // An adapter folder without a tokenizer: its base's.
+        path = trainer::lora::resolve(spec, None)?.base.join("tokenizer.json");
+    }
     if !path.exists() {
         return Ok(None);
     }

@@ -37,12 +37,14 @@ pub struct Args {
     pub stop_ids: Vec<u32>,
     #[command(flatten)]
     pub on: RunOn,
+    #[command(flatten)]
+    pub adapter: super::common::AdapterArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.temperature >= 0.0, "--temperature must be >= 0, got {}", args.temperature);
     anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p must be in (0, 1], got {}", args.top_p);
-    let (model, _) = load_model(&args.model, &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
     let tokenizer = model_tokenizer(&args.model)?;
     let prompts = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     for (n, ids) in prompts.iter().enumerate() {

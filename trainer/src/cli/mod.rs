@@ -8,6 +8,7 @@ pub mod env;
 pub mod generate;
 pub mod import_gguf;
 pub mod init_tiny;
+pub mod merge_adapter;
 pub mod practice;
 pub mod repos;
 pub mod plot;

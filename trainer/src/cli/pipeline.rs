@@ -76,8 +76,7 @@ pub fn run(args: Args) -> Result<()> {
         super::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
     })?;
 
-    let mut grpo_cfg = cfg.clone();
-    grpo_cfg.model.path = sft_ckpt.to_string_lossy().into_owned();
+    let grpo_cfg = cfg.with_trained(&sft_ckpt);
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
         super::train::train(&grpo_cfg, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
     })?;
@@ -91,10 +90,10 @@ pub fn run(args: Args) -> Result<()> {
         paired: BTreeMap::new(),
     };
     let mut per_task = BTreeMap::new();
-    let models = [("base", cfg.model.path.clone()), ("sft", path_string(&sft_ckpt)), ("grpo", path_string(&grpo_ckpt))];
+    let models = [("base", cfg.clone()), ("sft", cfg.with_trained(&sft_ckpt)), ("grpo", cfg.with_trained(&grpo_ckpt))];
     for (name, model) in models {
         let t0 = Instant::now();
-        let episodes = evaluate(&cfg, &p, &model, &heldout, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
+        let episodes = evaluate(&model, &p, &heldout, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
         let rewards = stats::task_rewards(&episodes);
         let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
         row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
@@ -143,10 +142,6 @@ fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: 
     };
     super::tasks_synth::make_tasks_to(&job, &out)?;
     Ok(out)
-}
-
-fn path_string(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 fn ensure_dir(dir: &Path) -> Result<&Path> {
@@ -213,13 +208,12 @@ fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl 
     }
 }
 
-/// Episodes of `model` on the held-out tasks (read back when `out` exists).
-fn evaluate(cfg: &RunConfig, p: &PipelineSection, model: &str, heldout: &[Task], out: &Path) -> Result<Vec<Episode>> {
+/// Episodes of `cfg`'s model on the held-out tasks (read back when `out` exists).
+fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], out: &Path) -> Result<Vec<Episode>> {
     if out.exists() {
         return read_episodes(out);
     }
     let mut eval_cfg = cfg.clone();
-    eval_cfg.model.path = model.to_string();
     eval_cfg.sampling.temperature = p.eval_temperature;
     let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
     let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, group, &TeacherOpts::default())?;

@@ -61,6 +61,10 @@ pub struct Args {
     /// The model (a folder, a checkpoint or a hub id) instead of the config's [model] path.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// A LoRA adapter instead of the config's [model] adapter (PEFT's folder,
+    /// or a LoRA run's checkpoint).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
     /// The repositories' folder instead of the config's [env] repos_dir.
     #[arg(long)]
     pub repos_dir: Option<PathBuf>,
@@ -103,6 +107,9 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
     }
     if let Some(dir) = &args.repos_dir {
         cfg.env.repos_dir = dir.clone();
+    }
+    if let Some(adapter) = &args.adapter {
+        cfg.model.adapter = Some(adapter.clone());
     }
     anyhow::ensure!(args.group != Some(0), "--group 0: at least 1 episode per task");
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
@@ -215,7 +222,7 @@ fn with_policy_in<T>(
     match policy {
         PolicyChoice::Model => {
             let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
-            let (model, _) = load_model(&cfg.model.path, &on)?;
+            let (model, _) = load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &on)?;
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             let mut policy = ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());

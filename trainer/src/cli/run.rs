@@ -102,6 +102,9 @@ pub struct Run {
     /// `[model] chat_template`, written into each checkpoint's tokenizer_config.json.
     chat_template: Option<PathBuf>,
     keep_last: usize,
+    /// A LoRA run's setting and its base's identity (its checkpoints hold
+    /// the adapter, not the base).
+    lora: Option<(trainer::lora::LoraConfig, trainer::lora::peft::BaseIdentity)>,
     /// With several ranks, the hash of the parameters the last save compared.
     saved_hash: std::cell::Cell<Option<u64>>,
 }
@@ -323,8 +326,10 @@ fn check_model_path(state: &TrainState, cfg: &RunConfig, ckpt: &Path) -> Result<
 
 impl Run {
     /// Resolves where the run starts (`opts.resume`, [`prepare_folder`])
-    /// and loads those weights.
-    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap)> {
+    /// and loads those weights: a whole model's, or for a LoRA run the
+    /// base's (`[model] path`, also on resume) with the adapter to start
+    /// from (the checkpoint's, `[model] adapter`, or none: a new one).
+    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap, Option<trainer::lora::Adapter>)> {
         let cfg_json = serde_json::to_value(cfg)?;
         let cfg_hash = checkpoint::config_hash(&cfg_json);
         let resume_dir = prepare_folder(dir, opts)?;
@@ -334,20 +339,45 @@ impl Run {
             check_model_path(&state, cfg, ckpt)?;
         }
         let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
-        let model_dir = resume_dir.clone().unwrap_or_else(|| base_dir.clone());
+        let lora = cfg.lora();
+        anyhow::ensure!(
+            lora.is_some() || cfg.model.adapter.is_none(),
+            "[model] adapter = {}: training from an adapter needs a [lora] section (or merge it first: fusegrpo merge-adapter)",
+            cfg.model.adapter.as_deref().unwrap_or(Path::new("")).display()
+        );
+        // A LoRA run's checkpoints hold the adapter: the base always comes from [model] path.
+        let model_dir = match (&resume_dir, &lora) {
+            (Some(ckpt), None) => ckpt.clone(),
+            _ => base_dir.clone(),
+        };
         let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
         let device = cfg.model.device.open()?;
         check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
-        let weights = match &resume_dir {
-            Some(ckpt) => load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?,
-            None => load_weights(&model_dir, &model_cfg, cfg.model.dtype.into(), &device)?,
+        let dtype: candle_core::DType = cfg.model.dtype.into();
+        let weights = match (&resume_dir, &lora) {
+            (Some(ckpt), None) => load_weights(&model_dir, &model_cfg, dtype, &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?,
+            _ => load_weights(&model_dir, &model_cfg, dtype, &device)?,
+        };
+        // The adapter is kept in f32 (its AdamW moments too), whatever the base's dtype.
+        let f32 = candle_core::DType::F32;
+        let adapter = match (&lora, &resume_dir, &cfg.model.adapter) {
+            (None, _, _) => None,
+            (Some(_), Some(ckpt), _) => {
+                Some(trainer::lora::peft::load(ckpt, &model_cfg, Some(&base_dir), f32, &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?)
+            }
+            (Some(_), None, Some(start)) => Some(trainer::lora::peft::load(start, &model_cfg, Some(&base_dir), f32, &device).with_context(|| format!("[model] adapter {}", start.display()))?),
+            (Some(_), None, None) => None,
+        };
+        let lora = match lora {
+            Some(l) => Some((l, trainer::lora::peft::BaseIdentity::of(&base_dir, &model_cfg)?)),
+            None => None,
         };
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         super::common::set_interrupt_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, saved_hash: Default::default() };
-        Ok((run, weights))
+        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
+        Ok((run, weights, adapter))
     }
 
     /// On resume: the checkpoint's state, checked against this run's model
@@ -368,7 +398,9 @@ impl Run {
     }
 
     /// Saves step `step` atomically (with the tokenizer, so the folder is a
-    /// complete model) and keeps the newest `keep_last`. With several ranks
+    /// complete model, or for a LoRA run a complete adapter) and keeps the
+    /// newest `keep_last`. `model` is what the run trains (its `Var`s: every
+    /// weight, or the adapter's tensors). With several ranks
     /// every rank calls it: their parameters must be rank 0's bit for bit,
     /// their RNG streams go into the state (rank r's under `<name>.rank<r>`),
     /// and rank 0 alone writes.
@@ -396,7 +428,14 @@ impl Run {
             arch_hash: checkpoint::arch_hash(&self.model_cfg),
         };
         let opt = optimizer.export_state()?.into_iter().collect();
-        let dir = checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?;
+        let dir = match &self.lora {
+            None => checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?,
+            Some((cfg, base)) => {
+                let adapter = trainer::lora::Adapter { cfg: cfg.clone(), tensors: model.clone() };
+                let base_name = self.base_dir.to_string_lossy();
+                checkpoint::save_weights(&self.dir, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &base_name, base }, &opt, &state, self.keep_last)?
+            }
+        };
         super::common::copy_tokenizer(&self.tok_dir, &dir, false)?;
         if let Some(template) = &self.chat_template {
             super::common::set_chat_template(&dir, template)?;

@@ -17,10 +17,12 @@ pub struct Args {
     pub output: PathBuf,
     #[command(flatten)]
     pub on: RunOn,
+    #[command(flatten)]
+    pub adapter: super::common::AdapterArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (model, _) = load_model(&args.model, &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
     let tokenizer = model_tokenizer(&args.model)?;
     let rows = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     let mut out = Vec::with_capacity(rows.len());

@@ -37,6 +37,8 @@ pub struct Args {
     pub seed: u64,
     #[command(flatten)]
     pub on: RunOn,
+    #[command(flatten)]
+    pub adapter: super::common::AdapterArg,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -44,7 +46,7 @@ pub fn run(args: Args) -> Result<()> {
         args.default_max_tokens >= 1,
         "--default-max-tokens must be at least 1"
     );
-    let (model, _) = load_model(&args.model, &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
     let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
     let tok_dir = args.tokenizer.clone().unwrap_or_else(|| model_dir.clone());
     let tokenizer = ChatTokenizer::from_dir_with_template(&tok_dir, args.chat_template.as_deref())

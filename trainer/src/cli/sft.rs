@@ -119,7 +119,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         let im_start = im_start_id(cfg)?;
         for (k, phase) in cfg.sft.openings.iter().enumerate() {
             match opening_phase(&start, &episodes, phase, im_start, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
-                RunEnd::Done(checkpoint) => start.model.path = checkpoint.to_string_lossy().into_owned(),
+                RunEnd::Done(checkpoint) => start = start.with_trained(&checkpoint),
                 interrupted @ RunEnd::Interrupted(_) => return Ok(interrupted),
             }
         }
@@ -172,10 +172,10 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
         eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
     }
 
-    let (run, weights) = Run::open(cfg, run_dir, opts, s.keep_last, super::run::Stage::Sft)?;
+    let (run, weights, adapter) = Run::open(cfg, run_dir, opts, s.keep_last, super::run::Stage::Sft)?;
     let device = run.device.clone();
-    let mut trainer = SftTrainer::new(cfg, &run.model_cfg, &weights, run_steps)?;
-    drop(weights);
+    let mut trainer = SftTrainer::new(cfg, &run.model_cfg, &weights, adapter.as_ref(), run_steps)?;
+    drop((weights, adapter));
     trainer::malloc::release_free_memory();
     let mut cursor = DataCursor::default();
     if let Some(state) = run.resume(opts, &mut trainer.optimizer, &trainer.vars)? {
@@ -186,7 +186,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     let mut rank_log = run.rank_log(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
-    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &trainer.model.tensors(), &trainer.optimizer);
+    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &super::train::trained(&trainer.vars), &trainer.optimizer);
     let bar = super::rollout::progress_bar(total, "sft steps");
     if trainer.dist.rank() > 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -242,8 +242,7 @@ fn evaluate_heldout(cfg: &RunConfig, checkpoint: &Path, examples: &[SftExample],
         }
         return Ok(());
     }
-    let mut eval_cfg = cfg.clone();
-    eval_cfg.model.path = checkpoint.to_string_lossy().into_owned();
+    let eval_cfg = cfg.with_trained(checkpoint);
     let episodes = super::rollout::run_policy(&eval_cfg, &held, &super::rollout::PolicyChoice::Model, 1, &Default::default())?;
     let summary = Summary::of(&episodes);
     std::fs::write(run_dir.join("heldout_eval.json"), serde_json::to_string_pretty(&summary)?)?;

@@ -63,16 +63,17 @@ pub fn run(args: Args) -> Result<()> {
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], args: &RunOptions) -> Result<RunEnd> {
-    let (run, weights) = Run::open(cfg, run_dir, args, cfg.train.keep_last, super::run::Stage::Grpo)?;
-    // The KL reference is always the run's starting model, also on resume.
-    let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0) {
-        (Some(_), true) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
+    let (run, weights, adapter) = Run::open(cfg, run_dir, args, cfg.train.keep_last, super::run::Stage::Grpo)?;
+    // The KL reference is always the run's starting model, also on resume
+    // (a LoRA run's is its base, which `weights` already is).
+    let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0, cfg.lora.is_some()) {
+        (Some(_), true, false) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
         _ => None,
     };
     let dist = trainer::dist::current();
     let rng = super::run::rank_rng(cfg.sampling.seed, &*dist);
-    let mut trainer = Trainer::new(cfg.clone(), &run.model_cfg, &weights, reference.as_ref(), rng)?;
-    drop((weights, reference));
+    let mut trainer = Trainer::new(cfg.clone(), &run.model_cfg, &weights, reference.as_ref(), adapter.as_ref(), rng)?;
+    drop((weights, reference, adapter));
     trainer::malloc::release_free_memory();
     let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
     if let Some(state) = run.resume(args, &mut trainer.optimizer, &trainer.vars)? {
@@ -98,7 +99,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     bar.set_position(trainer.step);
     let save = |trainer: &Trainer, cursor: DataCursor| {
         let rngs = [("sampling".to_string(), RngState::capture(&trainer.sampling_rng))].into();
-        run.save(trainer.step, rngs, cursor, &trainer.model.tensors(), &trainer.optimizer)
+        run.save(trainer.step, rngs, cursor, &trained(&trainer.vars), &trainer.optimizer)
     };
     let mut nonfinite_in_a_row = 0;
     while trainer.step < total {
@@ -162,4 +163,10 @@ fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn trainer::di
             Ok(rng)
         }
     }
+}
+
+/// What a run trains, by name: its `Var`s' tensors (every weight, or a LoRA
+/// run's adapter), as a checkpoint saves them.
+pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> trainer::weights::TensorMap {
+    vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
 }

@@ -99,7 +99,7 @@ fn weights_device(weights: &TensorMap) -> candle_core::Device {
 /// The summed gradient (before clipping) and the weights after one GRPO
 /// update with the group `dist`.
 fn grpo_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, episodes: &[Episode]) -> Result<(Gradients, TensorMap)> {
-    let mut t = Trainer::new(cfg.clone(), model_cfg, weights, None, ChaCha8Rng::seed_from_u64(0))?;
+    let mut t = Trainer::new(cfg.clone(), model_cfg, weights, None, None, ChaCha8Rng::seed_from_u64(0))?;
     t.dist = dist;
     let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
     let g = &cfg.grpo;
@@ -121,7 +121,7 @@ fn sft_batch(episodes: &[Episode], device: &candle_core::Device) -> Result<SftBa
 
 /// The summed gradient and the weights after one SFT step with the group `dist`.
 fn sft_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, batch: &SftBatch) -> Result<(Gradients, TensorMap)> {
-    let mut t = SftTrainer::new(cfg, model_cfg, weights, 1)?;
+    let mut t = SftTrainer::new(cfg, model_cfg, weights, None, 1)?;
     t.dist = dist;
     let (grads, loss) = t.gradients(batch)?;
     t.apply(grads.clone(), loss)?;

@@ -15,6 +15,7 @@ pub mod rope;
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::lora::{Adapter, LoraPair, Target};
 use crate::params::parameter_shapes;
 use crate::weights::TensorMap;
 use cache::{visibility, KvCache, Positions};
@@ -24,6 +25,7 @@ use candle_core::{DType, Tensor, Var};
 use rope::RopeTables;
 use std::collections::BTreeMap;
 
+#[derive(Clone)]
 struct Attention {
     q: Tensor,
     k: Tensor,
@@ -38,6 +40,7 @@ struct Attention {
     k_norm: Option<Tensor>,
 }
 
+#[derive(Clone)]
 struct Layer {
     input_norm: Tensor,
     attn: Attention,
@@ -45,9 +48,19 @@ struct Layer {
     gate: Tensor,
     up: Tensor,
     down: Tensor,
+    /// LoRA pairs by [`Target`] (index in [`Target::ALL`]), when adapted.
+    lora: [Option<LoraPair>; 7],
 }
 
-/// A causal language model of one of the [`crate::config::Architecture`]s.
+impl Layer {
+    fn lora(&self, t: Target) -> Option<&LoraPair> {
+        self.lora[t as usize].as_ref()
+    }
+}
+
+/// A causal language model of one of the [`crate::config::Architecture`]s,
+/// with or without a LoRA adapter.
+#[derive(Clone)]
 pub struct CausalLm {
     cfg: ModelConfig,
     /// Rotary inverse frequencies, from the config.
@@ -97,6 +110,7 @@ impl CausalLm {
                     gate: g("mlp.gate_proj.weight")?,
                     up: g("mlp.up_proj.weight")?,
                     down: g("mlp.down_proj.weight")?,
+                    lora: Default::default(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -117,6 +131,48 @@ impl CausalLm {
             vars.insert(name, var);
         }
         Ok((CausalLm::new(cfg, &tensors)?, vars))
+    }
+
+    /// Build a model whose adapter is trainable: the base (`map`) stays
+    /// frozen as it is, each of the adapter's tensors becomes a `Var` (in
+    /// f32), named as PEFT names them.
+    pub fn trainable_adapter(cfg: &ModelConfig, map: &TensorMap, adapter: &Adapter) -> Result<(Self, BTreeMap<String, Var>)> {
+        let mut vars = BTreeMap::new();
+        let mut tensors = TensorMap::new();
+        for (name, t) in &adapter.tensors {
+            let var = Var::from_tensor(&t.to_dtype(DType::F32)?)?;
+            tensors.insert(name.clone(), var.as_tensor().clone());
+            vars.insert(name.clone(), var);
+        }
+        let trainable = Adapter { cfg: adapter.cfg.clone(), tensors };
+        Ok((CausalLm::new(cfg, map)?.with_adapter(&trainable)?, vars))
+    }
+
+    /// The same base weights (shared, not copied) with `adapter` applied to
+    /// its target projections; the shapes are checked.
+    pub fn with_adapter(&self, adapter: &Adapter) -> Result<CausalLm> {
+        adapter.check(&self.cfg, "adapter")?;
+        let mut out = self.without_adapter();
+        for (l, layer) in out.layers.iter_mut().enumerate() {
+            for t in Target::ALL {
+                layer.lora[t as usize] = adapter.pair(l, t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The base model alone (weights shared): the KL reference of a LoRA run.
+    pub fn without_adapter(&self) -> CausalLm {
+        let mut out = self.clone();
+        for layer in &mut out.layers {
+            layer.lora = Default::default();
+        }
+        out
+    }
+
+    /// Whether an adapter is applied.
+    pub fn has_adapter(&self) -> bool {
+        self.layers.iter().any(|l| l.lora.iter().any(Option::is_some))
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -222,34 +278,36 @@ impl CausalLm {
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
         let h = ops::rms_norm(x, &layer.input_norm, eps)?;
-        let attn = self.attention(l, &layer.attn, &h, rope, vis, cache)?;
+        let attn = self.attention(l, layer, &h, rope, vis, cache)?;
         let x = (x + attn)?;
         let h = ops::rms_norm(&x, &layer.post_norm, eps)?;
-        Ok((&x + ops::swiglu(&h, &layer.gate, &layer.up, &layer.down)?)?)
+        let lora = [layer.lora(Target::GateProj), layer.lora(Target::UpProj), layer.lora(Target::DownProj)];
+        Ok((&x + ops::swiglu_lora(&h, [&layer.gate, &layer.up, &layer.down], lora)?)?)
     }
 
     fn attention(
         &self,
         l: usize,
-        a: &Attention,
+        layer: &Layer,
         x: &Tensor,
         rope: &RopeTables,
         vis: &Arc<Visibility>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let c = &self.cfg;
+        let a = &layer.attn;
         let (b, t, _) = x.dims3()?;
-        let heads = |w: &Tensor, bias: &Option<Tensor>, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
-            let y = ops::linear(x, w, bias.as_ref())?.reshape((b, t, n, c.head_dim))?;
+        let heads = |w: &Tensor, bias: &Option<Tensor>, target: Target, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+            let y = ops::lora_linear(x, w, bias.as_ref(), layer.lora(target))?.reshape((b, t, n, c.head_dim))?;
             let y = match norm {
                 Some(nw) => ops::rms_norm(&y, nw, c.rms_norm_eps)?,
                 None => y,
             };
             Ok(y.transpose(1, 2)?.contiguous()?)
         };
-        let q = rope.apply(&heads(&a.q, &a.q_bias, c.num_attention_heads, a.q_norm.as_ref())?)?;
-        let k = rope.apply(&heads(&a.k, &a.k_bias, c.num_key_value_heads, a.k_norm.as_ref())?)?;
-        let v = heads(&a.v, &a.v_bias, c.num_key_value_heads, None)?;
+        let q = rope.apply(&heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?)?;
+        let k = rope.apply(&heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?)?;
+        let v = heads(&a.v, &a.v_bias, Target::VProj, c.num_key_value_heads, None)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(l, &k, &v)?,
             None => (k, v),
@@ -259,6 +317,6 @@ impl CausalLm {
         // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let out = kernels::attention::attention(&q, &k, &v, vis, scale)?;
-        Ok(ops::linear(&out, &a.o, a.o_bias.as_ref())?)
+        Ok(ops::lora_linear(&out, &a.o, a.o_bias.as_ref(), layer.lora(Target::OProj))?)
     }
 }

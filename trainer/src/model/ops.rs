@@ -5,6 +5,7 @@
 //! natively: 4-6x faster forward+backward at Qwen3-4B's width (BENCHMARKS.md).
 //! Other dtypes keep the composition, which rounds as transformers does.
 
+use crate::lora::LoraPair;
 use candle_core::{DType, Result, Tensor, D};
 
 /// `x @ w^T (+ b)` for `x` of shape `[.., in]` and `w` of shape `[out, in]`.
@@ -30,6 +31,17 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         Some(b) => y.broadcast_add(b),
         None => Ok(y),
     }
+}
+
+/// [`linear`] plus, with a LoRA pair, `s * (x A^T) B^T` (the pair cast to
+/// `x`'s dtype inside the graph, so f32 adapter weights get gradients
+/// through a bf16 forward).
+pub fn lora_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, lora: Option<&LoraPair>) -> Result<Tensor> {
+    let y = linear(x, w, b)?;
+    let Some(p) = lora else { return Ok(y) };
+    let (a, bm) = (p.a.to_dtype(x.dtype())?, p.b.to_dtype(x.dtype())?);
+    let delta = linear(&linear(x, &a, None)?, &bm, None)?;
+    y + (delta * p.scale)?
 }
 
 /// RMSNorm over the last dimension, computed in f32 as transformers does:
@@ -64,6 +76,29 @@ pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
     let shifted = x.broadcast_sub(&max)?;
     let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
     shifted.broadcast_sub(&lse)
+}
+
+/// [`swiglu`] with LoRA pairs on any of its three projections: the gate and
+/// up products are composed (the fused gated node takes plain weights), so
+/// each adapter's delta joins its projection before the SwiGLU.
+pub fn swiglu_lora(x: &Tensor, w: [&Tensor; 3], lora: [Option<&LoraPair>; 3]) -> Result<Tensor> {
+    if lora.iter().all(Option::is_none) {
+        return swiglu(x, w[0], w[1], w[2]);
+    }
+    let h = if lora[0].is_none() && lora[1].is_none() {
+        let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
+        let inference = !x.track_op() && !w[0].track_op() && !w[1].track_op();
+        if inference && rows <= kernels::linear::MAX_ROWS {
+            kernels::swiglu::swiglu_gate(&linear(x, w[0], None)?, &linear(x, w[1], None)?)?
+        } else {
+            kernels::gated::gated_projection(x, w[0], w[1])?
+        }
+    } else {
+        let g = lora_linear(x, w[0], None, lora[0])?;
+        let u = lora_linear(x, w[1], None, lora[1])?;
+        (g.silu()? * u)?
+    };
+    lora_linear(&h, w[2], None, lora[2])
 }
 
 /// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`. In training and long

@@ -200,8 +200,8 @@ pub struct SftTrainer {
 impl SftTrainer {
     /// `run_steps` is the run's length in updates (all epochs), which a
     /// schedule with `total_steps = 0` runs over.
-    pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, run_steps: u64) -> Result<Self> {
-        let (model, vars) = CausalLm::trainable(model_cfg, weights)?;
+    pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, adapter: Option<&crate::lora::Adapter>, run_steps: u64) -> Result<Self> {
+        let (model, vars) = crate::lora::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
         let optimizer = AdamW::new(
             &vars,

@@ -117,17 +117,26 @@ impl Trainer {
         model_cfg: &crate::ModelConfig,
         weights: &TensorMap,
         reference: Option<&TensorMap>,
+        adapter: Option<&crate::lora::Adapter>,
         sampling_rng: ChaCha8Rng,
     ) -> Result<Self> {
-        let (model, vars) = CausalLm::trainable(model_cfg, weights)?;
+        let lora = cfg.lora();
+        let (model, vars) = crate::lora::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
         let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
-        let sampler_view = CausalLm::new(model_cfg, &detached)?;
-        let reference = if cfg.grpo.beta > 0.0 {
-            let source = reference.unwrap_or(weights);
-            let frozen: TensorMap = source.iter().map(|(k, t)| Ok((k.clone(), t.copy()?))).collect::<Result<_>>()?;
-            Some(CausalLm::new(model_cfg, &frozen)?)
-        } else {
-            None
+        let sampler_view = match &lora {
+            None => CausalLm::new(model_cfg, &detached)?,
+            Some(l) => CausalLm::new(model_cfg, weights)?.with_adapter(&crate::lora::Adapter { cfg: l.clone(), tensors: detached })?,
+        };
+        // The KL reference: the run's starting weights (a copy), or for a
+        // LoRA run the base with the adapter off (the same tensors).
+        let reference = match (cfg.grpo.beta > 0.0, &lora) {
+            (false, _) => None,
+            (true, Some(_)) => Some(model.without_adapter()),
+            (true, None) => {
+                let source = reference.unwrap_or(weights);
+                let frozen: TensorMap = source.iter().map(|(k, t)| Ok((k.clone(), t.copy()?))).collect::<Result<_>>()?;
+                Some(CausalLm::new(model_cfg, &frozen)?)
+            }
         };
         let o = &cfg.optim;
         let optimizer = AdamW::new(

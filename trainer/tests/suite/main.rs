@@ -14,6 +14,7 @@ mod grpo_learning;
 mod grpo_maths;
 mod grpo_update;
 mod kv_cache;
+mod lora;
 mod model_rollout;
 mod optim;
 mod parity;

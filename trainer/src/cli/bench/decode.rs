@@ -63,7 +63,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => load_model(m, &a.on)?.0,
+        Some(m) => load_model(m, None, &a.on)?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.device.open()?)?;

@@ -1,0 +1,59 @@
+//! `fusegrpo merge-adapter`: a base model and a LoRA adapter into one whole
+//! Hugging Face model folder (`W + s * B A` in every adapted projection, as
+//! PEFT's `merge_and_unload()`), with the base's tokenizer.
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use std::path::PathBuf;
+use trainer::device::DTypeKind;
+use trainer::weights::{load_weights, save_checkpoint, ShardPolicy};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The base model (a folder or a hub id).
+    #[arg(long)]
+    pub model: String,
+    /// The adapter (PEFT's folder, or a LoRA run's checkpoint).
+    #[arg(long)]
+    pub adapter: PathBuf,
+    /// The merged model's folder (must not exist or be empty).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The merged weights' dtype (the merge itself is computed in f32).
+    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
+    pub dtype: DTypeKind,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.out.exists() && std::fs::read_dir(&args.out).with_context(|| format!("reading --out {}", args.out.display()))?.next().is_some() {
+        anyhow::bail!("--out {} is not empty: nothing was written (choose a new folder)", args.out.display());
+    }
+    let spec = trainer::lora::resolve(&args.model, Some(&args.adapter))?;
+    let cfg = trainer::ModelConfig::from_file(&spec.base.join("config.json"))?;
+    let weights = load_weights(&spec.base, &cfg, candle_core::DType::F32, &Device::Cpu)?;
+    let adapter = trainer::lora::peft::load(&args.adapter, &cfg, Some(&spec.base), candle_core::DType::F32, &Device::Cpu)?;
+    let merged = adapter.merge_into(&cfg, &weights)?;
+    let dtype: candle_core::DType = args.dtype.into();
+    let merged = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
+    // Into a temporary sibling, renamed once complete.
+    let tmp = args.out.with_file_name(format!(".{}.partial", args.out.file_name().and_then(|n| n.to_str()).unwrap_or("merged")));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
+    }
+    save_checkpoint(&tmp, &cfg, &merged, ShardPolicy::MaxBytes(5 << 30))?;
+    super::common::copy_tokenizer(&spec.base, &tmp, false)?;
+    if args.out.exists() {
+        std::fs::remove_dir(&args.out).with_context(|| format!("replacing the empty {}", args.out.display()))?;
+    }
+    std::fs::rename(&tmp, &args.out).with_context(|| format!("renaming {} to {}", tmp.display(), args.out.display()))?;
+    eprintln!(
+        "merged {} (r = {}, {} targets, scale {}) into {} -> {}",
+        args.adapter.display(),
+        adapter.cfg.r,
+        adapter.cfg.targets.len(),
+        adapter.cfg.scale(),
+        spec.base.display(),
+        args.out.display()
+    );
+    Ok(())
+}

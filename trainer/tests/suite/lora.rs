@@ -1,0 +1,226 @@
+//! LoRA against PEFT (fixtures of scripts/make_lora_fixtures.py: transformers
+//! + peft, f32, CPU, r = 8 on all seven projections with random non-zero A
+//! and B; the Qwen2 case with rsLoRA): log-probs, gradients of the mean NLL
+//! with respect to every lora_A and lora_B, the merged weights; PEFT's files
+//! read and written; bad adapters refused naming the file and key.
+
+use crate::common;
+
+use candle_core::{DType, Device, Tensor};
+use common::{ids, load};
+use std::path::PathBuf;
+use trainer::logprobs::{score_sequence, token_logprobs};
+use trainer::lora::{peft, Adapter, LoraSection, Target};
+use trainer::model::cache::Positions;
+use trainer::CausalLm;
+
+/// The three architectures (Qwen3, Llama, Qwen2 with rsLoRA).
+const CASES: [&str; 3] = ["tied_sharded", "llama_tied_rope3", "qwen2_bias"];
+/// Log-probs within 1e-4 (absolute), gradients within 1e-4 relative (max
+/// |g - g_ref| / max |g_ref| per tensor), merged weights within 1e-5.
+const LOGPROB_TOL: f32 = 1e-4;
+const GRAD_REL_TOL: f32 = 1e-4;
+const MERGE_TOL: f32 = 1e-5;
+
+fn lora_dir(case: &str) -> PathBuf {
+    common::fixture_dir("lora").join(case)
+}
+
+fn expected(case: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(lora_dir(case).join("expected.json")).unwrap()).unwrap()
+}
+
+fn adapted(case: &str) -> (CausalLm, Adapter) {
+    let (cfg, w) = load(case);
+    let adapter = peft::load(&lora_dir(case), &cfg, Some(&common::fixture_dir(case)), DType::F32, &Device::Cpu).unwrap();
+    let model = CausalLm::new(&cfg, &w).unwrap().with_adapter(&adapter).unwrap();
+    (model, adapter)
+}
+
+fn max_abs(t: &Tensor) -> f32 {
+    t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+}
+
+fn worst_logprob_diff(m: &CausalLm, case: &str) -> f32 {
+    let mut worst = 0f32;
+    for row in expected(case)["score"].as_array().unwrap() {
+        let got = score_sequence(m, &ids(&row["ids"])).unwrap();
+        for (g, w) in got.iter().zip(row["logprobs"].as_array().unwrap()).skip(1) {
+            worst = worst.max((g.unwrap() - w.as_f64().unwrap() as f32).abs());
+        }
+    }
+    worst
+}
+
+#[test]
+fn logprobs_with_a_peft_adapter_match_peft() {
+    for case in CASES {
+        let (m, adapter) = adapted(case);
+        assert!((adapter.cfg.scale() - expected(case)["scale"].as_f64().unwrap()).abs() < 1e-12, "{case}: scale");
+        let worst = worst_logprob_diff(&m, case);
+        // The adapter matters: the base alone is far from PEFT's numbers.
+        let base = worst_logprob_diff(&m.without_adapter(), case);
+        println!("{case}: log-prob max |diff| vs PEFT {worst:.3e} (tolerance {LOGPROB_TOL:e}); base without the adapter {base:.3}");
+        assert!(worst <= LOGPROB_TOL, "{case}: {worst}");
+        assert!(base > 0.1, "{case}: the adapter changes the log-probs");
+    }
+}
+
+fn mean_nll(m: &CausalLm, ids: &[u32]) -> Tensor {
+    let n = ids.len();
+    let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
+    let hidden = m.forward(&tokens, &Positions::sequential(1, n), None).unwrap();
+    let hidden = hidden.squeeze(0).unwrap().narrow(0, 0, n - 1).unwrap();
+    let targets = Tensor::from_slice(&ids[1..], n - 1, &Device::Cpu).unwrap();
+    token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
+}
+
+#[test]
+fn adapter_gradients_match_peft_and_the_base_gets_none() {
+    for case in CASES {
+        let (cfg, w) = load(case);
+        let adapter = peft::load(&lora_dir(case), &cfg, None, DType::F32, &Device::Cpu).unwrap();
+        let (m, vars) = CausalLm::trainable_adapter(&cfg, &w, &adapter).unwrap();
+        assert_eq!(vars.len(), 2 * 7 * cfg.num_hidden_layers, "{case}: only lora_A/lora_B train");
+        let exp = expected(case);
+        let loss = mean_nll(&m, &ids(&exp["grad"]["ids"]));
+        let (got, want) = (loss.to_scalar::<f32>().unwrap(), exp["grad"]["loss"].as_f64().unwrap() as f32);
+        assert!((got - want).abs() < 1e-4, "{case}: loss {got} vs {want}");
+        let grads = loss.backward().unwrap();
+        for name in w.keys() {
+            assert!(grads.get(&w[name]).is_none(), "{case}: the frozen base weight {name} got a gradient");
+        }
+        let reference = candle_core::safetensors::load(lora_dir(case).join("grads.safetensors"), &Device::Cpu).unwrap();
+        assert_eq!(reference.len(), vars.len());
+        let missing: Vec<&String> = vars.iter().filter(|(_, v)| grads.get(v.as_tensor()).is_none()).map(|(n, _)| n).collect();
+        assert!(missing.is_empty(), "{case}: no gradient for {missing:?}");
+        let mut worst = (0f32, String::new());
+        for (name, var) in &vars {
+            let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{case}: no gradient for {name}"));
+            let r = &reference[name];
+            let rel = max_abs(&(g - r).unwrap()) / max_abs(r);
+            if rel > worst.0 {
+                worst = (rel, name.clone());
+            }
+            assert!(rel <= GRAD_REL_TOL, "{case}: {name}: relative gradient diff {rel:e}");
+        }
+        println!("{case}: {} adapter tensors, worst relative gradient diff vs PEFT {:.3e} ({})", vars.len(), worst.0, worst.1);
+    }
+}
+
+#[test]
+fn merged_weights_match_peft_merge_and_unload() {
+    for case in CASES {
+        let (cfg, w) = load(case);
+        let (adapted_model, adapter) = adapted(case);
+        let merged = adapter.merge_into(&cfg, &w).unwrap();
+        let reference = candle_core::safetensors::load(lora_dir(case).join("merged.safetensors"), &Device::Cpu).unwrap();
+        let mut worst = 0f32;
+        for (name, r) in &reference {
+            worst = worst.max(max_abs(&(&merged[name] - r).unwrap()));
+        }
+        assert_eq!(reference.len(), 7 * cfg.num_hidden_layers);
+        // The merged model scores as the adapted one.
+        let m = CausalLm::new(&cfg, &merged).unwrap();
+        let row = &expected(case)["score"][3];
+        let (a, b) = (score_sequence(&m, &ids(&row["ids"])).unwrap(), score_sequence(&adapted_model, &ids(&row["ids"])).unwrap());
+        let lp = a.iter().zip(&b).skip(1).map(|(x, y)| (x.unwrap() - y.unwrap()).abs()).fold(0f32, f32::max);
+        println!("{case}: merged weights max |diff| vs PEFT {worst:.3e} (tolerance {MERGE_TOL:e}); merged vs adapted log-probs {lp:.3e}");
+        assert!(worst <= MERGE_TOL, "{case}: {worst}");
+        assert!(lp <= LOGPROB_TOL, "{case}: {lp}");
+    }
+}
+
+#[test]
+fn saved_adapters_read_back_bit_for_bit_and_record_their_base() {
+    let case = "qwen2_bias";
+    let (cfg, _) = load(case);
+    let (_, adapter) = adapted(case);
+    let dir = tempfile::tempdir().unwrap();
+    let base = peft::BaseIdentity::of(&common::fixture_dir(case), &cfg).unwrap();
+    peft::save(dir.path(), &adapter, "qwen2_bias", Some(&base)).unwrap();
+    let back = peft::load(dir.path(), &cfg, Some(&common::fixture_dir(case)), DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(back.cfg.r, 8);
+    assert!(back.cfg.use_rslora);
+    assert_eq!(back.cfg.targets.len(), 7);
+    for (name, t) in &adapter.tensors {
+        let d = max_abs(&(t - &back.tensors[name]).unwrap());
+        assert_eq!(d, 0.0, "{name}");
+    }
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join(peft::CONFIG_FILE)).unwrap()).unwrap();
+    for (k, v) in [("peft_type", "LORA"), ("task_type", "CAUSAL_LM"), ("bias", "none")] {
+        assert_eq!(config[k], v);
+    }
+    // On another base (same architecture, other weights) it is refused.
+    let other = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(common::fixture_dir(case).join(f), other.path().join(f)).unwrap();
+    }
+    std::fs::OpenOptions::new().append(true).open(other.path().join("model.safetensors")).unwrap();
+    let f = other.path().join("model.safetensors");
+    let mut bytes = std::fs::read(&f).unwrap();
+    bytes.extend_from_slice(&[0; 8]);
+    std::fs::write(&f, bytes).unwrap();
+    let e = peft::load(dir.path(), &cfg, Some(other.path()), DType::F32, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("fusegrpo_base.json") && e.contains("`weights`") && e.contains("pass the base it was trained on"), "{e}");
+    // On another architecture it is refused too.
+    let (llama, _) = load("llama_tied_rope3");
+    let e = peft::load(dir.path(), &llama, None, DType::F32, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("arch_hash"), "{e}");
+}
+
+#[test]
+fn bad_adapters_are_refused_naming_the_file_and_key() {
+    let case = "tied_sharded";
+    let (cfg, _) = load(case);
+    let src = lora_dir(case);
+    let try_with = |edit: &dyn Fn(&mut serde_json::Value)| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(src.join(peft::WEIGHTS_FILE), dir.path().join(peft::WEIGHTS_FILE)).unwrap();
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join(peft::CONFIG_FILE)).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(dir.path().join(peft::CONFIG_FILE), config.to_string()).unwrap();
+        peft::load(dir.path(), &cfg, None, DType::F32, &Device::Cpu).unwrap_err().to_string()
+    };
+    for (edit, key) in [
+        (Box::new(|c: &mut serde_json::Value| c["use_dora"] = true.into()) as Box<dyn Fn(&mut serde_json::Value)>, "`use_dora`"),
+        (Box::new(|c: &mut serde_json::Value| c["bias"] = "all".into()), "`bias`"),
+        (Box::new(|c: &mut serde_json::Value| c["modules_to_save"] = serde_json::json!(["lm_head"])), "`modules_to_save`"),
+        (Box::new(|c: &mut serde_json::Value| c["target_modules"] = serde_json::json!(["q_proj", "c_attn"])), "`target_modules`"),
+        (Box::new(|c: &mut serde_json::Value| c["r"] = 0.into()), "`r`"),
+        (Box::new(|c: &mut serde_json::Value| c["peft_type"] = "IA3".into()), "`peft_type`"),
+    ] {
+        let e = try_with(&*edit);
+        assert!(e.contains("adapter_config.json") && e.contains(key), "{key}: {e}");
+    }
+    // A rank that does not match the tensors: the shape is named.
+    let e = try_with(&|c| c["r"] = 4.into());
+    assert!(e.contains("adapter_model.safetensors") && e.contains("has shape"), "{e}");
+    // An adapter of another model's shape.
+    let (llama, _) = load("llama_tied_rope3");
+    let e = peft::load(&src, &llama, None, DType::F32, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("has shape") || e.contains("is missing") || e.contains("not a LoRA tensor"), "{e}");
+}
+
+#[test]
+fn a_new_adapter_starts_as_the_base_model_with_peft_initialization() {
+    let (cfg, w) = load("untied");
+    let section: LoraSection = toml::from_str("r = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"down_proj\"]\ninit_seed = 3").unwrap();
+    let lora = section.validate().unwrap();
+    let adapter = Adapter::init(&lora, &cfg, &Device::Cpu).unwrap();
+    assert_eq!(adapter.tensors.len(), 2 * 2 * cfg.num_hidden_layers);
+    let a = &adapter.tensors[&trainer::lora::tensor_name(0, Target::DownProj, "lora_A")];
+    let bound = 1.0 / (cfg.intermediate_size as f32).sqrt();
+    assert_eq!(a.dims(), &[4, cfg.intermediate_size]);
+    let amax = max_abs(a);
+    assert!(amax <= bound && amax > 0.9 * bound, "Kaiming-uniform bound 1/sqrt(in): {amax} vs {bound}");
+    let base = CausalLm::new(&cfg, &w).unwrap();
+    let ids: Vec<u32> = (1..40).collect();
+    assert_eq!(score_sequence(&base, &ids).unwrap(), score_sequence(&base.with_adapter(&adapter).unwrap(), &ids).unwrap(), "B = 0: the base's log-probs");
+    // Keys that cannot work are named.
+    for (text, key) in [("r = 0", "r"), ("r = 4\ndropout = 0.1", "dropout"), ("r = 4\ntarget_modules = [\"c_attn\"]", "target_modules")] {
+        let s: LoraSection = toml::from_str(text).unwrap();
+        assert_eq!(s.validate().unwrap_err().0, key, "{text}");
+    }
+}
+
