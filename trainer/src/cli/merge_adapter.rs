@@ -24,6 +24,9 @@ pub struct Args {
     pub dtype: DTypeKind,
 }
 
+/// Shards of at most 5 GiB, as the hub's models (one file below that).
+const SHARD_BYTES: usize = 5 << 30;
+
 pub fn run(args: Args) -> Result<()> {
     if args.out.exists() && std::fs::read_dir(&args.out).with_context(|| format!("reading --out {}", args.out.display()))?.next().is_some() {
         anyhow::bail!("--out {} is not empty: nothing was written (choose a new folder)", args.out.display());
@@ -34,13 +37,15 @@ pub fn run(args: Args) -> Result<()> {
     let adapter = trainer::lora::peft::load(&args.adapter, &cfg, Some(&spec.base), candle_core::DType::F32, &Device::Cpu)?;
     let merged = adapter.merge_into(&cfg, &weights)?;
     let dtype: candle_core::DType = args.dtype.into();
-    let merged = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
+    let merged: trainer::weights::TensorMap = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     // Into a temporary sibling, renamed once complete.
     let tmp = args.out.with_file_name(format!(".{}.partial", args.out.file_name().and_then(|n| n.to_str()).unwrap_or("merged")));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
     }
-    save_checkpoint(&tmp, &cfg, &merged, ShardPolicy::MaxBytes(5 << 30))?;
+    let bytes: usize = merged.values().map(|t: &candle_core::Tensor| t.elem_count() * t.dtype().size_in_bytes()).sum();
+    let shards = if bytes <= SHARD_BYTES { ShardPolicy::Single } else { ShardPolicy::MaxBytes(SHARD_BYTES) };
+    save_checkpoint(&tmp, &cfg, &merged, shards)?;
     super::common::copy_tokenizer(&spec.base, &tmp, false)?;
     if args.out.exists() {
         std::fs::remove_dir(&args.out).with_context(|| format!("replacing the empty {}", args.out.display()))?;
