@@ -53,6 +53,10 @@ pub struct Part {
     /// The config setting that sizes this part, named when the plan does
     /// not fit and this part is among the largest adjustable ones.
     pub setting: Option<&'static str>,
+    /// When the part grows linearly with its setting: how many units
+    /// (tokens, KV slots) `bytes` is for, so a limit gives the most units
+    /// that fit ([`MemoryPlan::fit`]).
+    pub units: Option<u64>,
 }
 
 /// A phase and its parts.
@@ -114,8 +118,26 @@ impl MemoryPlan {
         ))
     }
 
+    /// For each phase with a part that grows with its setting (the update's
+    /// micro-batch tokens, the rollout's KV slots): the most units of that
+    /// setting that keep the phase within `limit` (0 when the rest alone
+    /// does not fit), with the setting's name.
+    pub fn fit(&self, limit: u64) -> Vec<(PhaseKind, &'static str, u64)> {
+        let mut out = Vec::new();
+        for phase in &self.phases {
+            let Some(p) = phase.parts.iter().find(|p| p.units.is_some_and(|u| u > 0) && p.setting.is_some()) else { continue };
+            let units = p.units.expect("found");
+            let rest = phase.total() - p.bytes;
+            let per_unit = p.bytes as f64 / units as f64;
+            let fit = if limit <= rest || per_unit <= 0.0 { 0 } else { ((limit - rest) as f64 / per_unit).floor() as u64 };
+            out.push((phase.kind, p.setting.expect("found"), fit));
+        }
+        out
+    }
+
     /// A text table: one block per phase, its parts and total, then the peak
-    /// and, with a limit, whether it fits.
+    /// and, with a limit, whether it fits and the most each phase's sizing
+    /// setting can take.
     pub fn table(&self, limit: Option<u64>) -> String {
         let mut out = String::new();
         for phase in &self.phases {
@@ -132,6 +154,12 @@ impl MemoryPlan {
             out.push_str(&format!(", {verdict} in {}", bytes::format(limit)));
         }
         out.push('\n');
+        if let Some(limit) = limit {
+            for (kind, setting, units) in self.fit(limit) {
+                let unit = if setting.contains("kv") { "KV slots" } else { "tokens per micro-batch" };
+                out.push_str(&format!("in {}: {} can hold at most {units} {unit} ({setting})\n", bytes::format(limit), kind.name()));
+            }
+        }
         for n in &self.notes {
             out.push_str(&format!("note: {n}\n"));
         }
@@ -162,7 +190,7 @@ mod tests {
     use super::*;
 
     fn plan() -> MemoryPlan {
-        let part = |name, bytes, setting| Part { name, bytes, detail: String::new(), setting };
+        let part = |name, bytes, setting| Part { name, bytes, detail: String::new(), setting, units: None };
         MemoryPlan {
             device: "cpu",
             phases: vec![

@@ -19,7 +19,7 @@ pub const CPU_PROCESS_BYTES: u64 = 64 << 20;
 pub const CUDA_CONTEXT_BYTES: u64 = 2 << 30;
 
 fn part(name: &'static str, bytes: u64, detail: impl Into<String>, setting: Option<&'static str>) -> Part {
-    Part { name, bytes, detail: detail.into(), setting }
+    Part { name, bytes, detail: detail.into(), setting, units: None }
 }
 
 /// The model and device a plan is for.
@@ -30,11 +30,34 @@ pub struct Target<'a> {
     pub device: DeviceKind,
     /// CPU threads (the fused log-probs keep working memory per thread).
     pub threads: usize,
+    /// A LoRA run: only the adapter trains (f32), the base is frozen.
+    pub lora: Option<&'a crate::lora::LoraConfig>,
 }
 
 impl Target<'_> {
     fn params(&self) -> ParamSizes {
         ParamSizes::of(self.model)
+    }
+
+    /// What trains: every parameter, or the adapter's (with the largest
+    /// adapter tensor and one layer's).
+    fn trained(&self) -> ParamSizes {
+        match self.lora {
+            None => self.params(),
+            Some(l) => {
+                let m = self.model;
+                let per_target: Vec<u64> = l.targets.iter().map(|t| { let (o, i) = t.shape(m); (l.r * (o + i)) as u64 }).collect();
+                let per_layer: u64 = per_target.iter().sum();
+                let largest = l.targets.iter().map(|t| { let (o, i) = t.shape(m); (l.r * o.max(i)) as u64 }).max().unwrap_or(0);
+                ParamSizes { count: per_layer * m.num_hidden_layers as u64, largest, per_layer }
+            }
+        }
+    }
+
+    /// Bytes of one trained parameter's value and gradient: the model's
+    /// dtype, or f32 for an adapter.
+    fn trained_elem(&self) -> u64 {
+        if self.lora.is_some() { 4 } else { elem(self.dtype) }
     }
 
     fn process(&self) -> Part {
@@ -54,6 +77,13 @@ impl Target<'_> {
     fn training_state(&self, beta: f64) -> Vec<Part> {
         let n = self.params().count;
         let mut parts = vec![self.process(), self.weights()];
+        if let Some(l) = self.lora {
+            let a = self.trained().count;
+            parts.push(part("adapter", a * 4, format!("LoRA r = {} on {} projections x {} layers: {a} parameters, f32", l.r, l.targets.len(), self.model.num_hidden_layers), Some("[lora] r")));
+            parts.push(part("moments", 2 * a * 4, "AdamW m and v of the adapter, f32", None));
+            // The KL reference is the base with the adapter off: no copy.
+            return parts;
+        }
         if self.dtype != DType::F32 {
             parts.push(part("masters", n * 4, "f32 master weights", None));
         }
@@ -66,8 +96,8 @@ impl Target<'_> {
 
     /// Gradients of one backward beside the f32 accumulator.
     fn gradients(&self, recompute: Recompute) -> Vec<Part> {
-        let p = self.params();
-        let e = elem(self.dtype);
+        let p = self.trained();
+        let e = self.trained_elem();
         let in_flight = match recompute {
             // One backward's GradStore holds every parameter's gradient.
             Recompute::Off => p.count * e,
@@ -95,8 +125,26 @@ impl Target<'_> {
             }
         };
         let head = head_activation_bytes(m, self.dtype);
+        let (bytes, how) = match self.lora {
+            None => (bytes, how),
+            Some(l) => {
+                // Each adapted projection keeps x A^T (r values); adapted
+                // gate/up leave the fused gated node for a composition that
+                // also keeps silu(gate) and the product (2 x intermediate).
+                let e = elem(self.dtype);
+                let mut extra = l.targets.len() as u64 * l.r as u64 * e;
+                if l.targets.iter().any(|t| matches!(t, crate::lora::Target::GateProj | crate::lora::Target::UpProj)) {
+                    extra += 2 * m.intermediate_size as u64 * e;
+                }
+                let kept_layers = match recompute {
+                    Recompute::Off => layers,
+                    Recompute::PerLayer => 2,
+                };
+                (bytes + kept_layers * extra, format!("{how}, + {extra} B per adapted layer for LoRA"))
+            }
+        };
         vec![
-            part("activations", tokens * (bytes + head), format!("{tokens} tokens x ({how} + {head} B outside the layers)"), Some(setting)),
+            Part { units: Some(tokens), ..part("activations", tokens * (bytes + head), format!("{tokens} tokens x ({how} + {head} B outside the layers)"), Some(setting)) },
             part("logprob_workspace", logprob_workspace_bytes(m, self.threads), format!("fused log-probs, {} threads", self.threads), None),
         ]
     }
@@ -114,7 +162,8 @@ fn micro_batch_tokens(micro: MicroBatching, longest: usize) -> u64 {
 
 /// Every phase of a GRPO run (rollout, update) and of its SFT stage.
 pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize) -> crate::Result<MemoryPlan> {
-    let t = Target { model, dtype: cfg.model.dtype.into(), device: cfg.model.device, threads };
+    let lora = cfg.lora();
+    let t = Target { model, dtype: cfg.model.dtype.into(), device: cfg.model.device, threads, lora: lora.as_ref() };
     let episodes = (cfg.train.tasks_per_step * cfg.rollout.group) as u64;
     let longest = cfg.episode.max_total_tokens;
 
@@ -155,7 +204,7 @@ fn rollout_parts(t: &Target<'_>, cfg: &RunConfig, episodes: u64) -> Vec<Part> {
     let longest = cfg.episode.max_total_tokens as u64;
     let r = &cfg.rollout;
     let kv = match r.max_kv_tokens {
-        Some(max) => part("kv_cache", max as u64 * slot, format!("{max} slots ([rollout] max_kv_tokens) x {slot} B"), Some("[rollout] max_kv_tokens")),
+        Some(max) => Part { units: Some(max as u64), ..part("kv_cache", max as u64 * slot, format!("{max} slots ([rollout] max_kv_tokens) x {slot} B"), Some("[rollout] max_kv_tokens")) },
         // Unbounded: every episode's cache parked, and a decode batch of all
         // of them (stacked, padded to the longest) beside the finished rows'
         // parked copies: 2 slots per token.

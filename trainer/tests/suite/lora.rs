@@ -224,3 +224,35 @@ fn a_new_adapter_starts_as_the_base_model_with_peft_initialization() {
     }
 }
 
+
+#[test]
+fn the_memory_plan_counts_the_adapter_not_the_full_optimizer_state() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(repo.join("configs/qwen3-4b-fusesearch.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (full_path, lora_path) = (dir.path().join("full.toml"), dir.path().join("lora.toml"));
+    std::fs::write(&full_path, &text).unwrap();
+    std::fs::write(&lora_path, format!("{text}\n[lora]\nr = 64\nalpha = 128\n")).unwrap();
+    let model = trainer::plan::known::published("Qwen/Qwen3-4B").unwrap();
+    let plan = |p: &std::path::Path| trainer::plan::run::for_run(&trainer::run_config::RunConfig::from_file(p).unwrap(), &model, 2).unwrap();
+    let (full, lora) = (plan(&full_path), plan(&lora_path));
+    let part = |plan: &trainer::plan::MemoryPlan, phase: usize, name: &str| plan.phases[phase].parts.iter().find(|p| p.name == name).map(|p| p.bytes);
+    // r = 64 on the seven projections of 36 layers: r x (in + out) each.
+    let per_layer = 64 * ((4096 + 2560) + 2 * (1024 + 2560) + (2560 + 4096) + 2 * (9728 + 2560) + (2560 + 9728));
+    let adapter = (36 * per_layer * 4) as u64;
+    assert_eq!(part(&lora, 1, "adapter"), Some(adapter));
+    assert_eq!(part(&lora, 1, "moments"), Some(2 * adapter));
+    assert_eq!(part(&lora, 1, "grad_accumulator"), Some(adapter));
+    assert_eq!(part(&lora, 1, "masters"), None, "the frozen base has no f32 masters");
+    assert_eq!(part(&lora, 1, "reference"), None, "the KL reference is the base itself");
+    assert!(part(&full, 1, "moments").unwrap() > 25 * part(&lora, 1, "moments").unwrap());
+    // What a limit holds: the activations' tokens grow until the phase fills it.
+    let limit = 24u64 << 30;
+    let (kind, setting, tokens) = lora.fit(limit)[1];
+    assert_eq!((kind.name(), setting), ("grpo_update", "[train] micro_batch_tokens"));
+    let act = part(&lora, 1, "activations").unwrap();
+    let per_token = act as f64 / 65536.0;
+    let rest = lora.phases[1].total() - act;
+    assert!(rest as f64 + tokens as f64 * per_token <= limit as f64 && rest as f64 + (tokens + 1) as f64 * per_token > limit as f64);
+    println!("Qwen3-4B, r = 64 on all seven projections: adapter {} MiB; in 24 GiB the update holds {tokens} tokens per micro-batch", adapter >> 20);
+}

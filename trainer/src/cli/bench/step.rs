@@ -129,7 +129,7 @@ pub fn run(a: Args) -> Result<()> {
     });
     merge(&mut report, a.shape.json());
     // The memory planner's figure for this step, beside the measured peak.
-    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads() };
+    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None };
     let recompute = match a.recompute {
         Recompute::Off => trainer::grpo::Recompute::Off,
         Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
