@@ -3,6 +3,8 @@
 # alternated (not a test; BENCHMARKS.md records what it printed):
 #   - `bench step` (SmolLM2-135M's shape, 2 x 1,024 tokens), recompute off and
 #     per layer, beside scripts/bench_step_torch.py (recompute off);
+#   - the same step training a LoRA adapter (r = 16 and 64 on all seven
+#     projections, issue 32) beside PyTorch + PEFT (PYTHON needs peft);
 #   - greedy decode, scripts/bench_generate.py (both sides), small and
 #     qwen-vocab shapes, 16 and 64 rows;
 #   - fused token log-probs (N=1,024, d=2,560, V=151,936) beside
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 step_rounds=${1:-5} other_rounds=${2:-2}
 BIN=${FUSEGRPO:-target/release/fusegrpo}
 PY=${PYTHON:-python3}
-"$PY" -c 'import torch, transformers' || { echo "bench-vs-torch: $PY cannot import torch and transformers (set PYTHON)" >&2; exit 2; }
+"$PY" -c 'import torch, transformers, peft' || { echo "bench-vs-torch: $PY cannot import torch, transformers and peft (set PYTHON)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "bench-vs-torch: no binary at $BIN (cargo build --release, or set FUSEGRPO)" >&2; exit 2; }
 say() { echo "== $* $(date -u +%H:%M:%S)"; }
 # The sides' progress goes to a log, shown if one of them fails.
@@ -29,6 +31,10 @@ for r in $(seq "$step_rounds"); do
   say "step off, round $r";       "$BIN" bench step --reps 3 2>>"$errlog" | tail -1
   say "step per-layer, round $r"; "$BIN" bench step --reps 3 --recompute per-layer 2>>"$errlog" | tail -1
   say "torch step off, round $r"; "$PY" scripts/bench_step_torch.py --reps 3 --threads 2 2>>"$errlog" | tail -1
+  for lora in 16 64; do
+    say "step lora r=$lora, round $r";       "$BIN" bench step --reps 3 --lora-r "$lora" 2>>"$errlog" | tail -1
+    say "torch+peft step lora r=$lora, round $r"; "$PY" scripts/bench_step_torch.py --reps 3 --threads 2 --lora-r "$lora" 2>>"$errlog" | tail -1
+  done
 done
 for r in $(seq "$other_rounds"); do
   for shape in small qwen-vocab; do for rows in 16 64; do

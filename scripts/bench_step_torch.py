@@ -40,6 +40,8 @@ def main() -> None:
     p.add_argument("--recompute", choices=["off", "per-layer"], default="off")
     p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lora-r", type=int, default=0,
+                   help="train a PEFT LoRA adapter of this rank (alpha 2r, all seven projections, B drawn non-zero) instead of every weight")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -53,6 +55,15 @@ def main() -> None:
     )
     model = Qwen3ForCausalLM(cfg).to(torch.float32)
     model.train()  # dropout is 0, so train mode only matters for checkpointing
+    if a.lora_r:
+        import peft
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=a.lora_r, lora_alpha=2 * a.lora_r, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        with torch.no_grad():
+            for name, p_ in model.named_parameters():
+                if "lora_B" in name:
+                    p_.normal_(0.0, 0.01)
     if a.recompute == "per-layer":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
@@ -75,9 +86,19 @@ def main() -> None:
         loss = step()
         times.append(time.perf_counter() - t0)
 
+    peak_steps = peak_rss_mib()
+    # One AdamW step after the timed ones: the optimizer's state and the peak with it.
+    trained = [p_ for p_ in model.parameters() if p_.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=1e-5)
+    model.zero_grad(set_to_none=True)
+    step()
+    opt.step()
+    opt_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
     print(json.dumps({
         "seconds": statistics.median(times), "all_seconds": times, "loss": loss,
-        "peak_rss_mib": peak_rss_mib(), "peak_rss_mib_first_step": rss_first,
+        "peak_rss_mib": peak_steps, "peak_rss_mib_first_step": rss_first,
+        "peak_rss_mib_with_optimizer": peak_rss_mib(), "optimizer_state_mib": opt_bytes / 2**20,
+        "trained_parameters": sum(p_.numel() for p_ in trained), "lora_r": a.lora_r or None,
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__,
         "hidden": a.hidden, "intermediate": a.intermediate, "layers": a.layers,

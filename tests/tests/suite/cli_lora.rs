@@ -97,6 +97,16 @@ fn lora_sft_then_grpo_resumes_bitwise_and_the_checkpoints_are_models() {
     let worst = lp(&a).iter().zip(lp(&m)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     assert!(worst < 1e-4, "merged vs adapted log-probs differ by {worst}");
 
+    // Rollouts that apply the adapter at every token instead of merging it.
+    let unmerged = tmp.path().join("unmerged.toml");
+    std::fs::write(&unmerged, std::fs::read_to_string(&gcfg).unwrap().replace("[lora]\n", "[lora]\nmerge_for_rollouts = false\n")).unwrap();
+    let run = tmp.path().join("unmerged");
+    fusegrpo_ok(&["train", "--config", s(&unmerged), "--out", s(&run), "--max-steps", "2"]);
+    let m = read_jsonl(&run.join("metrics.jsonl"));
+    assert!(m.iter().all(|m| m["grad_norm"].as_f64().unwrap() > 0.0));
+    let drift = m[0]["sampling/sampling_logp_difference/max"].as_f64().unwrap();
+    assert!(drift < 1e-3, "unmerged rollouts sample with the trainer's log-probs: {drift}");
+
     // On another base the adapter is refused, naming the file.
     let other = tmp.path().join("other");
     fusegrpo_ok(&["init-tiny", "--out", s(&other), "--small-vocab", "1024", "--seed", "9"]);

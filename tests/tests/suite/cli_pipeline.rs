@@ -266,3 +266,29 @@ fn pipeline_runs_on_synthetic_tasks() {
     let out = fusegrpo(&args);
     assert!(String::from_utf8_lossy(&out.stderr).contains("pipeline.synth.repo"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn pipeline_with_lora_chains_the_sft_adapter_into_grpo_and_evaluates_adapters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    std::fs::write(&cfg, format!("{CONFIG}[lora]\nr = 4\nalpha = 8\n")).unwrap();
+    let run = tmp.path().join("run");
+    let table = fusegrpo_ok(&["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()]);
+    for stage in ["base", "sft", "grpo"] {
+        assert!(table.lines().any(|l| l.starts_with(stage)), "table lacks {stage}:\n{table}");
+    }
+    let sft_ckpt = run.join("sft").join(
+        std::fs::read_dir(run.join("sft")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).find(|n| n.starts_with("step_")).unwrap(),
+    );
+    for dir in [sft_ckpt.clone(), run.join("grpo/step_00000002")] {
+        assert!(dir.join("adapter_model.safetensors").exists() && !dir.join("model.safetensors").exists(), "{} is an adapter checkpoint", dir.display());
+    }
+    // GRPO trained the SFT adapter over the unchanged base.
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000002/state.json")).unwrap()).unwrap();
+    assert_eq!(state["config"]["model"]["adapter"].as_str().unwrap(), sft_ckpt.to_str().unwrap());
+    assert!(state["config"]["model"]["path"].as_str().unwrap().ends_with("model"));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    for stage in ["base", "sft", "grpo"] {
+        assert_eq!(report["stages"][stage]["episodes"], 2, "{stage}");
+    }
+}

@@ -231,3 +231,42 @@ fn fusegrpo_resume(cfg: &Path, run: &Path) -> String {
     assert!(out.status.success(), "{err}");
     err
 }
+
+#[test]
+fn a_lora_grpo_run_on_two_ranks_resumes_bitwise_after_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    let lora = "[lora]\nr = 4\nalpha = 8\ninit_seed = 2\n";
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("[sft]\n", "[sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\nmax_tokens = 8192\nmax_truncation_ratio = 1.0\n[sft]\n");
+    let sft_cfg = tmp.path().join("sft.toml");
+    std::fs::write(&sft_cfg, format!("{text}{lora}")).unwrap();
+    // The start adapter: SFT with LoRA on the scripted teacher's episodes, split over 2 ranks.
+    let eps = tmp.path().join("eps.jsonl");
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "2", "--max-tasks", "8", "--out", s(&eps)]);
+    let sft = tmp.path().join("sft");
+    mpirun_ok(2, &["sft", "--config", s(&sft_cfg), "--data", s(&eps), "--out", s(&sft), "--max-steps", "2"]);
+    let start = sft.join("step_00000002");
+    assert!(start.join("adapter_model.safetensors").exists());
+    // GRPO from it: the KL against the base moves the adapter every step.
+    let grpo_cfg = tmp.path().join("grpo.toml");
+    let with_start = text.replacen("path = \"model\"\n", &format!("path = \"model\"\nadapter = \"{}\"\n", s(&start)), 1);
+    std::fs::write(&grpo_cfg, format!("{with_start}{lora}")).unwrap();
+    let straight = tmp.path().join("straight");
+    mpirun_ok(2, &["train", "--config", s(&grpo_cfg), "--out", s(&straight)]);
+    let metrics = read_jsonl(&straight.join("metrics.jsonl"));
+    assert!(metrics.iter().all(|m| m["grad_norm"].as_f64().unwrap() > 0.0), "{metrics:?}");
+    let killed = tmp.path().join("killed");
+    let mut job = mpirun(2, &["train", "--config", s(&grpo_cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !killed.join("step_00000001/DONE").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(300), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    job.kill().unwrap();
+    job.wait().unwrap();
+    mpirun_ok(2, &["train", "--config", s(&grpo_cfg), "--out", s(&killed), "--resume", "auto"]);
+    for name in ["adapter_model.safetensors", "optimizer.safetensors"] {
+        assert!(file(&killed, 3, name) == file(&straight, 3, name), "{name} of the resumed 2-rank LoRA run differs");
+    }
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), without_timings(metrics));
+}

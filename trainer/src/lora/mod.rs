@@ -103,6 +103,16 @@ pub struct LoraSection {
     /// Seed of A's Kaiming-uniform initialization.
     #[serde(default)]
     pub init_seed: u64,
+    /// GRPO's rollouts decode through the base with the adapter merged into
+    /// a copy of the adapted projections (faster, BENCHMARKS.md; the copy
+    /// costs memory: `fusegrpo plan` counts it); false applies the adapter
+    /// at every token instead.
+    #[serde(default = "yes")]
+    pub merge_for_rollouts: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_alpha() -> f64 {
@@ -121,6 +131,7 @@ pub struct LoraConfig {
     pub use_rslora: bool,
     pub targets: BTreeSet<Target>,
     pub init_seed: u64,
+    pub merge_for_rollouts: bool,
 }
 
 impl LoraConfig {
@@ -152,7 +163,7 @@ impl LoraSection {
             })?;
             targets.insert(t);
         }
-        Ok(LoraConfig { r: self.r, alpha: self.alpha, use_rslora: self.use_rslora, targets, init_seed: self.init_seed })
+        Ok(LoraConfig { r: self.r, alpha: self.alpha, use_rslora: self.use_rslora, targets, init_seed: self.init_seed, merge_for_rollouts: self.merge_for_rollouts })
     }
 }
 

@@ -190,7 +190,7 @@ pub fn read_config(dir: &Path) -> Result<LoraConfig> {
     if targets.is_empty() {
         return Err(config_err(&path, "target_modules", "lists no module"));
     }
-    Ok(LoraConfig { r, alpha, use_rslora, targets, init_seed: 0 })
+    Ok(LoraConfig { r, alpha, use_rslora, targets, init_seed: 0, merge_for_rollouts: true })
 }
 
 /// Loads the adapter in `dir` for a base model `model` (whose folder is

@@ -94,9 +94,11 @@ pub fn swiglu_lora(x: &Tensor, w: [&Tensor; 3], lora: [Option<&LoraPair>; 3]) ->
             kernels::gated::gated_projection(x, w[0], w[1])?
         }
     } else {
+        // The gate as one node with a fused backward (kernels::swiglu), not
+        // silu and mul: two fewer full-width activations and gradients.
         let g = lora_linear(x, w[0], None, lora[0])?;
         let u = lora_linear(x, w[1], None, lora[1])?;
-        (g.silu()? * u)?
+        kernels::swiglu::swiglu_gate(&g, &u)?
     };
     lora_linear(&h, w[2], None, lora[2])
 }

@@ -168,6 +168,12 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize) -> crate::R
     let longest = cfg.episode.max_total_tokens;
 
     let mut rollout = t.training_state(cfg.grpo.beta);
+    if let Some(l) = t.lora.filter(|l| l.merge_for_rollouts) {
+        // Rollouts decode through a merged copy of the adapted projections.
+        let per_layer: u64 = l.targets.iter().map(|x| { let (o, i) = x.shape(model); (o * i) as u64 }).sum();
+        let n = per_layer * model.num_hidden_layers as u64;
+        rollout.push(part("merged_projections", n * elem(t.dtype), format!("{n} adapted projection weights, merged for decoding"), None));
+    }
     rollout.extend(rollout_parts(&t, cfg, episodes));
 
     let mut grpo = t.training_state(cfg.grpo.beta);

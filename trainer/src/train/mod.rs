@@ -101,6 +101,10 @@ pub struct Trainer {
     /// The same weights, detached, for generation (no autograd graph).
     pub sampler_view: CausalLm,
     pub reference: Option<CausalLm>,
+    /// A LoRA run's base weights and setting: rollouts decode with the
+    /// adapter merged into a copy of the adapted projections
+    /// ([`Trainer::rollout_model`]).
+    lora_base: Option<(TensorMap, crate::lora::LoraConfig)>,
     pub optimizer: AdamW,
     pub sampling_rng: ChaCha8Rng,
     pub step: u64,
@@ -143,7 +147,8 @@ impl Trainer {
             &vars,
             AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
         )?;
-        Ok(Trainer { cfg, vars, model, sampler_view, reference, optimizer, sampling_rng, step: 0, dist: dist::current() })
+        let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sampling_rng, step: 0, dist: dist::current() })
     }
 
     fn loss_config(&self) -> GrpoLossConfig {
@@ -304,12 +309,27 @@ impl Trainer {
         adv.kept_rows.iter().zip(&adv.values).filter(|(r, _)| mine.contains(r)).map(|(&r, &v)| (r, v)).unzip()
     }
 
+    /// A LoRA run's rollout model: the base with the current adapter merged
+    /// into a copy of its adapted projections (`W + s B A`), made once per
+    /// step. Decoding through it is about 1.27x faster than applying the
+    /// adapter at every token (BENCHMARKS.md, "LoRA adapters"); the copy is
+    /// the price (the planner counts it). None without LoRA, or with
+    /// `[lora] merge_for_rollouts = false`.
+    pub fn rollout_model(&self) -> Result<Option<CausalLm>> {
+        let Some((base, lora)) = &self.lora_base else { return Ok(None) };
+        let tensors: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
+        let adapter = crate::lora::Adapter { cfg: lora.clone(), tensors };
+        let merged = adapter.merge_into(self.model.config(), base)?;
+        Ok(Some(CausalLm::new(self.model.config(), &merged)?))
+    }
+
     /// G episodes per task with the current weights; the sampling RNG is
     /// lent to the policy and taken back, so it can be checkpointed.
     fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
         let stop = vec![env.tokenizer.special().im_end, env.tokenizer.special().endoftext];
+        let merged = self.rollout_model()?;
         let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
-        let mut policy = ModelPolicy::new(&self.sampler_view, self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
+        let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
         let result = run_episodes(&mut policy, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {});
         self.sampling_rng = policy.into_rng();
         result.map_err(|e| Error::invalid("rollout", e.to_string()))

@@ -24,6 +24,9 @@ pub struct Args {
     /// A model folder; without it, random weights of the shape below.
     #[arg(long)]
     pub model: Option<String>,
+    /// A LoRA adapter on `--model`, applied unmerged (as rollouts run it).
+    #[arg(long)]
+    pub adapter: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub shape: Shape,
     #[arg(long, default_value_t = 16)]
@@ -63,7 +66,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => load_model(m, None, &a.on)?.0,
+        Some(m) => load_model(m, a.adapter.as_deref(), &a.on)?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.device.open()?)?;

@@ -44,6 +44,10 @@ pub struct Args {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Train a LoRA adapter of this rank (alpha = 2r, all seven projections,
+    /// B drawn non-zero) over the frozen random base instead of every weight.
+    #[arg(long)]
+    pub lora_r: Option<usize>,
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -60,7 +64,27 @@ pub fn run(a: Args) -> Result<()> {
     let dev = a.on.device.open()?;
     let dtype = DType::from(a.on.dtype);
     let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
-    let (model, params) = CausalLm::trainable(&cfg, &w)?;
+    let lora = match a.lora_r {
+        None => None,
+        Some(r) => {
+            ensure!(r > 0, "--lora-r must be at least 1");
+            let section = trainer::lora::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: trainer::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
+            Some(section.validate().map_err(|(k, m)| anyhow::anyhow!("--lora-r: {k}: {m}"))?)
+        }
+    };
+    let (model, params) = match &lora {
+        None => CausalLm::trainable(&cfg, &w)?,
+        Some(l) => {
+            // B non-zero (as after some training), so every adapter tensor's gradient is real work.
+            let mut adapter = trainer::lora::Adapter::init(l, &cfg, &dev)?;
+            for (name, t) in adapter.tensors.iter_mut() {
+                if name.contains("lora_B") {
+                    *t = (Tensor::randn(0f32, 0.01, t.dims(), &dev)?).to_dtype(DType::F32)?;
+                }
+            }
+            CausalLm::trainable_adapter(&cfg, &w, &adapter)?
+        }
+    };
     drop(w);
     trainer::malloc::release_free_memory();
     // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.
@@ -105,12 +129,27 @@ pub fn run(a: Args) -> Result<()> {
     }
     ensure!(loss.is_finite(), "non-finite loss {loss}");
     let faults_per_step = (minor_faults() - faults_before) / a.reps as u64;
+    let peak_steps = rss_kib("VmHWM");
+    // One AdamW step after the timed ones: the optimizer's state (moments,
+    // and f32 masters of a non-f32 model) and the peak with it in memory.
+    let mut opt = trainer::optim::AdamW::new(&params, Default::default())?;
+    let mut grads = Gradients::default();
+    backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, Some(LinearLoss { coefficients: &coefficients, mask: &mask }), |logp, _| {
+        Ok(((logp.to_dtype(DType::F32)? * &mask)?.sum_all()?.neg()? / predicted)?)
+    })?;
+    opt.step(&params, &grads, 1e-5)?;
+    let optimizer_bytes: usize = opt.export_state()?.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum();
+    let trained: usize = params.values().map(|v| v.as_tensor().elem_count()).sum();
     let mut report = serde_json::json!({
         "seconds": median(&times),
         "all_seconds": times,
         "first_step_seconds": first_secs,
         "loss": loss,
-        "peak_rss_mib": rss_kib("VmHWM") / 1024,
+        "peak_rss_mib": peak_steps / 1024,
+        "peak_rss_mib_with_optimizer": rss_kib("VmHWM") / 1024,
+        "optimizer_state_mib": optimizer_bytes as f64 / (1u64 << 20) as f64,
+        "trained_parameters": trained,
+        "lora_r": a.lora_r,
         "peak_rss_mib_first_step": peak_first / 1024,
         "rss_model_mib": rss_model / 1024,
         "minor_faults_per_step": faults_per_step,
@@ -136,7 +175,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
     let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;
-    let measured = (rss_kib("VmHWM") / 1024) as f64;
+    let measured = (peak_steps / 1024) as f64;
     merge(&mut report, serde_json::json!({"planned_peak_mib": predicted.round(), "planned_vs_measured": predicted / measured}));
     println!("{report}");
     Ok(())
