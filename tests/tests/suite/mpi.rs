@@ -119,7 +119,7 @@ fn grpo_on_two_ranks_shares_groups_survives_kill_9_and_resumes_exactly() {
 
     // kill -9 of rank 1 mid-run: the job ends soon, naming it.
     let killed = tmp.path().join("killed");
-    let mut job = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let job = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let log = killed.join("rank-1.jsonl");
     let t0 = Instant::now();
     while !log.exists() || read_jsonl(&log).is_empty() {

@@ -53,6 +53,42 @@ impl MemoryCheck {
     }
 }
 
+/// How `train` and `sft` start and stop (their shared flags).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// `auto` (newest complete checkpoint in the run folder, if any) or a checkpoint folder.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Stop after this many steps in total (default: the config's, train.steps or all of SFT's epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Save every N steps (default: the config's save_every).
+    #[arg(long)]
+    pub save_every: Option<u64>,
+    /// Resume even if the run config changed since the checkpoint.
+    #[arg(long)]
+    pub allow_config_change: bool,
+    /// Delete the run that --out holds (its checkpoints after the starting
+    /// step, its metrics) and start over; without it such a folder is refused.
+    #[arg(long)]
+    pub overwrite: bool,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+}
+
+impl RunArgs {
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            resume: self.resume.clone(),
+            max_steps: self.max_steps,
+            save_every: self.save_every,
+            allow_config_change: self.allow_config_change,
+            overwrite: self.overwrite,
+            memory: self.memory.check(),
+        }
+    }
+}
+
 /// `--gpu-memory` and `--no-memory-check` of `train` and `sft`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct MemoryArgs {

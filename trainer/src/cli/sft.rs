@@ -31,24 +31,8 @@ pub struct Args {
     /// Run folder (default: checkpoints/<run name>-sft).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// `auto` (newest complete checkpoint in the run folder, if any) or a checkpoint folder.
-    #[arg(long)]
-    pub resume: Option<String>,
-    /// Stop after this many steps in total (default: all epochs).
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// Save every N steps (default: sft.save_every).
-    #[arg(long)]
-    pub save_every: Option<u64>,
-    /// Resume even if the run config changed since the checkpoint.
-    #[arg(long)]
-    pub allow_config_change: bool,
-    /// Delete the run that --out holds (its checkpoints after the starting
-    /// step, its metrics) and start over; without it such a folder is refused.
-    #[arg(long)]
-    pub overwrite: bool,
     #[command(flatten)]
-    pub memory: super::run::MemoryArgs,
+    pub run: super::run::RunArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -60,14 +44,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) => rollout::tasks::load_tasks(&p)?,
         None => Vec::new(),
     };
-    let opts = RunOptions {
-        resume: args.resume,
-        max_steps: args.max_steps,
-        save_every: args.save_every,
-        allow_config_change: args.allow_config_change,
-        overwrite: args.overwrite,
-        memory: args.memory.check(),
-    };
+    let opts = args.run.options();
     sft(&cfg, &data, &run_dir, &tasks, &opts)?.into_result()
 }
 

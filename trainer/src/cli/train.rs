@@ -21,40 +21,17 @@ pub struct Args {
     /// Run folder (default: checkpoints/<run name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// `auto` (newest complete checkpoint in the run folder, if any) or a checkpoint folder.
-    #[arg(long)]
-    pub resume: Option<String>,
-    /// Stop after this many steps in total (default: train.steps).
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// Save every N steps (default: train.save_every).
-    #[arg(long)]
-    pub save_every: Option<u64>,
-    /// Resume even if the run config changed since the checkpoint.
-    #[arg(long)]
-    pub allow_config_change: bool,
-    /// Delete the run that --out holds (its checkpoints after the starting
-    /// step, its metrics) and start over; without it such a folder is refused.
-    #[arg(long)]
-    pub overwrite: bool,
+    #[command(flatten)]
+    pub run: super::run::RunArgs,
     #[command(flatten)]
     pub tasks_check: super::common::TaskCheckArgs,
-    #[command(flatten)]
-    pub memory: super::run::MemoryArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = RunConfig::from_file(&args.config)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
-    let opts = RunOptions {
-        resume: args.resume,
-        max_steps: args.max_steps,
-        save_every: args.save_every,
-        allow_config_change: args.allow_config_change,
-        overwrite: args.overwrite,
-        memory: args.memory.check(),
-    };
+    let opts = args.run.options();
     // Refusals first, before anything is read at length or written.
     super::run::check_folder(&run_dir, &opts)?;
     let tasks = super::common::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)?;

@@ -366,6 +366,25 @@ fn max_abs(t: &Tensor) -> f64 {
         .unwrap() as f64
 }
 
+/// The loss settings of an update fixture (TRL's dapo with its clip range,
+/// beta, temperature and completion length).
+fn trl_update_config(f: &serde_json::Value) -> GrpoLossConfig {
+    let num = |k: &str| f[k].as_f64().unwrap();
+    GrpoLossConfig {
+        clip: ClipRange { low: num("eps_low"), high: num("eps_high") },
+        beta: num("beta"),
+        temperature: num("temperature"),
+        aggregation: LossAggregation::Dapo,
+        max_completion_length: f["max_completion_length"].as_u64().unwrap() as usize,
+        entropy: EntropyMetric::Skip,
+        recompute: Recompute::Off,
+        rollout_correction: RolloutCorrection::None,
+        tis_cap: 3.0,
+        skip_zero_advantage: true,
+        fold_linear_loss: true,
+    }
+}
+
 #[test]
 fn one_update_matches_pytorch_and_trl() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grpo");
@@ -409,22 +428,7 @@ fn one_update_matches_pytorch_and_trl() {
         ref_logprobs: Some(ref_logp),
         rollout_logprobs: None,
     };
-    let cfg = GrpoLossConfig {
-        clip: ClipRange {
-            low: num("eps_low"),
-            high: num("eps_high"),
-        },
-        beta: num("beta"),
-        temperature,
-        aggregation: LossAggregation::Dapo,
-        max_completion_length: f["max_completion_length"].as_u64().unwrap() as usize,
-        entropy: EntropyMetric::Skip,
-        recompute: Recompute::Off,
-        rollout_correction: RolloutCorrection::None,
-        tis_cap: 3.0,
-        skip_zero_advantage: true,
-        fold_linear_loss: true,
-    };
+    let cfg = trl_update_config(&f);
     let (mut grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, MicroBatching::Rows(3)).unwrap();
     let mut grad_rel = 0f64;
     for (name, g) in grads.iter() {
@@ -627,19 +631,7 @@ fn a_lora_grpo_step_matches_trl_and_peft() {
         ref_logprobs: Some(f32_tensor2(&f["ref_logp"])),
         rollout_logprobs: None,
     };
-    let cfg = GrpoLossConfig {
-        clip: ClipRange { low: num("eps_low"), high: num("eps_high") },
-        beta: num("beta"),
-        temperature,
-        aggregation: LossAggregation::Dapo,
-        max_completion_length: f["max_completion_length"].as_u64().unwrap() as usize,
-        entropy: EntropyMetric::Skip,
-        recompute: Recompute::Off,
-        rollout_correction: RolloutCorrection::None,
-        tis_cap: 3.0,
-        skip_zero_advantage: true,
-        fold_linear_loss: true,
-    };
+    let cfg = trl_update_config(&f);
     let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &cfg, MicroBatching::Rows(3)).unwrap();
     assert_eq!(grads.len(), want.len(), "a gradient for every lora_A and lora_B, none for the base");
     let mut grad_rel = 0f64;

@@ -9,9 +9,8 @@ use crate::common;
 use candle_core::{DType, Device, Tensor};
 use common::{ids, load};
 use std::path::PathBuf;
-use trainer::logprobs::{score_sequence, token_logprobs};
+use trainer::logprobs::score_sequence;
 use trainer::lora::{peft, Adapter, LoraSection, Target};
-use trainer::model::cache::Positions;
 use trainer::CausalLm;
 
 /// The three architectures (Qwen3, Llama, Qwen2 with rsLoRA).
@@ -66,14 +65,6 @@ fn logprobs_with_a_peft_adapter_match_peft() {
     }
 }
 
-fn mean_nll(m: &CausalLm, ids: &[u32]) -> Tensor {
-    let n = ids.len();
-    let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
-    let hidden = m.forward(&tokens, &Positions::sequential(1, n), None).unwrap();
-    let hidden = hidden.squeeze(0).unwrap().narrow(0, 0, n - 1).unwrap();
-    let targets = Tensor::from_slice(&ids[1..], n - 1, &Device::Cpu).unwrap();
-    token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
-}
 
 #[test]
 fn adapter_gradients_match_peft_and_the_base_gets_none() {
@@ -83,7 +74,7 @@ fn adapter_gradients_match_peft_and_the_base_gets_none() {
         let (m, vars) = CausalLm::trainable_adapter(&cfg, &w, &adapter).unwrap();
         assert_eq!(vars.len(), 2 * 7 * cfg.num_hidden_layers, "{case}: only lora_A/lora_B train");
         let exp = expected(case);
-        let loss = mean_nll(&m, &ids(&exp["grad"]["ids"]));
+        let loss = common::mean_nll(&m, &ids(&exp["grad"]["ids"]));
         let (got, want) = (loss.to_scalar::<f32>().unwrap(), exp["grad"]["loss"].as_f64().unwrap() as f32);
         assert!((got - want).abs() < 1e-4, "{case}: loss {got} vs {want}");
         let grads = loss.backward().unwrap();

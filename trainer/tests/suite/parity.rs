@@ -3,12 +3,11 @@
 
 use crate::common;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use common::{expected, ids, load, model, CASES};
 use rand::SeedableRng;
 use trainer::generate::{generate, GenerateConfig};
-use trainer::logprobs::{score_sequence, token_logprobs};
-use trainer::model::cache::Positions;
+use trainer::logprobs::score_sequence;
 use trainer::sampling::SamplerConfig;
 use trainer::CausalLm;
 
@@ -54,14 +53,6 @@ fn batched_greedy_generation_matches_transformers() {
     }
 }
 
-fn mean_nll(m: &CausalLm, ids: &[u32]) -> Tensor {
-    let n = ids.len();
-    let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
-    let hidden = m.forward(&tokens, &Positions::sequential(1, n), None).unwrap();
-    let hidden = hidden.squeeze(0).unwrap().narrow(0, 0, n - 1).unwrap();
-    let targets = Tensor::from_slice(&ids[1..], n - 1, &Device::Cpu).unwrap();
-    token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
-}
 
 #[test]
 fn gradients_match_pytorch_and_reach_every_parameter() {
@@ -69,7 +60,7 @@ fn gradients_match_pytorch_and_reach_every_parameter() {
         let (cfg, weights) = load(case);
         let (m, vars) = CausalLm::trainable(&cfg, &weights).unwrap();
         let exp = expected(case);
-        let loss = mean_nll(&m, &ids(&exp["grad"]["ids"]));
+        let loss = common::mean_nll(&m, &ids(&exp["grad"]["ids"]));
         let want_loss = exp["grad"]["loss"].as_f64().unwrap() as f32;
         let got_loss = loss.to_scalar::<f32>().unwrap();
         assert!((got_loss - want_loss).abs() < 1e-4, "{case}: loss {got_loss} vs {want_loss}");

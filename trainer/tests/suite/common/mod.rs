@@ -43,3 +43,15 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
 }
+
+/// `-mean_t log p(ids[t] | ids[:t])` over one sequence (the loss the
+/// fixtures' gradients are of).
+pub fn mean_nll(m: &CausalLm, ids: &[u32]) -> candle_core::Tensor {
+    use candle_core::Tensor;
+    let n = ids.len();
+    let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
+    let hidden = m.forward(&tokens, &trainer::model::cache::Positions::sequential(1, n), None).unwrap();
+    let hidden = hidden.squeeze(0).unwrap().narrow(0, 0, n - 1).unwrap();
+    let targets = Tensor::from_slice(&ids[1..], n - 1, &Device::Cpu).unwrap();
+    trainer::logprobs::token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
+}
