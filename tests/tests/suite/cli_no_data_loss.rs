@@ -65,6 +65,14 @@ fn defect_1_rerun_without_resume_refuses_and_keeps_the_run() {
     let bad = edit(&cfg, "repos_dir = \"repos\"", "repos_dir = \"nowhere\"");
     fails(&["train", "--config", s(&bad), "--out", s(&run), "--max-steps", "1"]);
     assert_eq!(snapshot(&run), before);
+    // --resume auto in a folder whose run saved no checkpoint yet (its
+    // metrics lines are of steps to redo, as after a crash in step 2 with
+    // save_every 5): the run starts over them, as the pipeline's resume does.
+    let early = tmp.path().join("early");
+    fusegrpo_ok(&["train", "--config", s(&cfg), "--out", s(&early), "--max-steps", "1", "--save-every", "1"]);
+    std::fs::remove_dir_all(early.join("step_00000001")).unwrap();
+    fusegrpo_ok(&["train", "--config", s(&cfg), "--out", s(&early), "--max-steps", "1", "--resume", "auto"]);
+    assert_eq!(read_jsonl(&early.join("metrics.jsonl")).len(), 1);
     // --overwrite starts over: the old checkpoints and metrics go.
     fusegrpo_ok(&["train", "--config", s(&cfg), "--out", s(&run), "--max-steps", "1", "--save-every", "1", "--overwrite"]);
     assert!(run.join("step_00000001/DONE").exists() && !run.join("step_00000002").exists());

@@ -172,7 +172,9 @@ struct Folder {
     start: u64,
     /// Step folders after `start`: another run's, or this one's future.
     newer: Vec<(u64, PathBuf)>,
-    /// metrics.jsonl lines of a fresh run's folder.
+    /// metrics.jsonl lines of the folder a fresh run (no `--resume`) would
+    /// start in. With `--resume auto` and no checkpoint yet, the lines are of
+    /// steps that will be redone: the run starts over them.
     logged: usize,
 }
 
@@ -190,7 +192,7 @@ impl Folder {
             None => 0,
         };
         let newer = checkpoint::checkpoints_after(dir, start)?;
-        let logged = if resume.is_none() { logged_steps(&dir.join("metrics.jsonl"))? } else { 0 };
+        let logged = if opts.resume.is_none() { logged_steps(&dir.join("metrics.jsonl"))? } else { 0 };
         Ok(Folder { resume, start, newer, logged })
     }
 
