@@ -156,7 +156,13 @@ impl MemoryPlan {
         out.push('\n');
         if let Some(limit) = limit {
             for (kind, setting, units) in self.fit(limit) {
-                let unit = if setting.contains("kv") { "KV slots" } else { "tokens per micro-batch" };
+                let unit = if setting.contains("kv") {
+                    "KV slots"
+                } else if setting.contains("rows") {
+                    "tokens per micro-batch (rows x the longest episode)"
+                } else {
+                    "tokens per micro-batch"
+                };
                 out.push_str(&format!("in {}: {} can hold at most {units} {unit} ({setting})\n", bytes::format(limit), kind.name()));
             }
         }
