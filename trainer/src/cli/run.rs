@@ -128,6 +128,8 @@ pub struct Run {
     pub dir: PathBuf,
     /// The checkpoint resumed from, if any.
     pub resume_dir: Option<PathBuf>,
+    /// That checkpoint's state, read and checked once in [`Run::open`].
+    resume_state: Option<TrainState>,
     /// The config's model (the starting point of a fresh run).
     pub base_dir: PathBuf,
     pub model_cfg: ModelConfig,
@@ -371,11 +373,12 @@ impl Run {
         let cfg_json = serde_json::to_value(cfg)?;
         let cfg_hash = checkpoint::config_hash(&cfg_json);
         let resume_dir = prepare_folder(dir, opts)?;
-        if let Some(ckpt) = &resume_dir {
-            let state = checkpoint::load_state(ckpt).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?;
-            checkpoint::check_compatible(ckpt, &state, &state.arch_hash, &cfg_json, opts.allow_config_change)?;
-            check_model_path(&state, cfg, ckpt)?;
-        }
+        let resume_state = match &resume_dir {
+            Some(ckpt) => {
+                Some(checkpoint::load_state(ckpt).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?)
+            }
+            None => None,
+        };
         let base_dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
         let lora = cfg.lora();
         anyhow::ensure!(
@@ -389,6 +392,11 @@ impl Run {
             _ => base_dir.clone(),
         };
         let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
+        // The checkpoint against this run's model and config, before anything large loads.
+        if let (Some(ckpt), Some(state)) = (&resume_dir, &resume_state) {
+            checkpoint::check_compatible(ckpt, state, &checkpoint::arch_hash(&model_cfg), &cfg_json, opts.allow_config_change)?;
+            check_model_path(state, cfg, ckpt)?;
+        }
         let device = cfg.model.device.open()?;
         check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
         let dtype: candle_core::DType = cfg.model.dtype.into();
@@ -414,16 +422,14 @@ impl Run {
         super::common::set_interrupt_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
+        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
         Ok((run, weights, adapter))
     }
 
-    /// On resume: the checkpoint's state, checked against this run's model
-    /// and config, with its optimizer moments and masters restored.
-    pub fn resume(&self, opts: &RunOptions, optimizer: &mut AdamW, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
-        let Some(dir) = &self.resume_dir else { return Ok(None) };
-        let state = checkpoint::load_state(dir)?;
-        checkpoint::check_compatible(dir, &state, &checkpoint::arch_hash(&self.model_cfg), &self.cfg_json, opts.allow_config_change)?;
+    /// On resume: the checkpoint's state (checked in [`Run::open`]), with
+    /// its optimizer moments and masters restored.
+    pub fn resume(&self, optimizer: &mut AdamW, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
+        let (Some(dir), Some(state)) = (&self.resume_dir, self.resume_state.clone()) else { return Ok(None) };
         checkpoint::OptimizerFile::open(dir, &self.device)
             .map_err(anyhow::Error::from)
             .and_then(|file| Ok(optimizer.import_from(&file)?))

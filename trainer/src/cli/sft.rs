@@ -155,7 +155,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     drop((weights, adapter));
     trainer::malloc::release_free_memory();
     let mut cursor = DataCursor::default();
-    if let Some(state) = run.resume(opts, &mut trainer.optimizer, &trainer.vars)? {
+    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;
         cursor = state.data;
     }

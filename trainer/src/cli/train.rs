@@ -53,7 +53,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     drop((weights, reference, adapter));
     trainer::malloc::release_free_memory();
     let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
-    if let Some(state) = run.resume(args, &mut trainer.optimizer, &trainer.vars)? {
+    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.vars)? {
         trainer.step = state.step;
         trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
         sampler.cursor = state.data;
