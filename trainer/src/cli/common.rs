@@ -121,22 +121,30 @@ pub fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenize
 /// renamed over `path`, so a failure (or a run with nothing to write that
 /// fails before) never leaves `path` emptied or half-written.
 pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    let mut text = Vec::new();
-    for row in rows {
-        serde_json::to_writer(&mut text, row)?;
-        text.push(b'\n');
-    }
-    write_atomic(path, &text)
+    write_through_partial(path, |w| {
+        for row in rows {
+            serde_json::to_writer(&mut *w, row)?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })
 }
 
 /// `bytes` into `path` through a temporary sibling renamed into place.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_through_partial(path, |w| Ok(w.write_all(bytes)?))
+}
+
+/// `write` streams into `path.partial` (buffered), which is then renamed
+/// over `path`: a failure leaves `path` as it was.
+fn write_through_partial(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<()>) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");
     let tmp = std::path::PathBuf::from(tmp);
-    let mut file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes).and_then(|_| file.flush()).with_context(|| format!("writing {}", tmp.display()))?;
-    drop(file);
+    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.display()))?;
+    drop(w);
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
