@@ -88,7 +88,25 @@ impl serde::Serialize for Entity {
 impl<'de> serde::Deserialize<'de> for Entity {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        Entity::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("not an entity: {text:?}")))
+        Entity::from_stored(&text).ok_or_else(|| serde::de::Error::custom(format!("not an entity: {text:?}")))
+    }
+}
+
+impl Entity {
+    /// Reads back what [`fmt::Display`] wrote (episode files, gold): a path
+    /// may hold spaces or colons (a tool can surface `My Notebook.ipynb`),
+    /// a name never holds a colon, a slash or a space. Stricter
+    /// [`Entity::parse`] reads a model's answer.
+    pub fn from_stored(text: &str) -> Option<Entity> {
+        if text.is_empty() {
+            return None;
+        }
+        match text.rfind(':') {
+            Some(i) if i > 0 && i + 1 < text.len() && !text[i + 1..].contains(|c: char| c == '/' || c.is_whitespace()) => {
+                Some(Entity::function(&text[..i], &text[i + 1..]))
+            }
+            _ => Some(Entity::file(text)),
+        }
     }
 }
 
@@ -140,5 +158,21 @@ mod tests {
         for text in ["a/b.py", "a/b.py:C.m", "x.py:f"] {
             assert_eq!(Entity::parse(text).unwrap().to_string(), text);
         }
+    }
+
+    #[test]
+    fn stored_entities_with_spaces_and_colons_round_trip() {
+        let cases = [
+            Entity::file("docs/[Hands On] Notebook.ipynb"),
+            Entity::function("my dir/a b.py", "C.m"),
+            Entity::file("a:b/c.py"),
+            Entity::function("a:b/c.py", "f"),
+            Entity::file("x.py"),
+        ];
+        for e in cases {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(serde_json::from_str::<Entity>(&json).unwrap(), e, "{json}");
+        }
+        assert!(serde_json::from_str::<Entity>("\"\"").is_err());
     }
 }

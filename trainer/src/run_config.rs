@@ -179,10 +179,15 @@ impl RunConfig {
 
     fn resolve_paths(&mut self, base: &Path) {
         let fix = |p: &mut PathBuf| {
-            if p.is_relative() {
+            if let Some(home) = home_relative(p) {
+                *p = home;
+            } else if p.is_relative() {
                 *p = base.join(&*p);
             }
         };
+        if let Some(home) = home_relative(Path::new(&self.model.path)) {
+            self.model.path = home.to_string_lossy().into_owned();
+        }
         fix(&mut self.env.repos_dir);
         if let Some(t) = self.model.tokenizer.as_mut() {
             fix(t);
@@ -200,6 +205,9 @@ impl RunConfig {
             fix(t);
         }
         if let Some(t) = self.pipeline.as_mut().and_then(|p| p.tasks.as_mut()) {
+            fix(t);
+        }
+        if let Some(t) = self.pipeline.as_mut().and_then(|p| p.heldout.as_mut()) {
             fix(t);
         }
         let local = base.join(&self.model.path);
@@ -348,4 +356,13 @@ impl RunConfig {
     pub fn chat_tokenizer(&self, model_dir: &Path) -> std::result::Result<rollout::chat::ChatTokenizer, rollout::chat::ChatError> {
         rollout::chat::ChatTokenizer::from_dir_with_template(self.tokenizer_dir(model_dir), self.model.chat_template.as_deref())
     }
+}
+
+/// `~/rest` as `$HOME/rest` (a config's paths may name the user's caches,
+/// e.g. `~/.cache/fusegrpo/smollm2-135m-instruct`); `None` otherwise or
+/// without `HOME`.
+fn home_relative(p: &Path) -> Option<PathBuf> {
+    let rest = p.to_str()?.strip_prefix("~/")?;
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(PathBuf::from(home).join(rest))
 }

@@ -100,7 +100,11 @@ fn read_entry(
     if mode == MODE_GITLINK {
         return Ok(FileKind::Submodule { commit: id.to_string() });
     }
-    let blob = git.find_blob(id)?;
+    let blob = match git.find_blob(id) {
+        Ok(blob) => blob,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(FileKind::Missing),
+        Err(e) => return Err(e),
+    };
     let bytes = blob.content();
     if mode == MODE_SYMLINK {
         return Ok(FileKind::Symlink { target: String::from_utf8_lossy(bytes).into_owned() });

@@ -51,6 +51,9 @@ pub enum FileKind {
         /// The pinned commit id.
         commit: String,
     },
+    /// A blob the tree lists but the repository does not hold (a partial
+    /// or filtered clone leaves out large files): listed, never shown.
+    Missing,
 }
 
 /// One path of the tree.

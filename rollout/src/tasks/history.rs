@@ -110,16 +110,7 @@ fn commit_task(
     if stats.files_changed() > config.max_files || stats.insertions() + stats.deletions() > config.max_changed_lines {
         return Ok(None);
     }
-    let mut patch = String::new();
-    diff.print(DiffFormat::Patch, |_, _, line| {
-        let content = String::from_utf8_lossy(line.content());
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            patch.push(line.origin());
-        }
-        patch.push_str(&content);
-        true
-    })
-    .map_err(git_err(format!("patch of {id}")))?;
+    let patch = diff_text(&diff).map_err(git_err(format!("patch of {id}")))?;
     let base = TreeFiles { git, tree: &old_tree };
     let Ok(report) = derive_gold(&patch, &base) else { return Ok(None) };
     if report.flags.iter().any(|f| config.drop_flags.contains(f)) {
@@ -135,10 +126,23 @@ fn commit_task(
     }))
 }
 
-/// Old files read straight from the parent's tree.
-struct TreeFiles<'a> {
-    git: &'a Repository,
-    tree: &'a Tree<'a>,
+/// A diff as unified-patch text (`diff --git` headers, hunks, 3 lines of context as made).
+pub(crate) fn diff_text(diff: &git2::Diff<'_>) -> Result<String, git2::Error> {
+    let mut patch = String::new();
+    diff.print(DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            patch.push(line.origin());
+        }
+        patch.push_str(&String::from_utf8_lossy(line.content()));
+        true
+    })?;
+    Ok(patch)
+}
+
+/// Old files read straight from a tree (a parent's, a base commit's).
+pub(crate) struct TreeFiles<'a> {
+    pub(crate) git: &'a Repository,
+    pub(crate) tree: &'a Tree<'a>,
 }
 
 impl OldFiles for TreeFiles<'_> {

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod gold;
 pub mod history;
+pub mod import;
 pub mod patch;
 pub mod synth;
 

@@ -82,6 +82,12 @@ pub enum ToolError {
         /// Its pinned commit.
         commit: String,
     },
+    /// A file whose contents this clone of the repository does not hold.
+    #[error("'{path}': its contents are not in this clone of the repository")]
+    Missing {
+        /// The file.
+        path: String,
+    },
     /// The regex does not compile (syntax, size limit, a literal newline).
     #[error("invalid regex '{pattern}': {message}")]
     InvalidRegex {

@@ -15,6 +15,7 @@ pub(super) fn require_text(file: &FileEntry) -> Result<&[u8], ToolError> {
         FileKind::TooLarge { size } => Err(ToolError::TooLarge { path, size: *size }),
         FileKind::Symlink { target } => Err(ToolError::Symlink { path, target: target.clone() }),
         FileKind::Submodule { commit } => Err(ToolError::Submodule { path, commit: commit.clone() }),
+        FileKind::Missing => Err(ToolError::Missing { path }),
     }
 }
 

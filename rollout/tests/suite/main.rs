@@ -4,6 +4,7 @@ mod repo_builder;
 mod chat_template;
 mod episodes;
 mod gold;
+mod import;
 mod languages;
 mod practice;
 mod reward;

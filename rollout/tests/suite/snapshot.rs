@@ -114,3 +114,32 @@ fn entry_kinds() {
     let paths: Vec<&str> = snap.files().iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["b.bin", "huge.txt", "latin.txt", "sub", "t.py", "up"]);
 }
+
+/// A partial clone lists blobs it does not hold: the snapshot still loads,
+/// the file is [`FileKind::Missing`], glob lists it, grep passes it by, and
+/// read_file answers that its contents are not in this clone.
+#[test]
+fn a_blob_missing_from_the_object_store_is_listed_but_never_shown() {
+    let repo = TempRepo::new("o/partial");
+    repo.file("src/keep.py", "def kept():\n    return 'needle'\n").file("data/big.py", "def gone():\n    return 'needle'\n");
+    repo.commit("two files");
+    let blob = git(&repo.work, &["rev-parse", "HEAD:data/big.py"]).trim().to_string();
+    let loose = repo.work.join(".git/objects").join(&blob[..2]).join(&blob[2..]);
+    assert!(loose.exists(), "the blob is a loose object: {}", loose.display());
+    std::fs::remove_file(&loose).unwrap();
+    assert!(std::process::Command::new("git").current_dir(&repo.work).args(["cat-file", "-e", &blob]).status().map(|s| !s.success()).unwrap());
+
+    let snap = repo.snapshot("HEAD");
+    assert!(matches!(snap.file("data/big.py").expect("listed").kind, FileKind::Missing));
+    assert!(matches!(snap.file("src/keep.py").unwrap().kind, FileKind::Text(_)));
+    assert_eq!(snap.files().len(), 2);
+
+    let read = run(&snap, r#"{"name":"read_file","arguments":{"path":"data/big.py"}}"#);
+    assert!(read.error, "{}", read.output);
+    assert!(read.output.contains("data/big.py") && read.output.contains("its contents are not in this clone of the repository"), "{}", read.output);
+    assert!(read.entities.is_empty());
+    let listed = run(&snap, r#"{"name":"glob","arguments":{"pattern":"**/*.py"}}"#);
+    assert!(!listed.error && listed.output.contains("data/big.py") && listed.output.contains("src/keep.py"), "{}", listed.output);
+    let grep = run(&snap, r#"{"name":"grep","arguments":{"pattern":"needle"}}"#);
+    assert!(!grep.error && grep.output.contains("src/keep.py") && !grep.output.contains("data/big.py"), "{}", grep.output);
+}

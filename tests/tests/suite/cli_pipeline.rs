@@ -292,3 +292,169 @@ fn pipeline_with_lora_chains_the_sft_adapter_into_grpo_and_evaluates_adapters() 
         assert_eq!(report["stages"][stage]["episodes"], 2, "{stage}");
     }
 }
+
+/// Writes the first `held` tasks of `dir/tasks.jsonl` to `dir/heldout.jsonl`
+/// and leaves the rest in `dir/tasks.jsonl`; returns the held-out ids.
+fn hold_out_file(dir: &std::path::Path, held: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("tasks.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() > held + 4, "{} tasks", lines.len());
+    std::fs::write(dir.join("heldout.jsonl"), lines[..held].join("\n") + "\n").unwrap();
+    std::fs::write(dir.join("tasks.jsonl"), lines[held..].join("\n") + "\n").unwrap();
+    lines[..held].iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["instance_id"].as_str().unwrap().to_string()).collect()
+}
+
+/// `[pipeline] heldout = FILE` (all of `tasks` trains), `eval_teacher`
+/// (a `teacher` row and `grpo_vs_teacher`), `chunk_tasks`,
+/// `[pipeline.difficulty]` (GRPO trains on the probed tasks whose rewards
+/// vary) and `[pipeline.pilot]` (a short GRPO run per learning rate; the
+/// long run takes the best one). A task in both files is an error, and so is
+/// a probe where no task's rewards vary.
+#[test]
+fn pipeline_with_heldout_file_teacher_row_difficulty_filter_and_lr_pilot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let held_ids = hold_out_file(tmp.path(), 2);
+    let weak = CONFIG.replace("heldout_tasks = 2\n", "heldout = \"heldout.jsonl\"\neval_teacher = true\nchunk_tasks = 1\n")
+        + "[pipeline.difficulty]\ntasks = 4\nsamples = 2\n[pipeline.pilot]\nlrs = [1e-3, 1e-4]\nsteps = 2\n";
+    assert!(weak.contains("heldout = \"heldout.jsonl\"") && !weak.contains("heldout_tasks"), "the config changed under the test");
+
+    // A held-out task that is also a training task is refused before anything runs.
+    let overlap = tmp.path().join("overlap.toml");
+    std::fs::write(&overlap, weak.replace("heldout = \"heldout.jsonl\"", "heldout = \"tasks.jsonl\"")).unwrap();
+    let out = fusegrpo(&["pipeline", "--config", overlap.to_str().unwrap(), "--out", tmp.path().join("o").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is both in") && err.contains("tasks.jsonl"), "{err}");
+    assert!(!err.contains("== synth"), "refused before synth: {err}");
+
+    // With CONFIG's one SFT epoch and 24-token turns the tiny model never
+    // answers: every probed reward is 0, and the pipeline says GRPO would
+    // have nothing to learn from.
+    std::fs::write(&cfg, &weak).unwrap();
+    let out = fusegrpo(&["pipeline", "--config", cfg.to_str().unwrap(), "--out", tmp.path().join("weak").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no probed task has a reward spread"), "{err}");
+    assert!(err.contains("0 of 4 tasks have a reward spread"), "{err}");
+
+    // SFT long enough for the tiny model to replay the teacher on its
+    // training tasks, turns long enough to hold a teacher turn, and T = 0.8:
+    // some probed tasks get both rewarded and unrewarded episodes (2 of 4
+    // with sampling seeds 1, 2 and 3 when this test was written).
+    let text = weak
+        .replace("epochs = 1\n", "epochs = 60\n")
+        .replace("lr = 1e-3\nheldout_fraction = 0.2", "lr = 1e-2\nheldout_fraction = 0.0")
+        .replace("max_turns = 3\nmax_turn_tokens = 24", "max_turns = 4\nmax_turn_tokens = 256")
+        .replace("[sampling]\nseed = 1\n", "[sampling]\nseed = 1\ntemperature = 0.8\n")
+        .replace("tasks = 4\nsamples = 2\n", "tasks = 4\nsamples = 4\n");
+    for key in ["epochs = 60", "heldout_fraction = 0.0", "max_turn_tokens = 256", "temperature = 0.8", "samples = 4"] {
+        assert!(text.contains(key), "the config changed under the test: {key}");
+    }
+    std::fs::write(&cfg, &text).unwrap();
+    let run = tmp.path().join("run");
+    let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    for stage in ["base", "teacher", "sft", "grpo"] {
+        assert!(table.lines().any(|l| l.starts_with(stage)), "table lacks {stage}:\n{table}");
+    }
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    assert_eq!((report["train_tasks"].as_u64(), report["heldout_tasks"].as_u64()), (Some(6), Some(2)), "all of tasks.jsonl trains");
+    let held: Vec<String> = read_jsonl(&run.join("tasks/heldout.jsonl")).iter().map(|t| t["instance_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(held, held_ids, "the held-out file's tasks, in its order");
+    for stage in ["base", "teacher", "sft", "grpo"] {
+        assert_eq!(report["stages"][stage]["episodes"], 2, "{stage}: 2 held-out tasks x eval_group 1");
+        assert!(run.join(format!("eval/{stage}.jsonl")).exists() && !run.join(format!("eval/{stage}.jsonl.chunks")).exists(), "{stage}");
+    }
+    assert!(report["stages"]["teacher"]["reward"].as_f64().unwrap() > 0.0, "the scripted teacher finds gold: {}", report["stages"]["teacher"]);
+    for pair in ["sft_vs_base", "grpo_vs_sft", "grpo_vs_base", "grpo_vs_teacher"] {
+        assert!(report["paired"][pair]["mean"].is_number(), "paired.{pair}: {}", report["paired"]);
+    }
+    assert_eq!(report["filter"]["total"].as_u64(), Some(6 * 2), "synth on all 6 training tasks x 2 samples");
+
+    // The difficulty probe: 4 tasks x 4 samples; GRPO trains on the kept ones.
+    let d = &report["difficulty"];
+    assert_eq!((d["probed"].as_u64(), d["samples"].as_u64()), (Some(4), Some(4)), "{d}");
+    let kept = d["kept"].as_u64().unwrap() as usize;
+    assert!((1..=4).contains(&kept), "{d}");
+    let probe = read_jsonl(&run.join("difficulty/episodes.jsonl"));
+    assert_eq!(probe.len(), 16);
+    let grpo_tasks = read_jsonl(&run.join("tasks/grpo.jsonl"));
+    assert_eq!(grpo_tasks.len(), kept);
+    let train: Vec<Value> = read_jsonl(&run.join("tasks/train.jsonl"));
+    for t in &grpo_tasks {
+        assert!(train.contains(t), "GRPO's tasks are training tasks");
+        let rewards: Vec<f64> = probe.iter().filter(|e| e["task_id"] == t["instance_id"]).map(|e| e["score"]["reward"].as_f64().unwrap()).collect();
+        assert_eq!(rewards.len(), 4);
+        assert!(rewards.iter().any(|r| *r != rewards[0]), "a kept task's rewards vary: {rewards:?}");
+    }
+
+    // The pilot: one 2-step GRPO run per learning rate, judged on the
+    // reward after its first update; the long run takes the chosen one.
+    let pilot = &report["pilot"];
+    let chosen = pilot["chosen_lr"].as_f64().unwrap();
+    assert!(chosen == 1e-3 || chosen == 1e-4, "{pilot}");
+    for lr in ["1e-3", "1e-4"] {
+        let metrics = read_jsonl(&run.join(format!("pilot/lr-{lr}/metrics.jsonl")));
+        assert_eq!(metrics.len(), 2, "pilot lr {lr}: 2 steps");
+        assert!(run.join(format!("pilot/lr-{lr}/step_00000002/DONE")).exists(), "pilot lr {lr}: its checkpoint");
+        assert_eq!(pilot["runs"][lr]["mean_reward"].as_f64(), metrics[1]["reward"].as_f64(), "step 2's reward alone: {pilot}");
+    }
+    let best = ["1e-3", "1e-4"].iter().map(|lr| pilot["runs"][lr]["mean_reward"].as_f64().unwrap()).fold(f64::MIN, f64::max);
+    let chosen_key = if chosen == 1e-3 { "1e-3" } else { "1e-4" };
+    assert_eq!(pilot["runs"][chosen_key]["mean_reward"].as_f64().unwrap(), best, "the best pilot's lr: {pilot}");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000002/state.json")).unwrap()).unwrap();
+    assert_eq!(state["config"]["optim"]["lr"].as_f64(), Some(chosen), "the long GRPO run trains at the chosen lr");
+}
+
+/// Long rollouts go in chunks to `<out>.chunks`: a rerun keeps the whole
+/// chunks (not rolled out again), drops a torn last line, rolls out the
+/// rest, and leaves only `<out>`; chunks of another task list are an error
+/// naming the file.
+#[test]
+fn pipeline_evaluation_resumes_from_whole_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    std::fs::write(&cfg, CONFIG.replace("heldout_tasks = 2\n", "heldout_tasks = 2\nchunk_tasks = 1\n")).unwrap();
+    let run = tmp.path().join("run");
+    let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    fusegrpo_ok(&args);
+    let eval = run.join("eval/grpo.jsonl");
+    let chunks = run.join("eval/grpo.jsonl.chunks");
+    let text = std::fs::read_to_string(&eval).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "2 held-out tasks x eval_group 1");
+    assert!(!chunks.exists());
+
+    // Chunks of another task list: the second task's episode first.
+    std::fs::remove_file(&eval).unwrap();
+    std::fs::write(&chunks, format!("{}\n", lines[1])).unwrap();
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("grpo.jsonl.chunks") && err.contains("the task list changed"), "{err}");
+
+    // The first episode (marked, so a rollout would not reproduce it) and half of the second.
+    let mut first: Value = serde_json::from_str(lines[0]).unwrap();
+    first["seconds"] = json_number(12345.5);
+    let cut = (0..=lines[1].len() / 2).rev().find(|i| lines[1].is_char_boundary(*i)).unwrap();
+    std::fs::write(&chunks, format!("{first}\n{}", &lines[1][..cut])).unwrap();
+    let again = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{err}");
+    assert!(err.contains("1 of 2 episodes done before"), "{err}");
+    let rows = read_jsonl(&eval);
+    assert_eq!(rows.len(), 2, "every held-out episode once");
+    assert_eq!(rows[0]["seconds"].as_f64(), Some(12345.5), "the whole chunk was kept, not rolled out again");
+    let second: Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(rows[1]["task_id"], second["task_id"]);
+    assert!(rows[1]["score"]["reward"].is_number(), "{}", rows[1]["score"]);
+    assert!(!chunks.exists(), "the partial file is removed once the rollout is whole");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["stages"]["grpo"]["episodes"], 2);
+}
+
+fn json_number(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map(Value::Number).unwrap()
+}

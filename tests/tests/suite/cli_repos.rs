@@ -58,3 +58,48 @@ fn repos_fetch_clones_skips_and_names_a_missing_commit() {
         assert!(err.contains(step) && err.contains("shop-bogus-7") && err.contains(bogus_commit), "{err}");
     }
 }
+
+/// `--list`: a file of `owner/name` lines is cloned whole (no commit to
+/// check) and skipped once present; `--allow-missing-commits` names the
+/// tasks whose base commit is missing and succeeds.
+#[test]
+fn repos_fetch_a_list_and_allow_missing_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tasks, template) = source(tmp.path());
+    let repos = tmp.path().join("repos");
+    let r = repos.to_str().unwrap();
+    let list = tmp.path().join("repos.txt");
+    std::fs::write(&list, "# the repositories\npractice/shop  # the practice one\n\n").unwrap();
+    let l = list.to_str().unwrap();
+
+    let first = fusegrpo(&["repos", "fetch", "--list", l, "--repos-dir", r, "--source", &template]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("1 repositories listed") && stderr(&first).contains("cloning"), "{}", stderr(&first));
+    let head = git(tmp.path(), &["--git-dir", tmp.path().join("mirror/practice__shop.git").to_str().unwrap(), "rev-parse", "HEAD"]);
+    git(&repos.join("practice__shop"), &["cat-file", "-e", &format!("{head}^{{commit}}")]);
+    let second = fusegrpo(&["repos", "fetch", "--list", l, "--repos-dir", r, "--source", &template]);
+    assert!(second.status.success() && stderr(&second).contains("skipped") && !stderr(&second).contains("cloning"), "{}", stderr(&second));
+
+    // With a missing base commit: named, not fatal.
+    let mut row = read_jsonl(Path::new(&tasks))[0].clone();
+    row["instance_id"] = "shop-bogus-9".into();
+    row["base_commit"] = "fedcba9876543210fedcba9876543210fedcba98".into();
+    let bogus = tmp.path().join("bogus.jsonl");
+    std::fs::write(&bogus, format!("{}\n{row}\n", std::fs::read_to_string(&tasks).unwrap())).unwrap();
+    let fresh = tmp.path().join("fresh");
+    let out = fusegrpo(&["repos", "fetch", "--tasks", bogus.to_str().unwrap(), "--allow-missing-commits", "--repos-dir", fresh.to_str().unwrap(), "--source", &template]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let needed = read_jsonl(&bogus).len();
+    assert!(err.contains(&format!("1 of {needed} base commits are missing")) && err.contains("shop-bogus-9"), "{err}");
+    assert!(fresh.join("practice__shop").is_dir());
+
+    // A bad line of the list is named; --list and --tasks exclude each other; one of them is needed.
+    std::fs::write(&list, "practice/shop\nnot a repo\n").unwrap();
+    let out = fusegrpo(&["repos", "fetch", "--list", l, "--repos-dir", r, "--source", &template]);
+    assert!(!out.status.success() && stderr(&out).contains("repos.txt:2"), "{}", stderr(&out));
+    let out = fusegrpo(&["repos", "fetch", "--list", l, "--tasks", &tasks, "--repos-dir", r]);
+    assert!(!out.status.success() && stderr(&out).contains("--list"), "{}", stderr(&out));
+    let out = fusegrpo(&["repos", "fetch", "--repos-dir", r]);
+    assert!(!out.status.success() && stderr(&out).contains("--tasks"), "{}", stderr(&out));
+}

@@ -11,6 +11,7 @@ mod cli_repos;
 mod cli_rollout;
 mod cli_scaling;
 mod cli_synth;
+mod cli_tasks_corpus;
 mod cli_train;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -140,6 +140,10 @@ pub enum TasksCommand {
     FromHistory(HistoryArgs),
     /// Synthetic tasks: random functions of a tree, an issue written about each (SERA-style).
     Synth(super::tasks_synth::Args),
+    /// Tasks from published rows (SWE-bench, SWE-Gym, SWE-smith) over local repositories; rows that cannot be used are named and skipped.
+    Import(super::tasks_corpus::ImportArgs),
+    /// Split task files by repository: the held-out repositories' tasks, and the rest (never SWE-bench's repositories) for training.
+    Split(super::tasks_corpus::SplitArgs),
 }
 
 /// `fusegrpo tasks gold`.
@@ -185,6 +189,8 @@ pub fn run_tasks(command: TasksCommand) -> Result<()> {
         TasksCommand::Gold(args) => run_gold(args),
         TasksCommand::FromHistory(args) => run_history(args),
         TasksCommand::Synth(args) => super::tasks_synth::run(args),
+        TasksCommand::Import(args) => super::tasks_corpus::import(args),
+        TasksCommand::Split(args) => super::tasks_corpus::split(args),
     }
 }
 

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod score;
 pub mod sft;
 pub mod synth;
+pub mod tasks_corpus;
 pub mod tasks_synth;
 pub mod selftest;
 pub mod train;

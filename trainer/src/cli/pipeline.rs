@@ -5,10 +5,9 @@
 //! from their newest checkpoint, so an interrupted pipeline continues where
 //! it stopped.
 
-use super::rollout::{run_policy, with_env, write_episodes_atomic, PolicyChoice, TeacherOpts};
+use super::rollout::{run_policy_resumable, with_env, PolicyChoice, TeacherOpts};
 use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, ScalingRow, SummarySource};
-use super::sft::read_episodes;
 use super::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
@@ -55,7 +54,18 @@ pub fn run(args: Args) -> Result<()> {
     let p = p.clone();
     let all = super::common::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)
         .with_context(|| format!("the task file of {} (pipeline.tasks)", args.config.display()))?;
-    let (train, heldout) = split_tasks(&all, &p)?;
+    let (train, heldout) = match &p.heldout {
+        Some(path) => {
+            let held = super::common::checked_tasks(path, &cfg, args.tasks_check.skip_bad_tasks)
+                .with_context(|| format!("the held-out task file of {} (pipeline.heldout)", args.config.display()))?;
+            let ids: std::collections::BTreeSet<&str> = held.iter().map(|t| t.instance_id.as_str()).collect();
+            if let Some(t) = all.iter().find(|t| ids.contains(t.instance_id.as_str())) {
+                anyhow::bail!("task '{}' is both in {} and in the held-out file {}", t.instance_id, tasks_path.display(), path.display());
+            }
+            (all, held)
+        }
+        None => split_tasks(&all, &p)?,
+    };
     eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
     super::common::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
     super::common::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?;
@@ -65,10 +75,12 @@ pub fn run(args: Args) -> Result<()> {
     if traj.exists() {
         eprintln!("== synth: {} exists, skipped", traj.display());
     } else {
-        eprintln!("== synth: {} teacher episodes per task", p.samples);
         let t0 = Instant::now();
         let (teacher, opts) = teacher_of(&p, cfg.sampling.seed);
-        super::synth::synth(&cfg, &train, &teacher, p.samples, &opts, &traj)?;
+        let tasks = draw(&train, p.synth_tasks, p.split_seed);
+        eprintln!("== synth: {} teacher episodes on each of {} training tasks", p.samples, tasks.len());
+        let episodes = run_policy_resumable(&cfg, &tasks, &teacher, p.samples, &opts, p.chunk_tasks, &traj)?;
+        eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
         seconds.insert("synth".to_string(), t0.elapsed().as_secs_f64());
     }
 
@@ -76,9 +88,14 @@ pub fn run(args: Args) -> Result<()> {
         super::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
     })?;
 
-    let grpo_cfg = cfg.with_trained(&sft_ckpt);
+    let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
+    let (grpo_tasks, difficulty) = difficulty_filter(&grpo_cfg, &p, &train, &run_dir)?;
+    let pilot = pilot(&grpo_cfg, &p, &grpo_tasks, &run_dir, &mut seconds)?;
+    if let Some(lr) = pilot.as_ref().and_then(|v| v["chosen_lr"].as_f64()) {
+        grpo_cfg.optim.lr = lr;
+    }
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
-        super::train::train(&grpo_cfg, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+        super::train::train(&grpo_cfg, dir, &grpo_tasks, &RunOptions { resume: Some("auto".into()), ..Default::default() })
     })?;
 
     let mut report = Report {
@@ -88,12 +105,19 @@ pub fn run(args: Args) -> Result<()> {
         train_tasks: train.len(),
         heldout_tasks: heldout.len(),
         paired: BTreeMap::new(),
+        difficulty,
+        pilot,
     };
     let mut per_task = BTreeMap::new();
-    let models = [("base", cfg.clone()), ("sft", cfg.with_trained(&sft_ckpt)), ("grpo", cfg.with_trained(&grpo_ckpt))];
-    for (name, model) in models {
+    let mut models = vec![("base", cfg.clone(), PolicyChoice::Model), ("sft", cfg.with_trained(&sft_ckpt), PolicyChoice::Model)];
+    if p.eval_teacher {
+        models.insert(1, ("teacher", cfg.clone(), PolicyChoice::Scripted));
+    }
+    models.push(("grpo", cfg.with_trained(&grpo_ckpt), PolicyChoice::Model));
+    for (name, model, policy) in models {
         let t0 = Instant::now();
-        let episodes = evaluate(&model, &p, &heldout, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
+        eprintln!("== eval {name}: {} held-out tasks", heldout.len());
+        let episodes = evaluate(&model, &p, &heldout, &policy, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
         let rewards = stats::task_rewards(&episodes);
         let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
         row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
@@ -102,7 +126,10 @@ pub fn run(args: Args) -> Result<()> {
         per_task.insert(name, rewards);
         report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
     }
-    for (later, earlier) in [("sft", "base"), ("grpo", "sft"), ("grpo", "base")] {
+    for (later, earlier) in [("sft", "base"), ("grpo", "sft"), ("grpo", "base"), ("grpo", "teacher")] {
+        if !per_task.contains_key(earlier) {
+            continue;
+        }
         report.paired.insert(format!("{later}_vs_{earlier}"), stats::paired(&per_task[earlier], &per_task[later]));
     }
     std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
@@ -208,17 +235,99 @@ fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl 
     }
 }
 
-/// Episodes of `cfg`'s model on the held-out tasks (read back when `out` exists).
-fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], out: &Path) -> Result<Vec<Episode>> {
-    if out.exists() {
-        return read_episodes(out);
-    }
+/// Episodes of `policy` (`cfg`'s model, or the teacher) on the held-out
+/// tasks, resumable (read back when `out` exists).
+fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], policy: &PolicyChoice, out: &Path) -> Result<Vec<Episode>> {
     let mut eval_cfg = cfg.clone();
     eval_cfg.sampling.temperature = p.eval_temperature;
     let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
-    let episodes = run_policy(&eval_cfg, heldout, &PolicyChoice::Model, group, &TeacherOpts::default())?;
-    write_episodes_atomic(out, &episodes)?;
-    Ok(episodes)
+    run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)
+}
+
+/// A seeded draw of `n` of `tasks` in their file order (all when `n` is 0 or
+/// at least their number).
+fn draw(tasks: &[Task], n: usize, seed: u64) -> Vec<Task> {
+    if n == 0 || n >= tasks.len() {
+        return tasks.to_vec();
+    }
+    let mut idx: Vec<usize> = (0..tasks.len()).collect();
+    idx.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let mut picked = idx[..n].to_vec();
+    picked.sort();
+    picked.into_iter().map(|i| tasks[i].clone()).collect()
+}
+
+/// `[pipeline.difficulty]`: the tasks GRPO trains on, and the filter's
+/// figures. The probe's episodes are `<run>/difficulty/episodes.jsonl`.
+fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_dir: &Path) -> Result<(Vec<Task>, Option<serde_json::Value>)> {
+    let d = &p.difficulty;
+    if d.tasks == 0 {
+        return Ok((train.to_vec(), None));
+    }
+    let probe = draw(train, d.tasks, p.split_seed.wrapping_add(1));
+    eprintln!("== difficulty: {} episodes of the SFT model on each of {} training tasks", d.samples, probe.len());
+    let t0 = Instant::now();
+    let episodes = run_policy_resumable(cfg, &probe, &PolicyChoice::Model, d.samples, &TeacherOpts::default(), p.chunk_tasks, &run_dir.join("difficulty/episodes.jsonl"))?;
+    let mut rewards: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for e in &episodes {
+        rewards.entry(e.task_id.as_str()).or_default().push(e.score.map_or(0.0, |s| s.reward));
+    }
+    let varies = |r: &[f64]| r.iter().any(|x| (x - r[0]).abs() > 1e-9);
+    let kept: Vec<Task> = probe.iter().filter(|t| rewards.get(t.instance_id.as_str()).is_some_and(|r| varies(r))).cloned().collect();
+    let all_zero = rewards.values().filter(|r| r.iter().all(|x| *x == 0.0)).count();
+    let mean = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).sum::<f64>() / episodes.len().max(1) as f64;
+    eprintln!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}", kept.len(), probe.len(), all_zero);
+    anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
+    super::common::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?;
+    let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
+                                     "mean_reward": mean, "seconds": t0.elapsed().as_secs_f64()});
+    Ok((kept, Some(figures)))
+}
+
+/// `[pipeline.pilot]`: a GRPO run per learning rate into
+/// `<run>/pilot/lr-<lr>` (resumable stages), and the rate whose run had the
+/// highest mean training reward after its first step.
+fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>) -> Result<Option<serde_json::Value>> {
+    if p.pilot.lrs.is_empty() {
+        return Ok(None);
+    }
+    let mut means = serde_json::Map::new();
+    let mut best: Option<(f64, f64)> = None;
+    for &lr in &p.pilot.lrs {
+        let mut c = cfg.clone();
+        c.optim.lr = lr;
+        c.train.steps = p.pilot.steps;
+        let name = format!("lr-{lr:e}");
+        let dir = run_dir.join("pilot").join(&name);
+        stage(&dir, &format!("pilot {name}"), seconds, |dir| {
+            super::train::train(&c, dir, tasks, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+        })?;
+        let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
+        // Step 1 rolls out before any update: the same for every rate.
+        let after_first = if rewards.len() > 1 { &rewards[1..] } else { &rewards[..] };
+        let mean = after_first.iter().sum::<f64>() / after_first.len().max(1) as f64;
+        eprintln!("pilot {name}: mean training reward {mean:.4} over steps 2-{}", rewards.len());
+        means.insert(format!("{lr:e}"), serde_json::json!({"mean_reward": mean, "rewards": rewards}));
+        if best.is_none_or(|(_, m)| mean > m) {
+            best = Some((lr, mean));
+        }
+    }
+    let (lr, _) = best.expect("at least one pilot");
+    eprintln!("pilot: the long run takes lr {lr:e}");
+    Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
+}
+
+/// One field of every line of a metrics file.
+fn metric_column(path: &Path, key: &str) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            v[key].as_f64().with_context(|| format!("{}:{}: no number `{key}`", path.display(), i + 1))
+        })
+        .collect()
 }
 
 /// `eval_attempts`: the `eval_select` row at N over a stage's episodes
@@ -257,7 +366,7 @@ pub fn table(r: &Report) -> String {
     let mut out = String::from(
         "stage    f1_file f1_func      e  reward  reward_95%_ci   turns calls/turn  tokens seconds answered well_formed\n",
     );
-    for name in ["base", "sft", "grpo"] {
+    for name in ["base", "teacher", "sft", "grpo"] {
         if let Some(s) = r.stages.get(name) {
             let ci = s.reward_ci95.map(|[lo, hi]| format!("[{lo:.3}, {hi:.3}]")).unwrap_or_default();
             out += &format!(

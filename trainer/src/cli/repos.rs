@@ -21,8 +21,14 @@ pub enum Command {
 #[derive(clap::Args)]
 pub struct FetchArgs {
     /// Task JSONL (SWE-bench rows, tasks from-history): its `repo` and `base_commit` fields.
+    #[arg(long, required_unless_present = "list")]
+    pub tasks: Option<PathBuf>,
+    /// Or a file of `owner/name` lines (`#` starts a comment): each cloned whole, no commit checked.
+    #[arg(long, conflicts_with = "tasks")]
+    pub list: Option<PathBuf>,
+    /// With --tasks: name the tasks whose base commit is missing and go on (their rows are skipped later) instead of failing.
     #[arg(long)]
-    pub tasks: PathBuf,
+    pub allow_missing_commits: bool,
     /// Folder to hold the repositories as `owner__name` (created if missing).
     #[arg(long)]
     pub repos_dir: PathBuf,
@@ -42,15 +48,34 @@ pub fn run(command: Command) -> Result<()> {
 }
 
 fn fetch(args: &FetchArgs) -> Result<()> {
-    let tasks = load_tasks(&args.tasks)?;
     let mut by_repo: BTreeMap<String, Needs> = BTreeMap::new();
-    for t in &tasks {
-        by_repo.entry(t.repo.clone()).or_default().push((t.instance_id.clone(), t.base_commit.clone()));
-    }
+    let what = match (&args.tasks, &args.list) {
+        (Some(path), _) => {
+            let tasks = load_tasks(path)?;
+            for t in &tasks {
+                by_repo.entry(t.repo.clone()).or_default().push((t.instance_id.clone(), t.base_commit.clone()));
+            }
+            eprintln!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), path.display(), by_repo.len());
+            format!("tasks in {}", path.display())
+        }
+        (None, Some(list)) => {
+            let text = std::fs::read_to_string(list).with_context(|| format!("--list {}", list.display()))?;
+            for (i, line) in text.lines().enumerate() {
+                let name = line.split('#').next().unwrap_or("").trim();
+                if !name.is_empty() {
+                    repo_dir_name(name).with_context(|| format!("{}:{}", list.display(), i + 1))?;
+                    by_repo.entry(name.to_string()).or_default();
+                }
+            }
+            eprintln!("repos fetch: {} repositories listed in {}", by_repo.len(), list.display());
+            format!("listed in {}", list.display())
+        }
+        (None, None) => bail!("give --tasks or --list"),
+    };
     std::fs::create_dir_all(&args.repos_dir).with_context(|| format!("creating --repos-dir {}", args.repos_dir.display()))?;
-    eprintln!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), args.tasks.display(), by_repo.len());
-    for (repo, needs) in &by_repo {
-        fetch_one(repo, needs, args).with_context(|| format!("repository {repo} (tasks in {})", args.tasks.display()))?;
+    for (i, (repo, needs)) in by_repo.iter().enumerate() {
+        eprint!("[{}/{}] ", i + 1, by_repo.len());
+        fetch_one(repo, needs, args).with_context(|| format!("repository {repo} ({what})"))?;
     }
     Ok(())
 }
@@ -75,6 +100,11 @@ fn fetch_one(repo: &str, needs: &Needs, args: &FetchArgs) -> Result<()> {
         None => clone(&url, &args.repos_dir.join(&base), repo)?,
     };
     let missing = missing_commits(&dir, needs)?;
+    if args.allow_missing_commits && !missing.is_empty() {
+        let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
+        eprintln!("{repo}: {} of {} base commits are missing (--allow-missing-commits): {}", missing.len(), needs.len(), ids.join(", "));
+        return Ok(());
+    }
     if let Some((id, commit)) = missing.first() {
         bail!(
             "task {id}: base commit {commit} is not in {} (from {url}){}",

@@ -78,6 +78,38 @@ impl Default for SynthSection {
     }
 }
 
+/// `[pipeline.difficulty]`: before GRPO, the SFT model samples `samples`
+/// episodes on each of `tasks` training tasks (a seeded draw), and GRPO
+/// trains only on the tasks whose rewards vary (a group with equal rewards
+/// has no advantage to learn from).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DifficultySection {
+    /// Training tasks to probe (0: no filter, GRPO draws from all).
+    pub tasks: usize,
+    /// Episodes per probed task (at `[sampling] temperature`).
+    pub samples: usize,
+}
+
+impl Default for DifficultySection {
+    fn default() -> Self {
+        DifficultySection { tasks: 0, samples: 4 }
+    }
+}
+
+/// `[pipeline.pilot]`: GRPO runs of `steps` steps from the SFT model, one
+/// per learning rate of `lrs`, on the same tasks in the same order; the
+/// long run takes the rate whose pilot had the highest mean training
+/// reward (`[optim] lr` when `lrs` is empty).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PilotSection {
+    /// Learning rates to try (none: no pilot).
+    pub lrs: Vec<f64>,
+    /// Steps of each pilot run.
+    pub steps: u64,
+}
+
 /// The recipe's data and evaluation settings (SFT and GRPO come from
 /// `[sft]` and `[train]`/`[grpo]`/`[optim]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,8 +122,23 @@ pub struct PipelineSection {
     pub tasks_from: TasksFrom,
     /// The synthetic tasks when `tasks_from = "synth"`.
     pub synth: SynthSection,
-    /// Tasks held out from synth, SFT and GRPO, for the evaluation table.
+    /// Tasks held out from synth, SFT and GRPO, for the evaluation table
+    /// (a seeded draw from `tasks`; not used with `heldout`).
     pub heldout_tasks: usize,
+    /// A file of held-out tasks (e.g. other repositories', `fusegrpo tasks
+    /// split`), relative to the config file: then every task of `tasks`
+    /// trains and the evaluation runs on all of these.
+    pub heldout: Option<PathBuf>,
+    /// Teacher trajectories on a seeded draw of this many training tasks
+    /// (0: all of them).
+    pub synth_tasks: usize,
+    /// Also evaluate the teacher (stage `teacher`) on the held-out tasks.
+    pub eval_teacher: bool,
+    /// Episodes run (and saved) together in the long rollouts: the teacher's,
+    /// the difficulty probe's and the evaluations' (tasks per chunk).
+    pub chunk_tasks: usize,
+    pub difficulty: DifficultySection,
+    pub pilot: PilotSection,
     /// Seed of the split.
     pub split_seed: u64,
     pub teacher: Teacher,
@@ -122,6 +169,12 @@ impl Default for PipelineSection {
             tasks_from: TasksFrom::File,
             synth: SynthSection::default(),
             heldout_tasks: 8,
+            heldout: None,
+            synth_tasks: 0,
+            eval_teacher: false,
+            chunk_tasks: 32,
+            difficulty: DifficultySection::default(),
+            pilot: PilotSection::default(),
             split_seed: 0,
             teacher: Teacher::Scripted,
             teacher_model: "teacher".into(),
@@ -145,7 +198,19 @@ impl PipelineSection {
         if self.eval_group == 0 {
             return Err(("eval_group", "must be at least 1".into()));
         }
-        if self.heldout_tasks == 0 {
+        if self.chunk_tasks == 0 {
+            return Err(("chunk_tasks", "must be at least 1".into()));
+        }
+        if self.difficulty.tasks > 0 && self.difficulty.samples < 2 {
+            return Err(("difficulty.samples", "must be at least 2 (a spread needs two rewards)".into()));
+        }
+        if let Some(lr) = self.pilot.lrs.iter().find(|lr| !(**lr > 0.0 && lr.is_finite())) {
+            return Err(("pilot.lrs", format!("learning rates must be > 0, got {lr}")));
+        }
+        if !self.pilot.lrs.is_empty() && self.pilot.steps == 0 {
+            return Err(("pilot.steps", "must be at least 1 when pilot.lrs is set".into()));
+        }
+        if self.heldout_tasks == 0 && self.heldout.is_none() {
             return Err(("heldout_tasks", "must be at least 1 (the report is measured on held-out tasks)".into()));
         }
         if !(self.eval_temperature >= 0.0 && self.eval_temperature.is_finite()) {
@@ -247,7 +312,13 @@ pub struct Report {
     pub train_tasks: usize,
     pub heldout_tasks: usize,
     /// Paired differences of held-out reward: `sft_vs_base`, `grpo_vs_sft`
-    /// (and `grpo_vs_base`).
+    /// (and `grpo_vs_base`, `grpo_vs_teacher`).
     #[serde(default)]
     pub paired: BTreeMap<String, stats::Paired>,
+    /// The difficulty filter: tasks probed, kept, the probe's mean reward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difficulty: Option<serde_json::Value>,
+    /// The pilot: each learning rate's mean training reward, and the chosen one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pilot: Option<serde_json::Value>,
 }

@@ -95,3 +95,54 @@ fn smollm2_recipe_has_a_tool_chat_template() {
     cfg.model.chat_template = None;
     assert_ne!(hash, trainer::checkpoint::config_hash(&serde_json::to_value(&cfg).unwrap()), "the template is part of the run's identity");
 }
+
+/// The shipped localizer is measured in the setting it was trained in:
+/// `configs/smollm2-real.toml` (base + shipped adapter, greedy) and the
+/// recipe that trains it agree on the model, template, tools and episode.
+#[test]
+fn the_real_localizer_config_matches_its_recipe() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let eval = RunConfig::from_file(&dir.join("smollm2-real.toml")).unwrap();
+    let recipe = RunConfig::from_file(&dir.join("smollm2-real-recipe.toml")).unwrap();
+    assert_eq!(eval.model.path, recipe.model.path);
+    assert!(!eval.model.path.starts_with('~'), "`~/` expands: {}", eval.model.path);
+    assert_eq!(eval.model.chat_template, recipe.model.chat_template);
+    assert_eq!((eval.model.dtype, recipe.model.adapter.is_none()), (recipe.model.dtype, true));
+    assert!(eval.model.adapter.as_ref().is_some_and(|a| a.ends_with("models/smollm2-135m-localizer")), "{:?}", eval.model.adapter);
+    assert_eq!(eval.env.tools, recipe.env.tools);
+    assert_eq!(eval.episode, recipe.episode);
+    assert_eq!(eval.env.repos_dir, recipe.env.repos_dir);
+    assert_eq!(eval.sampling.temperature, 0.0, "the localizer is measured greedy");
+    let p = recipe.pipeline.as_ref().expect("[pipeline]");
+    assert_eq!(p.eval_temperature, 0.0);
+    assert_eq!(p.eval_group, 1);
+    assert!(recipe.lora.is_some(), "the recipe trains the shipped adapter");
+}
+
+/// A leading `~/` in a config's paths is the user's home (`$HOME`), for
+/// `[model] path` too; other relative paths stay relative to the file.
+#[test]
+fn tilde_paths_expand_to_home() {
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME is set"));
+    assert!(home.is_absolute(), "{}", home.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("home.toml");
+    std::fs::write(
+        &path,
+        "name = \"home\"\n[model]\npath = \"~/models/tiny\"\ntokenizer = \"~/tok\"\n[env]\nrepos_dir = \"~/repos dir\"\n\
+         [pipeline]\ntasks = \"tasks.jsonl\"\nheldout = \"~/held.jsonl\"\n",
+    )
+    .unwrap();
+    let cfg = RunConfig::from_file(&path).unwrap();
+    assert_eq!(std::path::Path::new(&cfg.model.path), home.join("models/tiny"));
+    assert_eq!(cfg.model.tokenizer.as_deref(), Some(home.join("tok").as_path()));
+    assert_eq!(cfg.env.repos_dir, home.join("repos dir"));
+    let p = cfg.pipeline.as_ref().unwrap();
+    assert_eq!(p.heldout.as_deref(), Some(home.join("held.jsonl").as_path()));
+    assert_eq!(p.tasks.as_deref(), Some(tmp.path().join("tasks.jsonl").as_path()), "a relative path is the config folder's");
+
+    std::fs::write(&path, "name = \"home\"\n[model]\npath = \"~other/m\"\n[env]\nrepos_dir = \"~other/r\"\n").unwrap();
+    let cfg = RunConfig::from_file(&path).unwrap();
+    assert_eq!(cfg.model.path, "~other/m", "only `~/` is the home");
+    assert_eq!(cfg.env.repos_dir, tmp.path().join("~other/r"));
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# GRPO that learns on real repositories (issue 33): SmolLM2-135M-Instruct,
+# a LoRA adapter trained by SFT on scripted-teacher trajectories then GRPO,
+# on tasks from ~75 real Python repositories, evaluated on the tasks of 17
+# other repositories that no training step sees.
+#
+#   scripts/learn-real.sh            # -> checkpoints/real/run/report.json
+#
+# Stages (each leaves its output and is skipped when that output exists, so
+# a rerun after an interruption at any point continues where it stopped):
+#   1. repos    clone the repositories of data/real/repos.txt
+#               (REPO_SOURCE: a URL or path template, default GitHub)
+#   2. corpus   SWE-smith and SWE-Gym rows imported (`tasks import`), tasks
+#               from each repository's history and synthetic tasks
+#               (`tasks from-history`, `tasks synth`), split by repository
+#               (`tasks split`, data/real/heldout-repos.txt held out)
+#   3. run      `fusegrpo pipeline --config configs/smollm2-real.toml`:
+#               teacher trajectories -> SFT -> difficulty filter -> GRPO
+#               learning-rate pilot -> the long GRPO run -> evaluation of
+#               base, teacher, SFT and GRPO on the held-out tasks
+#   4. requests the 8 SWE-bench Verified rows of psf/requests, same stages
+#
+# FUSEGRPO_BIN=path runs a copy of the binary (so a rebuild during the
+# hours of the run does not touch it); by default the release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
+[ -n "${FUSEGRPO_BIN:-}" ] || cargo build --release --bin fusegrpo
+source="${REPO_SOURCE:-https://github.com/{owner}/{name}.git}"
+real=checkpoints/real
+repos=$real/repos
+mkdir -p "$real/corpus/history" "$real/corpus/synth"
+log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
+
+# 1. Repositories.
+log "repos: data/real/repos.txt into $repos"
+$bin repos fetch --list data/real/repos.txt --repos-dir "$repos" --source "$source"
+
+# 2. The corpus.
+c=$real/corpus
+if [ ! -f "$c/train.jsonl" ]; then
+  log "corpus: importing the SWE-smith and SWE-Gym rows"
+  [ -f "$c/smith.jsonl" ] || $bin tasks import --format swe-smith --input data/real/swe-smith-rows.jsonl \
+    --repos-dir "$repos" --out "$c/smith.jsonl" --report "$c/smith.report.json"
+  [ -f "$c/gym.jsonl" ] || $bin tasks import --format swe-gym --input data/real/swe-gym-rows.jsonl \
+    --repos-dir "$repos" --out "$c/gym.jsonl" --report "$c/gym.report.json"
+  # Up to 10 tasks from each repository's history (newest first), and 8
+  # synthetic tasks from each training repository's tree (none from the
+  # held-out ones: their evaluation is on real issues and commits).
+  grep -v '^#' data/real/repos.txt | while read -r repo; do
+    [ -n "$repo" ] || continue
+    dir=${repo/\//__}
+    [ -f "$c/history/$dir.jsonl" ] || $bin --log warn tasks from-history --repo "$repo" --repos-dir "$repos" \
+      --max 10 --out "$c/history/$dir.jsonl" || log "from-history $repo failed; skipped"
+    if ! grep -qx "$repo" data/real/heldout-repos.txt && [ ! -f "$c/synth/$dir.jsonl" ]; then
+      $bin --log warn tasks synth --repo "$repo" --repos-dir "$repos" --count 8 --seed 0 \
+        --out "$c/synth/$dir.jsonl" || log "synth $repo failed; skipped"
+    fi
+  done
+  $bin tasks split --input "$c/smith.jsonl" "$c/gym.jsonl" "$c"/history/*.jsonl "$c"/synth/*.jsonl \
+    --heldout-repos data/real/heldout-repos.txt --max-statement-chars 2000 --train "$c/train.jsonl.partial" --heldout "$c/heldout.jsonl"
+  mv "$c/train.jsonl.partial" "$c/train.jsonl"
+fi
+log "corpus: $(wc -l < "$c/train.jsonl") training tasks, $(wc -l < "$c/heldout.jsonl") held out"
+
+# 3. The recipe: teacher trajectories, SFT, difficulty filter, pilot, GRPO,
+# evaluation (each stage resumes; see configs/smollm2-real-recipe.toml).
+scripts/fetch-smollm2.sh >/dev/null
+log "run: fusegrpo pipeline into $real/run"
+nice -n 10 $bin pipeline --config configs/smollm2-real-recipe.toml --out "$real/run"
+[ -f "$real/run/grpo/metrics.jsonl" ] && $bin plot "$real/run/grpo"
+
+# 4. The 8 SWE-bench Verified rows of psf/requests (never trained on):
+# base, teacher, SFT and GRPO, greedy, one episode each.
+r=$real/requests
+mkdir -p "$r"
+$bin repos fetch --tasks data/real/swebench-verified-requests.jsonl --repos-dir "$repos" --source "$source"
+[ -f "$r/tasks.jsonl" ] || $bin tasks import --format swe-bench --input data/real/swebench-verified-requests.jsonl \
+  --repos-dir "$repos" --out "$r/tasks.jsonl"
+sft=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/sft/complete.json")
+grpo=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/grpo/complete.json")
+for stage in base teacher sft grpo; do
+  [ -f "$r/$stage.jsonl" ] && continue
+  case $stage in
+    base) args=(--policy model --no-adapter) ;;
+    teacher) args=(--policy scripted --no-adapter) ;;
+    sft) args=(--policy model --adapter "$sft") ;;
+    grpo) args=(--policy model --adapter "$grpo") ;;
+  esac
+  log "requests: $stage"
+  nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
+    --group 1 "${args[@]}" --out "$r/$stage.jsonl.partial" --skip-bad-tasks > "$r/$stage.table"
+  mv "$r/$stage.jsonl.partial" "$r/$stage.jsonl"
+done
+for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stage.table"; done
+log "done: $real/run/report.json, $real/requests/*.table"

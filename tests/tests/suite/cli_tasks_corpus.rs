@@ -1,0 +1,205 @@
+//! `fusegrpo tasks import` (published rows over local repositories; a row
+//! that cannot be used is named and skipped, never fatal) and `fusegrpo
+//! tasks split` (by repository; SWE-bench's repositories never train).
+
+use e2e::{fusegrpo, fusegrpo_ok, git, read_jsonl};
+use serde_json::{json, Value};
+use std::path::Path;
+
+const CALC: &str = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n";
+
+/// `repos/o__calc` with one commit; returns its id.
+fn calc_repo(dir: &Path) -> String {
+    let repo = dir.join("repos/o__calc");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("calc.py"), CALC).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "base"]);
+    git(&repo, &["rev-parse", "HEAD"])
+}
+
+/// The diff of calc.py changed to `after` (the work tree is restored).
+fn diff_to(dir: &Path, after: &str) -> String {
+    let repo = dir.join("repos/o__calc");
+    std::fs::write(repo.join("calc.py"), after).unwrap();
+    let diff = git(&repo, &["diff"]) + "\n";
+    git(&repo, &["checkout", "-q", "--", "."]);
+    diff
+}
+
+fn row(id: &str, repo: &str, base: &str, patch: &str, edited: &[&str]) -> String {
+    json!({"instance_id": id, "repo": repo, "base_commit": base, "problem_statement": format!("issue of {id}"),
+           "patch": patch, "edited_entities": edited, "FAIL_TO_PASS": ["t"]})
+    .to_string()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn tasks_import_swe_smith_imports_good_rows_and_names_the_bad_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let short = &base[..7];
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let stale = bug_add.replace("-    return a + b", "-    return a + b + 1");
+    let mut empty_statement: Value = serde_json::from_str(&row("calc.blank", "o/calc", short, &bug_add, &[])).unwrap();
+    empty_statement["problem_statement"] = "".into();
+    let rows = [
+        row("calc.add", "o/calc", short, &bug_add, &["calc.py:add"]),
+        row("calc.missing", "o/calc", "0badc0de", &bug_add, &["calc.py:add"]),
+        "not json".to_string(),
+        row("calc.stale", "o/calc", short, &stale, &["calc.py:add"]),
+        empty_statement.to_string(),
+        row("other.x", "o/absent", short, &bug_add, &[]),
+        row("calc.sub", "o/calc", short, &bug_sub, &["calc.py:sub", "calc.py:add"]),
+    ];
+    let input = dir.join("rows.jsonl");
+    std::fs::write(&input, rows.join("\n") + "\n\n").unwrap();
+    let (out, report) = (dir.join("tasks.jsonl"), dir.join("report.json"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let args = ["tasks", "import", "--format", "swe-smith", "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out), "--report", &d(&report)];
+    let run = fusegrpo(&args);
+    let err = stderr(&run);
+    assert!(run.status.success(), "bad rows are never fatal: {err}");
+    for (id, why) in [
+        ("calc.missing", "0badc0de"),
+        ("rows.jsonl:3", "not a row"),
+        ("calc.stale", "does not apply"),
+        ("calc.blank", "problem statement is empty"),
+        ("other.x", "o/absent"),
+    ] {
+        assert!(err.lines().any(|l| l.starts_with(&format!("skipped {id}")) || (l.starts_with("skipped") && l.contains(id) && l.contains(why))), "{id} not named:\n{err}");
+        assert!(err.contains(why), "{id}: {why} not said:\n{err}");
+    }
+    assert!(err.contains("2 of 7 rows imported"), "{err}");
+
+    let tasks = read_jsonl(&out);
+    let ids: Vec<&str> = tasks.iter().map(|t| t["instance_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["calc.add", "calc.sub"]);
+    let work = dir.join("repos/o__calc");
+    for (t, func) in tasks.iter().zip(["calc.py:add", "calc.py:sub"]) {
+        let commit = t["base_commit"].as_str().unwrap();
+        assert_eq!(commit.len(), 40);
+        assert_eq!(git(&work, &["rev-parse", &format!("{commit}^")]), base, "the buggy commit's parent is the base");
+        let id = t["instance_id"].as_str().unwrap();
+        assert_eq!(git(&work, &["rev-parse", &format!("refs/fusegrpo/swe-smith/{id}")]), commit);
+        assert_eq!(t["gold"]["files"], json!(["calc.py"]));
+        assert_eq!(t["gold"]["functions"], json!([func]));
+        assert!(t["patch"].as_str().unwrap().contains("+    return a"), "the fix restores the base: {}", t["patch"]);
+    }
+    // The environment reads the buggy commit.
+    let call = r#"{"name": "read_file", "arguments": {"path": "calc.py"}}"#;
+    let shown = fusegrpo_ok(&["tool", "--repos-dir", &d(&dir.join("repos")), "--repo", "o/calc", "--commit", tasks[0]["base_commit"].as_str().unwrap(), "--call", call]);
+    assert!(shown.contains("return a * b"), "{shown}");
+
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!((r["rows"].as_u64(), r["imported"].as_u64()), (Some(7), Some(2)), "{r}");
+    let skipped: Vec<&String> = r["skipped"].as_object().unwrap().keys().collect();
+    assert_eq!(skipped.len(), 5, "{r}");
+    for id in ["calc.missing", "calc.stale", "calc.blank", "other.x"] {
+        assert!(r["skipped"][id].is_string(), "{id}: {r}");
+    }
+    assert!(skipped.iter().any(|k| k.ends_with("rows.jsonl:3")), "{r}");
+    // add: equal; sub: ours {sub}, theirs {sub, add}: Jaccard 1/2, recall 1/2.
+    let a = &r["agreement"];
+    assert_eq!((a["rows"].as_u64(), a["equal"].as_u64()), (Some(2), Some(1)), "{a}");
+    assert!((a["mean_jaccard"].as_f64().unwrap() - 0.75).abs() < 1e-9 && (a["mean_recall"].as_f64().unwrap() - 0.75).abs() < 1e-9, "{a}");
+    assert!(err.contains("1 of 2 equal"), "{err}");
+
+    // Imported again: the same tasks, the same commits.
+    fusegrpo_ok(&args);
+    assert_eq!(read_jsonl(&out), tasks);
+}
+
+#[test]
+fn tasks_import_swe_gym_keeps_the_fix_at_the_base_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let fix = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let input = dir.join("gym.jsonl");
+    std::fs::write(&input, [row("calc-1", "o/calc", &base[..9], &fix, &[]), row("calc-2", "o/calc", "feedface", &fix, &[])].join("\n")).unwrap();
+    let (out, report) = (dir.join("tasks.jsonl"), dir.join("report.json"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let run = fusegrpo(&["tasks", "import", "--format", "swe-gym", "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out), "--report", &d(&report)]);
+    let err = stderr(&run);
+    assert!(run.status.success() && err.contains("skipped calc-2") && err.contains("feedface"), "{err}");
+    let tasks = read_jsonl(&out);
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["base_commit"], base.as_str(), "the row's commit, its full id");
+    assert_eq!(tasks[0]["patch"], fix.as_str());
+    assert_eq!(tasks[0]["gold"]["functions"], json!(["calc.py:sub"]));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(r["agreement"].is_null(), "no published gold to compare: {r}");
+    assert_eq!(r["skipped"].as_object().unwrap().len(), 1);
+    assert!(git(&dir.join("repos/o__calc"), &["for-each-ref", "refs/fusegrpo"]).is_empty(), "SWE-Gym rows write no commit");
+}
+
+fn task(id: &str, repo: &str, statement: &str) -> String {
+    json!({"instance_id": id, "repo": repo, "base_commit": "0123456789abcdef0123456789abcdef01234567", "problem_statement": statement,
+           "gold": {"files": ["a.py"], "functions": []}})
+    .to_string()
+}
+
+#[test]
+fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let a = dir.join("a.jsonl");
+    let b = dir.join("b.jsonl");
+    let long = "x".repeat(200);
+    std::fs::write(
+        &a,
+        [
+            task("one-1", "acme/one", "short"),
+            task("one-2", "acme/one", &long),
+            task("two-1", "acme/two", "short"),
+            task("req-1", "psf/requests", "short"),
+            task("dj-1", "django/django", "short"),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    // one-1 again (dropped: first seen wins), and a third repository.
+    std::fs::write(&b, [task("one-1", "acme/three", "short"), task("three-1", "acme/three", "short"), task("two-2", "acme/two", "short")].join("\n")).unwrap();
+    let held = dir.join("held.txt");
+    std::fs::write(&held, "# the held-out repositories\nacme/two  # a comment\n\n").unwrap();
+    let (train, heldout) = (dir.join("train.jsonl"), dir.join("heldout.jsonl"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let ids = |p: &Path| read_jsonl(p).iter().map(|t| format!("{}@{}", t["instance_id"].as_str().unwrap(), t["repo"].as_str().unwrap())).collect::<Vec<_>>();
+    let split = |extra: &[&str]| {
+        let mut args = vec!["tasks".to_string(), "split".into(), "--input".into(), d(&a), d(&b), "--heldout-repos".into(), d(&held)];
+        args.extend(["--train".into(), d(&train), "--heldout".into(), d(&heldout)]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = fusegrpo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+
+    let err = split(&[]);
+    assert_eq!(ids(&train), ["one-1@acme/one", "one-2@acme/one", "three-1@acme/three"]);
+    assert_eq!(ids(&heldout), ["two-1@acme/two", "two-2@acme/two"]);
+    assert!(err.contains("2 tasks of SWE-bench's repositories left out of training"), "{err}");
+
+    let err = split(&["--max-statement-chars", "100"]);
+    assert_eq!(ids(&train), ["one-1@acme/one", "three-1@acme/three"], "the long statement is dropped");
+    assert!(err.contains("1 tasks dropped"), "{err}");
+
+    // A SWE-bench repository named as held out is held out.
+    std::fs::write(&held, "acme/two\npsf/requests\n").unwrap();
+    split(&[]);
+    assert_eq!(ids(&heldout), ["two-1@acme/two", "req-1@psf/requests", "two-2@acme/two"]);
+    assert!(!ids(&train).iter().any(|t| t.contains("psf/requests") || t.contains("django")));
+
+    std::fs::write(&held, "# nothing\n").unwrap();
+    let out = fusegrpo(&["tasks", "split", "--input", &d(&a), "--heldout-repos", &d(&held), "--train", &d(&train), "--heldout", &d(&heldout)]);
+    assert!(!out.status.success() && stderr(&out).contains("names no repository"), "{}", stderr(&out));
+    std::fs::write(&held, "not-a-repo\n").unwrap();
+    let out = fusegrpo(&["tasks", "split", "--input", &d(&a), "--heldout-repos", &d(&held), "--train", &d(&train), "--heldout", &d(&heldout)]);
+    assert!(!out.status.success() && stderr(&out).contains("held.txt:1"), "{}", stderr(&out));
+}
