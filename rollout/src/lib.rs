@@ -38,6 +38,7 @@ pub mod answer;
 pub mod chat;
 pub mod efficiency;
 pub mod entities;
+pub mod localize;
 pub mod episode;
 pub mod policy;
 pub mod practice;

@@ -50,6 +50,10 @@ enum Command {
     /// Run episodes and print the FuseSearch table (F1, e, turns, calls, tokens, time);
     /// with --attempts N, select among N attempts per task (first, vote, tournament, refine).
     Eval(cli::rollout::Args),
+    /// Localize an issue in a repository (its working tree as it is, or --rev): the files and functions, ranked, with the evidence and the cost.
+    Localize(cli::localize::Args),
+    /// A Model Context Protocol server over stdio: the `localize` tool (and grep, glob, read_file) for coding agents.
+    Mcp(cli::mcp::Args),
     /// OpenAI-compatible chat-completions server (tool calls in OpenAI's format).
     Serve(cli::serve::Args),
     /// Teacher trajectories for SFT: K scored episodes per task (scripted or HTTP teacher).
@@ -168,6 +172,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(args),
         Command::Rollout(args) => cli::rollout::run_rollout(args),
         Command::Eval(args) => cli::rollout::run_eval(args),
+        Command::Localize(args) => cli::localize::run(args),
+        Command::Mcp(args) => cli::mcp::run(args),
         Command::Tool(args) => cli::env::run_tool(args),
         Command::Reward(args) => cli::env::run_reward(args),
         Command::Tasks(cmd) => cli::env::run_tasks(cmd),

@@ -10,10 +10,12 @@ mod load;
 pub mod path;
 mod snapshot;
 mod store;
+mod worktree;
 
 pub use load::{load_snapshot, open_repository, open_repository_path, repo_dir_name, resolve_commit};
 pub use snapshot::{FileEntry, FileKind, Snapshot, SnapshotConfig};
 pub use store::SnapshotStore;
+pub use worktree::{load_worktree, WORKTREE};
 
 use std::path::PathBuf;
 use thiserror::Error;

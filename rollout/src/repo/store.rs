@@ -60,6 +60,14 @@ impl SnapshotStore {
         Ok(snapshot)
     }
 
+    /// Puts a snapshot made elsewhere (a working tree, a repository outside
+    /// the repos dir) under `(repo, rev)`, where [`SnapshotStore::get`]
+    /// finds it.
+    pub fn insert(&self, repo: &str, rev: &str, snapshot: Arc<Snapshot>) {
+        let slot = self.slot(repo, rev);
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+    }
+
     fn slot(&self, repo: &str, rev: &str) -> Slot {
         let mut cache = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         cache.clock += 1;

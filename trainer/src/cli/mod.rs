@@ -22,6 +22,8 @@ pub mod plan;
 pub mod score;
 pub mod sft;
 pub mod synth;
+pub mod localize;
+pub mod mcp;
 pub mod tasks_corpus;
 pub mod tasks_synth;
 pub mod selftest;

@@ -1,0 +1,138 @@
+"""A real MCP client drives `fusegrpo mcp` (issue 36): the official Python SDK
+(`mcp`, pinned by scripts/mcp-check.sh) starts the server over stdio, lists
+its tools, calls `localize` on held-out practice tasks and checks the
+structured result (files present, F1 against each task's gold printed),
+then sends each bad input and checks that the server answers a tool error
+and serves the next call.
+
+    python mcp_client_check.py --bin B --config C --tasks T --repos-dir D \
+        [--policy scripted|model] [--model M] [--adapter A] [--n 5]
+"""
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def f1(predicted, gold):
+    predicted, gold = set(predicted), set(gold)
+    if not predicted or not gold:
+        return 0.0
+    hit = len(predicted & gold)
+    if hit == 0:
+        return 0.0
+    p, r = hit / len(predicted), hit / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def check(args):
+    tasks = [json.loads(l) for l in Path(args.tasks).read_text().splitlines() if l.strip()][: args.n]
+    assert tasks, f"no task in {args.tasks}"
+    server_args = ["mcp", "--config", args.config, "--policy", args.policy]
+    if args.model:
+        server_args += ["--model", args.model]
+    if args.adapter:
+        server_args += ["--adapter", args.adapter]
+    params = StdioServerParameters(command=args.bin, args=server_args)
+    failures = []
+
+    def expect(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            expect(init.server_info.name == "fusegrpo", f"server_info.name = {init.server_info.name}")
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            expect({"localize", "grep", "glob", "read_file"} <= set(tools), f"tools listed: {sorted(tools)}")
+            expect("issue" in tools["localize"].input_schema.get("required", []), "localize requires `issue`")
+
+            f1s = []
+            for t in tasks:
+                repo = str(Path(args.repos_dir) / t["repo"].replace("/", "__"))
+                progress = []
+
+                async def on_progress(p, total, message, progress=progress):
+                    progress.append((p, total, message))
+
+                r = await session.call_tool(
+                    "localize",
+                    {"issue": t["problem_statement"], "repo": repo, "rev": t["base_commit"], "attempts": 2},
+                    progress_callback=on_progress,
+                )
+                s = r.structured_content or {}
+                files = [x["entity"] for x in s.get("files", [])]
+                gold = t["gold"]["files"] if t.get("gold") else []
+                score = f1(files, gold)
+                f1s.append(score)
+                expect(not r.is_error and "files" in s and "cost" in s, f"{t['instance_id']}: structured result")
+                expect(s.get("cost", {}).get("attempts") == 2, f"{t['instance_id']}: cost counts 2 attempts")
+                expect(len(progress) == 2 and progress[-1][1] == 2, f"{t['instance_id']}: progress notifications {progress}")
+                print(f"     {t['instance_id']}: answered {s.get('answered')} of 2, files {files[:3]}, gold {gold}, F1 {score:.3f}")
+            mean = sum(f1s) / len(f1s)
+            print(f"mean file F1 over {len(f1s)} tasks ({args.policy}): {mean:.3f}")
+            if args.min_f1 is not None:
+                expect(mean >= args.min_f1, f"mean file F1 {mean:.3f} >= {args.min_f1}")
+
+            good = {"issue": tasks[0]["problem_statement"], "repo": str(Path(args.repos_dir) / tasks[0]["repo"].replace("/", "__")),
+                    "rev": tasks[0]["base_commit"]}
+            with tempfile.TemporaryDirectory() as tmp:
+                plain = Path(tmp) / "not-a-repo"
+                plain.mkdir()
+                docs = Path(tmp) / "docs-only"
+                docs.mkdir()
+                subprocess.run(["git", "init", "-q", str(docs)], check=True)
+                (docs / "README.md").write_text("# Nothing to parse here\n")
+                bad = [
+                    ("a path that is not a repository", {**good, "repo": str(plain)}, "not a git repository"),
+                    ("an unknown revision", {**good, "rev": "no-such-revision"}, "no-such-revision"),
+                    ("an empty issue", {**good, "issue": "   "}, "issue is empty"),
+                    ("a repository with no parseable source", {**good, "repo": str(docs), "rev": None}, "no source file"),
+                    ("too many attempts", {**good, "attempts": 1000}, "attempts must be"),
+                ]
+                for what, arguments, needle in bad:
+                    arguments = {k: v for k, v in arguments.items() if v is not None}
+                    r = await session.call_tool("localize", arguments)
+                    expect(r.is_error and needle in text_of(r), f"{what}: tool error naming it ({text_of(r)[:100]!r})")
+                    r = await session.call_tool("localize", good)
+                    expect(not r.is_error, f"... and the next call is served")
+
+            r = await session.call_tool("grep", {"pattern": "def ", "repo": good["repo"], "rev": good["rev"]})
+            expect(not r.is_error and ":" in text_of(r), "grep answers")
+            r = await session.call_tool("read_file", {"path": "no/such/file.py", "repo": good["repo"], "rev": good["rev"]})
+            expect(r.is_error, "read_file of a missing file is a tool error")
+            r = await session.call_tool("glob", {"pattern": "**/*.py", "repo": good["repo"], "rev": good["rev"]})
+            expect(not r.is_error and ".py" in text_of(r), "glob answers")
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--tasks", required=True)
+    ap.add_argument("--repos-dir", required=True)
+    ap.add_argument("--policy", default="scripted")
+    ap.add_argument("--model")
+    ap.add_argument("--adapter")
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--min-f1", type=float, help="fail when the mean file F1 is lower")
+    sys.exit(asyncio.run(check(ap.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+//! `fusegrpo localize` and `fusegrpo mcp` (issue 36) on a small repository:
+//! the working tree as it is (uncommitted and untracked files seen, nothing
+//! written), the same answer as `eval` on the same task, and the MCP server
+//! spoken to in JSON-RPC over stdio, bad inputs answered as tool errors.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use serde_json::{json, Value};
+
+/// Every file under `.git` with its bytes, and `git status --porcelain`.
+fn repo_state(repo: &Path) -> (BTreeMap<String, Vec<u8>>, String) {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![repo.join(".git")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.insert(p.strip_prefix(repo).unwrap().display().to_string(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let status = Command::new("git").arg("-C").arg(repo).args(["status", "--porcelain"]).output().unwrap();
+    (files, String::from_utf8(status.stdout).unwrap())
+}
+
+fn localize_json(cfg: &Path, repo: &Path, issue: &str, extra: &[&str]) -> Value {
+    let issue_file = repo.parent().unwrap().join("issue.txt");
+    std::fs::write(&issue_file, issue).unwrap();
+    let mut args = vec!["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", repo.to_str().unwrap()];
+    args.extend_from_slice(&["--issue", issue_file.to_str().unwrap(), "--json"]);
+    args.extend_from_slice(extra);
+    serde_json::from_str(&fusegrpo_ok(&args)).unwrap()
+}
+
+fn entities(v: &Value, key: &str) -> Vec<String> {
+    v[key].as_array().unwrap().iter().map(|r| r["entity"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn localize_sees_uncommitted_edits_and_leaves_the_repository_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let tax = std::fs::read_to_string(repo.join("shop/tax.py")).unwrap();
+    std::fs::write(repo.join("shop/tax.py"), format!("{tax}\ndef frobnicate_widget(total):\n    return total - 1\n")).unwrap();
+    std::fs::write(repo.join("shop/extra.py"), "def quux_handler(order):\n    return order.id\n").unwrap();
+    let before = repo_state(&repo);
+    assert!(before.1.contains(" M shop/tax.py") && before.1.contains("?? shop/extra.py"), "{}", before.1);
+
+    let edited = localize_json(&cfg, &repo, "Calling `frobnicate_widget` on a refund returns the wrong total.", &[]);
+    assert!(entities(&edited, "functions").contains(&"shop/tax.py:frobnicate_widget".to_string()), "{edited}");
+    assert_eq!(edited["answered"], 1);
+    let ev = &edited["functions"][0]["evidence"];
+    assert!(ev["tool"].is_string() && ev["line"].as_str().unwrap().contains("frobnicate_widget"), "{edited}");
+    let untracked = localize_json(&cfg, &repo, "`quux_handler` raises for orders without an id.", &[]);
+    assert!(entities(&untracked, "files").contains(&"shop/extra.py".to_string()), "{untracked}");
+    // A revision is searched as committed: the edit is not there.
+    let committed = localize_json(&cfg, &repo, "Calling `frobnicate_widget` on a refund returns the wrong total.", &["--rev", "HEAD"]);
+    assert!(!entities(&committed, "functions").iter().any(|f| f.contains("frobnicate_widget")), "{committed}");
+
+    let after = repo_state(&repo);
+    assert_eq!(before.1, after.1, "git status changed");
+    assert_eq!(before.0.keys().collect::<Vec<_>>(), after.0.keys().collect::<Vec<_>>(), "files under .git changed");
+    assert!(before.0 == after.0, "the bytes of a file under .git changed");
+}
+
+#[test]
+fn localize_answers_as_eval_does_on_the_same_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let tasks = read_jsonl(&tmp.path().join("tasks.jsonl"));
+    let one = tmp.path().join("one.jsonl");
+    std::fs::write(&one, format!("{}\n", tasks[0])).unwrap();
+    let out = tmp.path().join("eval.jsonl");
+    fusegrpo_ok(&["eval", "--config", cfg.to_str().unwrap(), "--tasks", one.to_str().unwrap(), "--policy", "scripted", "--group", "1", "--out", out.to_str().unwrap()]);
+    let episode = &read_jsonl(&out)[0];
+    let mut eval_answer: Vec<String> = episode["answer"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let repo = tmp.path().join("repos/acme__shop");
+    let loc = localize_json(&cfg, &repo, tasks[0]["problem_statement"].as_str().unwrap(), &["--rev", tasks[0]["base_commit"].as_str().unwrap()]);
+    let mut ours: Vec<String> = entities(&loc, "files").into_iter().chain(entities(&loc, "functions")).collect();
+    // The answer lists functions; their files count as named.
+    for f in eval_answer.clone() {
+        if let Some((file, _)) = f.split_once(':') {
+            eval_answer.push(file.to_string());
+        }
+    }
+    eval_answer.sort();
+    eval_answer.dedup();
+    ours.sort();
+    assert_eq!(ours, eval_answer, "localize {loc}\neval {episode}");
+    assert_eq!(loc["cost"]["turns"].as_u64().unwrap() as usize, episode["turns"].as_array().unwrap().len());
+}
+
+#[test]
+fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let mut child = Command::new(fusegrpo_bin())
+        .args(["mcp", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", repo.to_str().unwrap()])
+        .env("FUSEGRPO_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    let mut next_for = |id: u64| -> Value {
+        loop {
+            let line = lines.next().expect("the server closed stdout").unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carries only JSON-RPC: {line:?}: {e}"));
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
+    assert_eq!(next_for(1)["result"]["serverInfo"]["name"], "fusegrpo");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let tools: Vec<String> = next_for(2)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    for t in ["localize", "grep", "glob", "read_file"] {
+        assert!(tools.contains(&t.to_string()), "{tools:?}");
+    }
+    let call = |id: u64, name: &str, arguments: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
+    let good = json!({"issue": "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them."});
+    let bad = [
+        (json!({"issue": "  "}), "issue is empty"),
+        (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "not a git repository"),
+        (json!({"issue": "x", "rev": "no-such-rev"}), "no-such-rev"),
+        (json!({"issue": "x", "attempts": 0}), "attempts must be"),
+    ];
+    let mut id = 10;
+    for (arguments, needle) in bad {
+        send(call(id, "localize", arguments));
+        let r = next_for(id);
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains(needle), "{r}");
+        send(call(id + 1, "localize", good.clone()));
+        let r = next_for(id + 1);
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        let files = &r["result"]["structuredContent"]["files"];
+        assert_eq!(files[0]["entity"], "shop/cart.py", "{r}");
+        id += 2;
+    }
+    send(call(id, "read_file", json!({"path": "shop/tax.py"})));
+    assert!(next_for(id)["result"]["content"][0]["text"].as_str().unwrap().contains("compute_tax"));
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the server exits cleanly when the client closes stdin");
+}
