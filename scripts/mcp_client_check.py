@@ -82,6 +82,8 @@ async def check(args):
                 expect(s.get("cost", {}).get("attempts") == 2, f"{t['instance_id']}: cost counts 2 attempts")
                 expect(len(progress) == 2 and progress[-1][1] == 2, f"{t['instance_id']}: progress notifications {progress}")
                 print(f"     {t['instance_id']}: answered {s.get('answered')} of 2, files {files[:3]}, gold {gold}, F1 {score:.3f}")
+                if s.get("answered") == 0:
+                    expect("ended without an answer" in text_of(r), f"{t['instance_id']}: no answer is said, not an error")
             mean = sum(f1s) / len(f1s)
             print(f"mean file F1 over {len(f1s)} tasks ({args.policy}): {mean:.3f}")
             if args.min_f1 is not None:

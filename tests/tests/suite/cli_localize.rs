@@ -158,3 +158,44 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
     let status = child.wait().unwrap();
     assert!(status.success(), "the server exits cleanly when the client closes stdin");
 }
+
+/// An episode that ends without an answer is no error: the server says so
+/// and returns what the tools surfaced (a tiny random model never answers).
+#[test]
+fn mcp_says_when_the_localizer_ends_without_an_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let mut child = Command::new(fusegrpo_bin())
+        .args(["mcp", "--config", cfg.to_str().unwrap(), "--policy", "model", "--repo", repo.to_str().unwrap()])
+        .env("FUSEGRPO_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for v in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "localize", "arguments": {"issue": "`compute_tax` uses a flat rate; it must depend on the region."}}}),
+    ] {
+        writeln!(stdin, "{v}").unwrap();
+    }
+    let reply = loop {
+        let v: Value = serde_json::from_str(&lines.next().expect("a reply").unwrap()).unwrap();
+        if v["id"] == 2 {
+            break v;
+        }
+    };
+    let result = &reply["result"];
+    assert_eq!(result["isError"], false, "{reply}");
+    assert_eq!(result["structuredContent"]["answered"], 0, "{reply}");
+    assert!(result["content"][0]["text"].as_str().unwrap().contains("ended without an answer"), "{reply}");
+    assert!(result["structuredContent"]["cost"]["turns"].as_u64().unwrap() >= 1, "{reply}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
