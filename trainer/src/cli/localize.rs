@@ -33,8 +33,11 @@ pub struct Args {
     #[arg(long)]
     pub model: Option<String>,
     /// A LoRA adapter instead of the config's [model] adapter.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_adapter")]
     pub adapter: Option<PathBuf>,
+    /// The base model alone, whatever the config's [model] adapter says.
+    #[arg(long)]
+    pub no_adapter: bool,
     /// model | scripted (the scripted teacher, no model).
     #[arg(long, default_value = "model")]
     pub policy: PolicyChoice,
@@ -71,7 +74,10 @@ pub struct Request {
 
 /// Runs `fusegrpo localize`.
 pub fn run(args: Args) -> Result<()> {
-    let cfg = config(&args.config, args.model.as_deref(), args.adapter.as_deref())?;
+    let mut cfg = config(&args.config, args.model.as_deref(), args.adapter.as_deref())?;
+    if args.no_adapter {
+        cfg.model.adapter = None;
+    }
     let issue = read_issue(&args.issue)?;
     let request = Request { issue, repo: args.repo.clone(), rev: args.rev.clone(), attempts: args.attempts, tournament: args.select == "tournament" };
     check_request(&request)?;
