@@ -207,6 +207,17 @@ fn the_memory_plan_is_printed_and_checked_before_training() {
     assert!(plan["parts"]["rollout"]["kv_cache"].as_u64().unwrap() > 0);
     let table = fusegrpo_ok(&["plan", "--config", cfg_s]);
     assert!(table.contains("rollout (cpu):") && table.contains("peak:"), "{table}");
+    // The device size reads in both unit families; a run that does not
+    // fit exits 1 naming what to lower; a bare number is refused.
+    let fits = fusegrpo_ok(&["plan", "--config", cfg_s, "--gpu-memory", "64GB"]);
+    assert!(fits.contains("fits in 64 GB (59.60 GiB)"), "{fits}");
+    let small = fusegrpo(&["plan", "--config", cfg_s, "--gpu-memory", "1MiB"]);
+    assert_eq!(small.status.code(), Some(1), "{small:?}");
+    assert!(String::from_utf8_lossy(&small.stdout).contains("does NOT fit in 1.05 MB (1.00 MiB)"));
+    assert!(String::from_utf8_lossy(&small.stderr).contains("lower ["));
+    let bare = fusegrpo(&["plan", "--config", cfg_s, "--gpu-memory", "80"]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("80GB (80 x 10^9 bytes) or 80GiB"));
 
     let run = tmp.path().join("run");
     let out = fusegrpo(&["train", "--config", cfg_s, "--out", run.to_str().unwrap(), "--gpu-memory", "1MiB"]);

@@ -12,7 +12,7 @@ pub struct Args {
     /// Run configuration (TOML; see configs/).
     #[arg(long)]
     pub config: PathBuf,
-    /// Device memory to check against, e.g. 141GB or 80GiB (default: no check).
+    /// Device memory to check against, with its unit: 141GB (10^9 bytes each) or 80GiB (2^30) (default: no check). The exit status is 1 when the run does not fit.
     #[arg(long, value_parser = bytes::parse)]
     pub gpu_memory: Option<u64>,
     /// The model's config.json, when the config's model is a hub id not downloaded yet.
@@ -35,6 +35,10 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", plan.json(a.gpu_memory));
     } else {
         print!("{}", plan.table(a.gpu_memory));
+    }
+    // Not fitting is a failure a script can see, with the settings to lower.
+    if let Some(limit) = a.gpu_memory {
+        plan.check(limit, "--gpu-memory")?;
     }
     Ok(())
 }

@@ -151,7 +151,7 @@ impl MemoryPlan {
         out.push_str(&format!("peak: {} ({peak})", bytes::format(self.peak_bytes())));
         if let Some(limit) = limit {
             let verdict = if self.peak_bytes() <= limit { "fits" } else { "does NOT fit" };
-            out.push_str(&format!(", {verdict} in {}", bytes::format(limit)));
+            out.push_str(&format!(", {verdict} in {}", bytes::format_both(limit)));
         }
         out.push('\n');
         if let Some(limit) = limit {
