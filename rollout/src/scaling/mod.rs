@@ -109,6 +109,25 @@ pub struct ScalingConfig {
     pub summary_max_tokens: usize,
 }
 
+impl ScalingConfig {
+    /// Selection by `selector` among `attempts` attempts per task, judged
+    /// from the episodes alone (summaries made from them, the evidence judge
+    /// for tournaments, no refine): what `pipeline` and `localize` use.
+    pub fn from_episodes(attempts: usize, selector: Selector, seed: u64) -> ScalingConfig {
+        ScalingConfig {
+            attempts,
+            selectors: vec![selector],
+            refine: false,
+            vote_min: None,
+            seed,
+            judge_retries: 0,
+            judge_max_tokens: 1,
+            summaries: SummarySource::Episode,
+            summary_max_tokens: 1,
+        }
+    }
+}
+
 /// Who writes an attempt's summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

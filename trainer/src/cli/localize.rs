@@ -6,7 +6,7 @@
 //! server (`fusegrpo mcp`) calls.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -14,7 +14,7 @@ use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::Episode;
 use rollout::localize::Localization;
 use rollout::scaling::judge::EvidenceJudge;
-use rollout::scaling::{ScalingConfig, Selector, SummarySource};
+use rollout::scaling::{ScalingConfig, Selector};
 use rollout::policy::Policy;
 use rollout::repo::{load_snapshot, load_worktree, Snapshot, SnapshotConfig, WORKTREE};
 use rollout::spans::Language;
@@ -23,9 +23,9 @@ use trainer::run_config::RunConfig;
 
 use super::rollout::{with_policy, PolicyChoice, TeacherOpts};
 
-/// `fusegrpo localize`.
+/// The localizer both `localize` and `mcp` load: a config and its model overrides.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct LocalizerArgs {
     /// Run configuration: the model, its chat template and the episode setting (configs/smollm2-real.toml for the shipped localizer).
     #[arg(long)]
     pub config: PathBuf,
@@ -41,6 +41,31 @@ pub struct Args {
     /// model | scripted (the scripted teacher, no model).
     #[arg(long, default_value = "model")]
     pub policy: PolicyChoice,
+}
+
+impl LocalizerArgs {
+    /// The config with the model overrides.
+    pub fn config(&self) -> Result<RunConfig> {
+        let mut cfg = RunConfig::from_file(&self.config)?;
+        if let Some(m) = &self.model {
+            cfg.model.path = m.clone();
+            cfg.model.adapter = None;
+        }
+        if let Some(a) = &self.adapter {
+            cfg.model.adapter = Some(a.clone());
+        }
+        if self.no_adapter {
+            cfg.model.adapter = None;
+        }
+        Ok(cfg)
+    }
+}
+
+/// `fusegrpo localize`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub localizer: LocalizerArgs,
     /// The repository (a git work tree; bare repositories need --rev).
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
@@ -74,14 +99,11 @@ pub struct Request {
 
 /// Runs `fusegrpo localize`.
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = config(&args.config, args.model.as_deref(), args.adapter.as_deref())?;
-    if args.no_adapter {
-        cfg.model.adapter = None;
-    }
+    let cfg = args.localizer.config()?;
     let issue = read_issue(&args.issue)?;
     let request = Request { issue, repo: args.repo.clone(), rev: args.rev.clone(), attempts: args.attempts, tournament: args.select == "tournament" };
     check_request(&request)?;
-    let result = with_policy(&cfg, &args.policy, &TeacherOpts::default(), |policy, env| {
+    let result = with_policy(&cfg, &args.localizer.policy, &TeacherOpts::default(), |policy, env| {
         localize(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"))
     })?;
     if args.json {
@@ -90,19 +112,6 @@ pub fn run(args: Args) -> Result<()> {
         print!("{}", result.render());
     }
     Ok(())
-}
-
-/// The config with the model overrides.
-pub fn config(path: &Path, model: Option<&str>, adapter: Option<&Path>) -> Result<RunConfig> {
-    let mut cfg = RunConfig::from_file(path)?;
-    if let Some(m) = model {
-        cfg.model.path = m.to_string();
-        cfg.model.adapter = None;
-    }
-    if let Some(a) = adapter {
-        cfg.model.adapter = Some(a.to_path_buf());
-    }
-    Ok(cfg)
 }
 
 fn read_issue(arg: &str) -> Result<String> {
@@ -178,17 +187,7 @@ pub fn localize(
     if !r.tournament || r.attempts < 2 {
         return Ok(ranked);
     }
-    let sc = ScalingConfig {
-        attempts: r.attempts,
-        selectors: vec![Selector::Tournament],
-        refine: false,
-        vote_min: None,
-        seed: cfg.sampling.seed,
-        judge_retries: 0,
-        judge_max_tokens: 1,
-        summaries: SummarySource::Episode,
-        summary_max_tokens: 1,
-    };
+    let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
     let summaries = rollout::scaling::summarize(&episodes, r.attempts);
     let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
     let chosen = picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen);

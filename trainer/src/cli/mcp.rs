@@ -24,23 +24,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::localize::{localize, Request};
-use super::rollout::{with_policy, PolicyChoice, TeacherOpts};
+use super::rollout::{with_policy, TeacherOpts};
 
 /// `fusegrpo mcp`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Run configuration: the model, its chat template and the episode setting (configs/smollm2-real.toml for the shipped localizer).
-    #[arg(long)]
-    pub config: PathBuf,
-    /// The model (a folder, a checkpoint or a hub id) instead of the config's [model] path.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// A LoRA adapter instead of the config's [model] adapter.
-    #[arg(long)]
-    pub adapter: Option<PathBuf>,
-    /// model | scripted (the scripted teacher, no model).
-    #[arg(long, default_value = "model")]
-    pub policy: PolicyChoice,
+    #[command(flatten)]
+    pub localizer: super::localize::LocalizerArgs,
     /// The repository a call without `repo` searches.
     #[arg(long)]
     pub repo: Option<PathBuf>,
@@ -285,11 +275,11 @@ impl ServerHandler for Server {
 
 /// Runs `fusegrpo mcp` until the client closes stdin.
 pub fn run(args: Args) -> Result<()> {
-    let cfg = super::localize::config(&args.config, args.model.as_deref(), args.adapter.as_deref())?;
+    let cfg = args.localizer.config()?;
     let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()));
     let (jobs, jobs_rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();
-    let policy = args.policy.clone();
+    let policy = args.localizer.policy.clone();
     let worker = std::thread::spawn(move || {
         let served = with_policy(&cfg, &policy, &TeacherOpts::default(), |policy, env| {
             let _ = ready_tx.send(Ok(()));

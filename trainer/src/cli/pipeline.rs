@@ -7,7 +7,7 @@
 
 use super::rollout::{run_policy_resumable, with_env, PolicyChoice, TeacherOpts};
 use rollout::scaling::judge::EvidenceJudge;
-use rollout::scaling::{ScalingConfig, ScalingRow, SummarySource};
+use rollout::scaling::{ScalingConfig, ScalingRow};
 use super::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
@@ -336,17 +336,7 @@ fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[
     if p.eval_attempts == 0 {
         return Ok(None);
     }
-    let sc = ScalingConfig {
-        attempts: p.eval_attempts,
-        selectors: vec![p.eval_select],
-        refine: false,
-        vote_min: None,
-        seed: cfg.sampling.seed,
-        judge_retries: 0,
-        judge_max_tokens: 1,
-        summaries: SummarySource::Episode,
-        summary_max_tokens: 1,
-    };
+    let sc = ScalingConfig::from_episodes(p.eval_attempts, p.eval_select, cfg.sampling.seed);
     let summaries = rollout::scaling::summarize(episodes, sc.attempts);
     let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
     Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
