@@ -15,7 +15,7 @@
 # template as `fusegrpo repos fetch --source` takes it (default
 # https://github.com/{owner}/{name}.git; e.g. /mirrors/{owner}+{name}/repo
 # for a local clone with the full history). TASKS overrides the task file (default
-# ../shared/data/swebench-verified-requests.jsonl); FUSEGRPO_BIN the binary.
+# data/real/swebench-verified-requests.jsonl); FUSEGRPO_BIN the binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n 2,19p "$0" >&2; exit 2; }
@@ -24,7 +24,7 @@ model=$(realpath "$1")
 name=${2:-$(basename "$model")}
 policy=${3:-model}
 case "$policy" in model|scripted) ;; *) echo "eval-requests: POLICY is model or scripted, not $policy" >&2; exit 2;; esac
-tasks=$(realpath "${TASKS:-../shared/data/swebench-verified-requests.jsonl}")
+tasks=$(realpath "${TASKS:-data/real/swebench-verified-requests.jsonl}")
 bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
 [ -n "${FUSEGRPO_BIN:-}" ] || cargo build --release --bin fusegrpo
 out=$(mkdir -p checkpoints/requests && realpath checkpoints/requests)

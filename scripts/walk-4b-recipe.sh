@@ -11,14 +11,14 @@
 # network clone of psf/requests is possible here), e.g. a bare mirror:
 #   scripts/walk-4b-recipe.sh '/work/.mirror/{owner}+{name}/repo'
 # Without it, or without the rows (ROWS=..., default
-# ../shared/data/swebench-verified-requests.jsonl), the generated practice
+# data/real/swebench-verified-requests.jsonl), the generated practice
 # repository and its tasks from history stand in. Everything is written to
 # a temporary folder (printed; kept for inspection). FUSEGRPO_BIN picks the
 # binary (default: the release build, built when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-rows=${ROWS:-../shared/data/swebench-verified-requests.jsonl}
+rows=${ROWS:-data/real/swebench-verified-requests.jsonl}
 [ ! -f "$rows" ] || rows=$(realpath "$rows")
 template=${1:-}
 bin=${FUSEGRPO_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/fusegrpo}

@@ -49,22 +49,44 @@ pub mod sampling;
 mod storage;
 pub mod swiglu;
 
-/// Whether the fused ops run natively on `device` (the CPU today; CUDA once
-/// its kernels land). Elsewhere the public functions fall back to their
-/// plain-tensor references, so callers never fail on a device the ops do
-/// not know yet.
-///
-/// `FUSEGRPO_CUDA_KERNELS=1` in the environment admits CUDA too (with
-/// feature `cuda`): how `scripts/gpu-check` runs the model on the kernels
-/// it is checking, before they are on by default.
+/// Whether the fused ops run natively on `device`: always on the CPU; on
+/// CUDA (feature `cuda`) when [`set_cuda_kernels`] switched them on (the
+/// trainer does, from `[model] cuda_kernels`), or, in a process that never
+/// set them, when `FUSEGRPO_CUDA_KERNELS=1` is in the environment (how
+/// `scripts/gpu-check` and the `bench` commands opt in). Elsewhere the public
+/// functions fall back to their plain-tensor references, so callers never
+/// fail on a device the ops do not know.
 pub fn has_native_path(device: &Device) -> bool {
-    device.is_cpu() || (device.is_cuda() && cuda_kernels_opted_in())
+    device.is_cpu() || (device.is_cuda() && cuda_kernels_on())
 }
 
-/// Whether `FUSEGRPO_CUDA_KERNELS=1` (read once).
-fn cuda_kernels_opted_in() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| cfg!(feature = "cuda") && std::env::var("FUSEGRPO_CUDA_KERNELS").is_ok_and(|v| v == "1"))
+/// 0: not set (the environment decides), 1: off, 2: on.
+static CUDA_KERNELS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Switches the CUDA kernels on or off for this process (a build without
+/// feature `cuda` keeps them off: there are none).
+pub fn set_cuda_kernels(on: bool) {
+    CUDA_KERNELS.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the CUDA kernels are on: [`set_cuda_kernels`]'s choice, else
+/// `FUSEGRPO_CUDA_KERNELS=1` (read once).
+pub fn cuda_kernels_on() -> bool {
+    if !cfg!(feature = "cuda") {
+        return false;
+    }
+    match CUDA_KERNELS.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => cuda_kernels_in_env() == Some(true),
+    }
+}
+
+/// `FUSEGRPO_CUDA_KERNELS` in the environment: `1` on, any other value
+/// off, unset none (read once).
+pub fn cuda_kernels_in_env() -> Option<bool> {
+    static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSEGRPO_CUDA_KERNELS").ok().map(|v| v == "1"))
 }
 
 /// The Candle device type the ops run on, re-exported so callers need not
@@ -78,10 +100,11 @@ mod cuda_util;
 pub mod cuda_ops;
 
 // The CUDA launchers, mounted by path beside their ops' CPU code; each op's
-// `cuda_fwd` is one call into them. `has_native_path` stays CPU-only until
-// scripts/gpu-check has passed on a GPU: until then the public functions use
-// their references on CUDA, and only `fusegrpo selftest --device cuda`
-// (through `cuda_ops` and the ops' `cuda_fwd`) runs the kernels.
+// `cuda_fwd` is one call into them. With the kernels off (`[model]
+// cuda_kernels`, off until scripts/gpu-check has passed for the build) the
+// public functions use their references on CUDA, and only `fusegrpo
+// selftest --device cuda` (through `cuda_ops` and the ops' `cuda_fwd`) runs
+// the kernels.
 #[cfg(feature = "cuda")]
 #[path = "logprobs/cuda.rs"]
 mod logprobs_cuda;

@@ -151,24 +151,53 @@ pub fn save(
 /// Save a checkpoint (a whole model or an adapter) atomically and keep the
 /// newest `keep_last` (0 = all).
 pub fn save_weights(run_dir: &Path, weights: Weights<'_>, optimizer: &TensorMap, state: &TrainState, keep_last: usize) -> Result<PathBuf> {
+    let tmp = begin(run_dir, state.step)?;
+    write_optimizer(&tmp, OPTIMIZER_FILE, optimizer)?;
+    finish(run_dir, &tmp, weights, state, keep_last)
+}
+
+/// `optimizer-00002-of-00003.safetensors`: rank 1's optimizer state in a
+/// ZeRO-1 run over 3 ranks (numbered from 1, as the hub numbers shards).
+pub fn optimizer_shard_name(rank: usize, world: usize) -> String {
+    format!("optimizer-{:05}-of-{:05}.safetensors", rank + 1, world)
+}
+
+/// The first step of a save: the temporary folder for step `step` (an
+/// interrupted save's folder removed first). Each rank of a ZeRO-1 run
+/// then writes its optimizer shard into it ([`write_optimizer`]) and rank 0
+/// completes it ([`finish`]).
+pub fn begin(run_dir: &Path, step: u64) -> Result<PathBuf> {
     std::fs::create_dir_all(run_dir).map_err(|e| Error::io(run_dir, e))?;
     remove_stale_temporaries(run_dir)?;
-    let final_dir = run_dir.join(step_dir_name(state.step));
-    let tmp = run_dir.join(format!("{TMP_PREFIX}{}-{}", step_dir_name(state.step), std::process::id()));
-    match weights {
-        Weights::Model(model_cfg, model) => save_model(&tmp, model_cfg, model, ShardPolicy::Single)?,
-        Weights::Adapter { adapter, base_name, base } => crate::lora::peft::save(&tmp, adapter, base_name, Some(base))?,
-    }
-    let opt_path = tmp.join(OPTIMIZER_FILE);
-    // Sorted by name: the same state gives the same bytes.
+    let tmp = run_dir.join(format!("{TMP_PREFIX}{}-{}", step_dir_name(step), std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    Ok(tmp)
+}
+
+/// Writes optimizer tensors as `file` in a save's temporary folder, sorted
+/// by name (the same state gives the same bytes), and syncs it.
+pub fn write_optimizer(tmp: &Path, file: &str, optimizer: &TensorMap) -> Result<()> {
+    let path = tmp.join(file);
     let mut opt: Vec<(String, &candle_core::Tensor)> = optimizer.iter().map(|(k, t)| (k.clone(), t)).collect();
     opt.sort_by(|a, b| a.0.cmp(&b.0));
-    crate::safetensors_stream::write(&opt_path, &opt, None)?;
+    crate::safetensors_stream::write(&path, &opt, None)?;
+    sync_file(&path)
+}
+
+/// The last step of a save: the model (or adapter) and state.json into the
+/// temporary folder, every file synced, DONE, the rename into place, and
+/// the newest `keep_last` kept.
+pub fn finish(run_dir: &Path, tmp: &Path, weights: Weights<'_>, state: &TrainState, keep_last: usize) -> Result<PathBuf> {
+    let final_dir = run_dir.join(step_dir_name(state.step));
+    match weights {
+        Weights::Model(model_cfg, model) => save_model(tmp, model_cfg, model, ShardPolicy::Single)?,
+        Weights::Adapter { adapter, base_name, base } => crate::lora::peft::save(tmp, adapter, base_name, Some(base))?,
+    }
     let state_path = tmp.join(STATE_FILE);
     let text = serde_json::to_string_pretty(state).expect("state serializes");
     std::fs::write(&state_path, text).map_err(|e| Error::io(&state_path, e))?;
-    for entry in std::fs::read_dir(&tmp).map_err(|e| Error::io(&tmp, e))? {
-        sync_file(&entry.map_err(|e| Error::io(&tmp, e))?.path())?;
+    for entry in std::fs::read_dir(tmp).map_err(|e| Error::io(tmp, e))? {
+        sync_file(&entry.map_err(|e| Error::io(tmp, e))?.path())?;
     }
     let done = tmp.join(DONE_FILE);
     std::fs::write(&done, b"").map_err(|e| Error::io(&done, e))?;
@@ -176,7 +205,7 @@ pub fn save_weights(run_dir: &Path, weights: Weights<'_>, optimizer: &TensorMap,
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
     }
-    std::fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+    std::fs::rename(tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
     sync_file(run_dir)?;
     prune(run_dir, keep_last, state.step)?;
     Ok(final_dir)
@@ -315,30 +344,82 @@ pub fn changed_keys(old: &serde_json::Value, new: &serde_json::Value) -> Vec<Str
     out
 }
 
-/// optimizer.safetensors of a checkpoint, read tensor by tensor onto
-/// `device` ([`crate::optim::AdamW::import_from`]).
+/// A checkpoint's optimizer state, read tensor by tensor onto `device`
+/// ([`crate::optim::AdamW::import_from`]): optimizer.safetensors, or a
+/// ZeRO-1 run's shards (`optimizer-0000k-of-0000n.safetensors`, every one of
+/// them) read as one state. A rank takes the tensors of the parameters it
+/// owns, whatever the number of ranks that wrote them.
 pub struct OptimizerFile {
-    reader: crate::safetensors_stream::Reader,
+    readers: Vec<crate::safetensors_stream::Reader>,
+    /// Tensor name -> the reader holding it.
+    index: std::collections::BTreeMap<String, usize>,
     device: Device,
 }
 
 impl OptimizerFile {
     pub fn open(dir: &Path, device: &Device) -> Result<Self> {
-        Ok(OptimizerFile { reader: crate::safetensors_stream::Reader::open(&dir.join(OPTIMIZER_FILE))?, device: device.clone() })
+        let files = optimizer_files(dir)?;
+        let mut readers = Vec::new();
+        let mut index = std::collections::BTreeMap::new();
+        for (i, path) in files.iter().enumerate() {
+            let r = crate::safetensors_stream::Reader::open(path)?;
+            for name in r.names() {
+                // Every shard carries the step count; the first one's is kept.
+                if let Some(first) = index.insert(name.clone(), i) {
+                    if name != "step" {
+                        return Err(Error::Safetensors { path: path.clone(), message: format!("tensor {name} is also in {}", files[first].display()) });
+                    }
+                    index.insert(name, first);
+                }
+            }
+            readers.push(r);
+        }
+        Ok(OptimizerFile { readers, index, device: device.clone() })
     }
+}
+
+/// optimizer.safetensors, or every shard of a ZeRO-1 run's state (an error
+/// naming the first one missing).
+fn optimizer_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let whole = dir.join(OPTIMIZER_FILE);
+    if whole.is_file() {
+        return Ok(vec![whole]);
+    }
+    let mut world = None;
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let name = entry.map_err(|e| Error::io(dir, e))?.file_name().to_string_lossy().into_owned();
+        let n = name.strip_prefix("optimizer-").and_then(|r| r.strip_suffix(".safetensors")).and_then(|r| r.split_once("-of-")).and_then(|(_, n)| n.parse::<usize>().ok());
+        if let Some(n) = n {
+            if world.is_some_and(|w| w != n) {
+                return Err(Error::invalid(&dir.display().to_string(), format!("optimizer shards of two world sizes ({} and {n}): a checkpoint holds one run's", world.unwrap_or(0))));
+            }
+            world = Some(n);
+        }
+    }
+    let Some(world) = world else {
+        // The plain file's name in the error, as before shards existed.
+        return Ok(vec![whole]);
+    };
+    (0..world)
+        .map(|r| {
+            let path = dir.join(optimizer_shard_name(r, world));
+            if path.is_file() { Ok(path) } else { Err(Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, format!("optimizer shard {} of {world} is missing", r + 1)))) }
+        })
+        .collect()
 }
 
 impl crate::optim::adamw::SavedState for OptimizerFile {
     fn keys(&self) -> Vec<String> {
-        self.reader.names()
+        self.index.keys().cloned().collect()
     }
 
     fn shape(&self, key: &str) -> Option<Vec<usize>> {
-        self.reader.shape(key).map(<[usize]>::to_vec)
+        self.index.get(key).and_then(|&i| self.readers[i].shape(key)).map(<[usize]>::to_vec)
     }
 
     fn load(&self, key: &str) -> Result<candle_core::Tensor> {
-        self.reader.load(key, &self.device)
+        let i = *self.index.get(key).ok_or_else(|| Error::OptimizerState { name: key.to_string(), message: "is missing from the optimizer state".into() })?;
+        self.readers[i].load(key, &self.device)
     }
 }
 

@@ -38,6 +38,18 @@ impl DeviceKind {
     }
 }
 
+/// Opens `device`; for CUDA, first switches the fused kernels as `kernels`
+/// says and prints the choice and its reason (rank 0).
+pub fn open_with_kernels(device: DeviceKind, kernels: crate::gpu_check::CudaKernels) -> Result<Device> {
+    if device == DeviceKind::Cuda {
+        let choice = kernels.apply();
+        if crate::dist::current().rank() == 0 {
+            crate::dist::say(&choice.to_string());
+        }
+    }
+    device.open()
+}
+
 /// The error for `--device cuda` when no GPU can be opened: which of "built
 /// without CUDA" or "no driver / stub driver / no GPU" it is, and what to do.
 fn cuda_unavailable(cause: &str) -> Error {

@@ -35,6 +35,7 @@ pub mod dist;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod gpu_check;
 pub mod grpo;
 pub mod malloc;
 pub mod hub;

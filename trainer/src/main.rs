@@ -90,6 +90,9 @@ enum Command {
     PracticeRepo(cli::practice::Args),
     /// Check the CUDA kernels against their CPU references (needs --features cuda and a GPU).
     Selftest(cli::selftest::Args),
+    /// Whether the fused CUDA kernels run for this build ([model] cuda_kernels), and gpu-check's record.
+    #[command(subcommand)]
+    Kernels(cli::kernels::Command),
     /// Data parallelism's check (run it under mpirun): each loss aggregation's and SFT's
     /// gradient and update with the ranks against one process's, on the same episodes.
     DistCheck(cli::dist_check::Args),
@@ -182,6 +185,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Selftest(args) => cli::selftest::run(args),
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::DistCheck(args) => cli::dist_check::run(args),
+        Command::Kernels(cmd) => cli::kernels::run(cmd),
     }
 }
 

@@ -34,6 +34,10 @@ pub struct ModelSection {
     pub dtype: DTypeKind,
     #[serde(default)]
     pub device: DeviceKind,
+    /// The fused CUDA kernels on a GPU: `auto` (on once scripts/gpu-check
+    /// has passed for this build), `on` or `off` (`crate::gpu_check`).
+    #[serde(default, skip_serializing_if = "crate::gpu_check::CudaKernels::is_auto")]
+    pub cuda_kernels: crate::gpu_check::CudaKernels,
 }
 
 /// Where tasks' repositories are.
@@ -165,12 +169,58 @@ fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> Error {
     Error::Invalid { what, message }
 }
 
+/// `table` (read from `path`) on top of the config its `extends` names,
+/// recursively; `seen` guards against a cycle.
+fn extended(path: &Path, mut table: toml::Table, seen: &mut Vec<PathBuf>) -> Result<toml::Table> {
+    let Some(base) = table.remove("extends") else { return Ok(table) };
+    let key_err = |message: String| Error::Config { path: path.into(), key: "extends".into(), message };
+    let name = base.as_str().ok_or_else(|| key_err("must be a file name (a string)".into()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let base_path = dir.join(name);
+    if base_path.parent().map(|p| p.canonicalize().ok()) != Some(dir.canonicalize().ok()) {
+        return Err(key_err(format!("{name}: the extended config must be in the same folder (relative paths in it are taken from there)")));
+    }
+    let canonical = base_path.canonicalize().map_err(|e| Error::io(&base_path, e))?;
+    if seen.contains(&canonical) {
+        return Err(key_err(format!("{name}: a cycle of extends")));
+    }
+    seen.push(canonical);
+    let text = std::fs::read_to_string(&base_path).map_err(|e| Error::io(&base_path, e))?;
+    let parent: toml::Table = toml::from_str(&text).map_err(|e| toml_error(&base_path, &text, &e))?;
+    let mut merged = extended(&base_path, parent, seen)?;
+    merge(&mut merged, table);
+    Ok(merged)
+}
+
+/// `over`'s keys into `into`: tables merge key by key, anything else replaces.
+fn merge(into: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
 impl RunConfig {
     /// Read, parse and validate a TOML file. Relative paths in it are taken
     /// relative to the file's folder.
+    ///
+    /// A top-level `extends = "other.toml"` (relative to the file) starts
+    /// from that config: its tables are merged key by key, this file's
+    /// values winning. Both files must sit in the same folder, so relative
+    /// paths mean the same in both.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let mut cfg: RunConfig = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
+        let value: toml::Table = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
+        let mut cfg: RunConfig = if value.contains_key("extends") {
+            let merged = extended(path, value, &mut vec![])?;
+            toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| Error::Invalid { what: format!("{} (with what it extends)", path.display()), message: e.message().trim().to_string() })?
+        } else {
+            toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?
+        };
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.resolve_paths(base);
         cfg.validate(path)?;
@@ -274,6 +324,9 @@ impl RunConfig {
             if !(v >= 0.0 && v.is_finite()) {
                 return bad(key, format!("must be a number >= 0, got {v}"));
             }
+        }
+        if o.zero_stage > 1 {
+            return bad("optim.zero_stage", format!("must be 0 (replicated) or 1 (optimizer state sharded over the ranks), got {}; ZeRO-2 and -3 are not implemented", o.zero_stage));
         }
         if self.episode.max_total_tokens == 0 {
             return bad("episode.max_total_tokens", "must be at least 1".into());

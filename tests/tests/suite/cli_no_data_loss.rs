@@ -152,7 +152,7 @@ fn defect_3_bad_tasks_are_all_reported_at_start() {
 /// `train` into `run` for many steps, interrupted with `signals` SIGINTs
 /// once its first step is logged; returns the exit status and stderr.
 fn interrupted_train(cfg: &Path, run: &Path, signals: usize) -> (Option<i32>, String) {
-    let mut child = Command::new(fusegrpo_bin())
+    let child = Command::new(fusegrpo_bin())
         .args(["train", "--config", s(cfg), "--out", s(run), "--max-steps", "100000", "--save-every", "1000"])
         .env("FUSEGRPO_LOG", "warn")
         .stdout(Stdio::null())

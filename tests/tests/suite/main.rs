@@ -1,6 +1,7 @@
 //! End-to-end tests of the fusegrpo binary, one test binary.
 
 mod cli_env;
+mod cli_gpu_plans;
 mod cli_localize;
 mod cli_lora;
 mod cli_model;

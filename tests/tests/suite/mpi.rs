@@ -73,24 +73,28 @@ fn file(run: &Path, step: u64, name: &str) -> Vec<u8> {
 
 
 #[test]
-fn two_ranks_match_one_process_for_every_aggregation_and_sft() {
+fn two_and_three_ranks_match_one_process_for_every_aggregation_sft_and_zero1() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = demo_world(tmp.path());
     // The scripted teacher's varied trajectories: rewards spread within groups.
     let eps = tmp.path().join("eps.jsonl");
-    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "4", "--max-tasks", "2", "--out", s(&eps)]);
-    let cases = tmp.path().join("cases.json");
-    let out = mpirun_ok(2, &["dist-check", "--config", s(&cfg), "--episodes", s(&eps), "--group", "4", "--out", s(&cases)]);
-    println!("{}", String::from_utf8_lossy(&out.stdout));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rank 0 of 2: groups 0..1 of 2") && err.contains("rank 1 of 2: groups 1..2 of 2"), "{err}");
-    let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&cases).unwrap()).unwrap();
-    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "sft"]);
-    for c in &cases {
-        assert!(c["grad_norm"].as_f64().unwrap() > 0.0, "a case with no gradient proves nothing: {c}");
-        assert!(c["grad_rel"].as_f64().unwrap() <= 1e-6, "{c}");
-        assert!(c["update_rel"].as_f64().unwrap() <= 1e-6, "{c}");
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "4", "--max-tasks", "3", "--out", s(&eps)]);
+    for ranks in [2, 3] {
+        let cases = tmp.path().join(format!("cases-{ranks}.json"));
+        let out = mpirun_ok(ranks, &["dist-check", "--config", s(&cfg), "--episodes", s(&eps), "--group", "4", "--out", s(&cases)]);
+        println!("{}", String::from_utf8_lossy(&out.stdout));
+        let err = String::from_utf8_lossy(&out.stderr);
+        if ranks == 2 {
+            assert!(err.contains("rank 0 of 2: groups 0..2 of 3") && err.contains("rank 1 of 2: groups 2..3 of 3"), "{err}");
+        }
+        let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&cases).unwrap()).unwrap();
+        let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "sft", "grpo_zero1", "sft_zero1"]);
+        for c in &cases {
+            assert!(c["grad_norm"].as_f64().unwrap() > 0.0, "a case with no gradient proves nothing: {c}");
+            assert!(c["grad_rel"].as_f64().unwrap() <= 1e-6, "{ranks} ranks: {c}");
+            assert!(c["update_rel"].as_f64().unwrap() <= 1e-6, "{ranks} ranks: {c}");
+        }
     }
 }
 
@@ -269,4 +273,115 @@ fn a_lora_grpo_run_on_two_ranks_resumes_bitwise_after_kill_9() {
         assert!(file(&killed, 3, name) == file(&straight, 3, name), "{name} of the resumed 2-rank LoRA run differs");
     }
     assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), without_timings(metrics));
+}
+
+/// A safetensors file's tensors as raw bytes by name.
+fn tensor_bytes(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let (s, e) = (v["data_offsets"][0].as_u64().unwrap() as usize, v["data_offsets"][1].as_u64().unwrap() as usize);
+            (k.clone(), b[8 + n + s..8 + n + e].to_vec())
+        })
+        .collect()
+}
+
+/// A ZeRO-1 checkpoint's optimizer shards: each exists, no tensor is in two
+/// of them (but `step`), and together they are the whole state.
+fn zero_state(run: &Path, step: u64, world: usize) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let dir = run.join(format!("step_{step:08}"));
+    assert!(!dir.join("optimizer.safetensors").exists(), "a ZeRO-1 checkpoint has shards only");
+    let mut all = std::collections::BTreeMap::new();
+    for r in 1..=world {
+        let shard = tensor_bytes(&dir.join(format!("optimizer-{r:05}-of-{world:05}.safetensors")));
+        assert!(shard.len() > 1, "shard {r} of {world} holds no parameter's state");
+        for (k, v) in shard {
+            if let Some(old) = all.insert(k.clone(), v.clone()) {
+                assert!(k == "step" && old == v, "{k} is in two shards");
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn zero1_is_the_replicated_update_bit_for_bit_resumes_after_kill_9_and_reshards_from_2_ranks_onto_3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = demo_world(tmp.path());
+    // 6 tasks a step: a multiple of 2 and of 3 ranks (anything else is refused, below).
+    let six = std::fs::read_to_string(&cfg).unwrap().replace("tasks_per_step = 4", "tasks_per_step = 6");
+    let four = cfg.clone();
+    let cfg = tmp.path().join("six.toml");
+    std::fs::write(&cfg, &six).unwrap();
+    let zero_cfg = tmp.path().join("zero.toml");
+    std::fs::write(&zero_cfg, six.replace("[optim]\n", "[optim]\nzero_stage = 1\n")).unwrap();
+    let out = mpirun(3, &["train", "--config", s(&four), "--out", s(&tmp.path().join("refused"))]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tasks_per_step = 4 is not a multiple of the 3 ranks") && err.contains("set it to 3 or 6"), "{err}");
+    let run = |ranks: usize, cfg: &Path, out: &Path, extra: &[&str]| {
+        let mut args = vec!["train", "--config", s(cfg), "--out", s(out)];
+        args.extend_from_slice(extra);
+        mpirun_ok(ranks, &args);
+    };
+
+    // 2 ranks, 3 GRPO steps: the same weights every step, the same optimizer state in two shards.
+    let (rep, zero) = (tmp.path().join("rep2"), tmp.path().join("zero2"));
+    run(2, &cfg, &rep, &[]);
+    run(2, &zero_cfg, &zero, &[]);
+    for step in 1..=3 {
+        assert!(file(&zero, step, "model.safetensors") == file(&rep, step, "model.safetensors"), "step {step}: ZeRO-1 weights differ from the replicated run's");
+        assert_eq!(zero_state(&zero, step, 2), tensor_bytes(&rep.join(format!("step_{step:08}/optimizer.safetensors"))), "step {step}: the shards together are not the replicated state");
+    }
+    let metrics = read_jsonl(&zero.join("metrics.jsonl"));
+    assert_eq!(without_timings(metrics.clone()), without_timings(read_jsonl(&rep.join("metrics.jsonl"))), "the same losses and norms");
+
+    // kill -9 of rank 1 after its first step; --resume auto reaches the straight run's bits.
+    let killed = tmp.path().join("killed");
+    let job = mpirun(2, &["train", "--config", s(&zero_cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let log = killed.join("rank-1.jsonl");
+    let t0 = Instant::now();
+    while read_jsonl_or_empty(&log).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(300), "rank 1 never finished a step");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = read_jsonl(&log)[0]["pid"].as_u64().unwrap();
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    let out = job.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    run(2, &zero_cfg, &killed, &["--resume", "auto"]);
+    for name in ["model.safetensors", "optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"] {
+        assert!(file(&killed, 3, name) == file(&zero, 3, name), "{name} of the resumed ZeRO-1 run differs");
+    }
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), without_timings(metrics));
+
+    // 2 ranks -> 3: the state re-shards on load; step 3 is the replicated 2 -> 3 run's, bit for bit.
+    let (z23, r23) = (tmp.path().join("z23"), tmp.path().join("r23"));
+    run(2, &zero_cfg, &z23, &["--max-steps", "2"]);
+    run(2, &cfg, &r23, &["--max-steps", "2"]);
+    run(3, &zero_cfg, &z23, &["--resume", "auto"]);
+    run(3, &cfg, &r23, &["--resume", "auto"]);
+    assert!(file(&z23, 3, "model.safetensors") == file(&r23, 3, "model.safetensors"), "ZeRO-1 resumed onto 3 ranks differs from the replicated run");
+    assert_eq!(zero_state(&z23, 3, 3), tensor_bytes(&r23.join("step_00000003/optimizer.safetensors")));
+
+    // SFT on 3 ranks: the same weights as the replicated run.
+    let eps = tmp.path().join("eps.jsonl");
+    fusegrpo_ok(&["synth", "--config", s(&cfg), "--tasks", s(&tmp.path().join("tasks.jsonl")), "--samples", "2", "--max-tasks", "10", "--out", s(&eps)]);
+    let (zs, rs) = (tmp.path().join("sft-zero"), tmp.path().join("sft-rep"));
+    mpirun_ok(3, &["sft", "--config", s(&zero_cfg), "--data", s(&eps), "--out", s(&zs), "--max-steps", "2"]);
+    mpirun_ok(3, &["sft", "--config", s(&cfg), "--data", s(&eps), "--out", s(&rs), "--max-steps", "2"]);
+    assert!(file(&zs, 2, "model.safetensors") == file(&rs, 2, "model.safetensors"), "ZeRO-1 SFT on 3 ranks differs from the replicated run");
+    assert_eq!(zero_state(&zs, 2, 3), tensor_bytes(&rs.join("step_00000002/optimizer.safetensors")));
+
+    // The multi-GPU chain: GRPO from the SFT checkpoint with --model, the config unedited.
+    let grpo = tmp.path().join("grpo-from-sft");
+    let start = zs.join("step_00000002");
+    mpirun_ok(3, &["train", "--config", s(&zero_cfg), "--model", s(&start), "--out", s(&grpo), "--max-steps", "1"]);
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(grpo.join("step_00000001/state.json")).unwrap()).unwrap();
+    assert!(state["config"]["model"]["path"].as_str().unwrap().ends_with("step_00000002"), "{}", state["config"]["model"]);
 }

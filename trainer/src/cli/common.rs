@@ -5,6 +5,7 @@ use candle_core::Device;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use trainer::device::{DTypeKind, DeviceKind};
+use trainer::gpu_check::CudaKernels;
 use trainer::CausalLm;
 
 /// Where and in which precision a model runs.
@@ -16,6 +17,17 @@ pub struct RunOn {
     /// Weights/activations dtype (checkpoint weights are converted to it).
     #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
     pub dtype: DTypeKind,
+    /// The fused CUDA kernels with --device cuda: auto (on once
+    /// scripts/gpu-check has passed for this build), on or off.
+    #[arg(long, value_enum, default_value_t = CudaKernels::Auto)]
+    pub cuda_kernels: CudaKernels,
+}
+
+impl RunOn {
+    /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
+    pub fn open(&self) -> Result<Device> {
+        Ok(trainer::device::open_with_kernels(self.device, self.cuda_kernels)?)
+    }
 }
 
 /// Copy `tokenizer.json` and `tokenizer_config.json` from `from` into `to`.
@@ -49,7 +61,7 @@ pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
 /// the model folder itself when it is one (a LoRA run's checkpoint, whose
 /// base its adapter_config.json names).
 pub fn load_model(spec: &str, adapter: Option<&Path>, on: &RunOn) -> Result<(CausalLm, Device)> {
-    let device = on.device.open()?;
+    let device = on.open()?;
     let spec = trainer::lora::resolve(spec, adapter)?;
     let t0 = std::time::Instant::now();
     let model = trainer::lora::load_model(&spec, on.dtype.into(), &device)?;

@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
     let model_cfg = ModelConfig::from_file(&dir.join("config.json"))?;
-    let device = cfg.model.device.open()?;
+    let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;
     let weights = load_weights(&dir, &model_cfg, cfg.model.dtype.into(), &device)?;
     let episodes = match &args.episodes {
         Some(path) => super::sft::read_episodes(path)?,

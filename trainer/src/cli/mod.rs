@@ -22,6 +22,7 @@ pub mod plan;
 pub mod score;
 pub mod sft;
 pub mod synth;
+pub mod kernels;
 pub mod localize;
 pub mod mcp;
 pub mod tasks_corpus;

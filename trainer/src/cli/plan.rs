@@ -18,6 +18,15 @@ pub struct Args {
     /// The model's config.json, when the config's model is a hub id not downloaded yet.
     #[arg(long)]
     pub model_config: Option<PathBuf>,
+    /// Data-parallel ranks, one GPU each (`mpirun -n N`): the plan is per
+    /// rank, each rolling out its share of a step's tasks and, under
+    /// `[optim] zero_stage = 1`, keeping its shard of the optimizer state.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub gpus: u64,
+    /// Plan with the CUDA kernels on or off instead of the config's
+    /// [model] cuda_kernels (auto: as the config says).
+    #[arg(long, value_enum)]
+    pub cuda_kernels: Option<trainer::gpu_check::CudaKernels>,
     /// CPU threads the run will use (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -27,10 +36,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let cfg = RunConfig::from_file(&a.config)?;
+    let mut cfg = RunConfig::from_file(&a.config)?;
+    if let Some(k) = a.cuda_kernels {
+        cfg.model.cuda_kernels = k;
+    }
     let model = model_config(&cfg, a.model_config.as_deref())?;
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    let plan = for_run(&cfg, &model, threads)?;
+    let plan = for_run(&cfg, &model, threads, a.gpus as usize)?;
     if a.json {
         println!("{}", plan.json(a.gpu_memory));
     } else {

@@ -234,7 +234,7 @@ fn with_policy_in<T>(
     let tok = env.tokenizer;
     match policy {
         PolicyChoice::Model => {
-            let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype };
+            let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype, cuda_kernels: cfg.model.cuda_kernels };
             let (model, _) = load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &on)?;
             let stop = vec![tok.special().im_end, tok.special().endoftext];
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor, RngState, TrainState, FORMAT_VERSION};
-use trainer::dist;
+use trainer::dist::{self, zero::Sharding};
 use trainer::optim::AdamW;
 use trainer::plan::PhaseKind;
 use trainer::run_config::RunConfig;
@@ -74,9 +74,27 @@ pub struct RunArgs {
     pub overwrite: bool,
     #[command(flatten)]
     pub memory: MemoryArgs,
+    /// Start from this model instead of the config's [model] path: a folder
+    /// (e.g. a full-weight SFT run's checkpoint) or a hub id.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Start from this LoRA adapter instead of the config's [model] adapter
+    /// (e.g. a LoRA SFT run's checkpoint).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
 }
 
 impl RunArgs {
+    /// The config with `--model` and `--adapter` in place of its own.
+    pub fn apply(&self, cfg: &mut RunConfig) {
+        if let Some(m) = &self.model {
+            cfg.model.path = m.clone();
+        }
+        if let Some(a) = &self.adapter {
+            cfg.model.adapter = Some(a.clone());
+        }
+    }
+
     pub fn options(&self) -> RunOptions {
         RunOptions {
             resume: self.resume.clone(),
@@ -156,7 +174,7 @@ fn check_memory(cfg: &RunConfig, model: &ModelConfig, device: &Device, check: Me
         MemoryCheck::Limit(b) => (b, "--gpu-memory"),
         MemoryCheck::Device => trainer::plan::device_memory::available(device)?,
     };
-    let mut plan = trainer::plan::run::for_run(cfg, model, rayon::current_num_threads())?;
+    let mut plan = trainer::plan::run::for_run(cfg, model, rayon::current_num_threads(), dist::current().world())?;
     let kinds: &[PhaseKind] = match stage {
         Stage::Grpo => &[PhaseKind::Rollout, PhaseKind::GrpoUpdate],
         Stage::Sft => &[PhaseKind::SftUpdate],
@@ -397,7 +415,7 @@ impl Run {
             checkpoint::check_compatible(ckpt, state, &checkpoint::arch_hash(&model_cfg), &cfg_json, opts.allow_config_change)?;
             check_model_path(state, cfg, ckpt)?;
         }
-        let device = cfg.model.device.open()?;
+        let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;
         check_memory(cfg, &model_cfg, &device, opts.memory, stage)?;
         let dtype: candle_core::DType = cfg.model.dtype.into();
         let weights = match (&resume_dir, &lora) {
@@ -427,14 +445,16 @@ impl Run {
     }
 
     /// On resume: the checkpoint's state (checked in [`Run::open`]), with
-    /// its optimizer moments and masters restored.
-    pub fn resume(&self, optimizer: &mut AdamW, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
+    /// its optimizer moments and masters restored (under ZeRO-1 this rank's
+    /// shard of them, from whichever files hold it).
+    pub fn resume(&self, optimizer: &mut AdamW, sharding: &Sharding, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
         let (Some(dir), Some(state)) = (&self.resume_dir, self.resume_state.clone()) else { return Ok(None) };
         checkpoint::OptimizerFile::open(dir, &self.device)
             .map_err(anyhow::Error::from)
             .and_then(|file| Ok(optimizer.import_from(&file)?))
             .map_err(|e| broken_checkpoint(e, dir, &self.dir))?;
         optimizer.sync_params_from_masters(vars)?;
+        sharding.gather_parameters(&*dist::current(), vars)?;
         if dist::current().rank() == 0 {
             dist::say(&format!("resumed from {} at step {}", dir.display(), state.step));
         }
@@ -447,21 +467,36 @@ impl Run {
     /// weight, or the adapter's tensors). With several ranks
     /// every rank calls it: their parameters must be rank 0's bit for bit,
     /// their RNG streams go into the state (rank r's under `<name>.rank<r>`),
-    /// and rank 0 alone writes.
-    pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW) -> Result<PathBuf> {
+    /// and rank 0 writes; under ZeRO-1 every rank first writes its optimizer
+    /// shard into rank 0's temporary folder.
+    pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW, sharding: &Sharding) -> Result<PathBuf> {
         let dist = dist::current();
         self.saved_hash.set(dist::reduce::check_same_parameters(&*dist, model, step)?);
         let rngs = gather_rngs(&*dist, rngs)?;
-        if dist.rank() != 0 {
+        let root = dist.rank() == 0;
+        let tmp = if root { Some(checkpoint::begin(&self.dir, step)?) } else { None };
+        let own_file = sharding.optimizer_file(dist.rank());
+        if let Some(file) = &own_file {
+            // Rank 0's temporary folder, handed to every rank.
+            let mine = tmp.as_ref().map(|p| p.to_string_lossy().into_owned().into_bytes()).unwrap_or_default();
+            let shared = PathBuf::from(String::from_utf8_lossy(&dist.all_gather_bytes(&mine)?[0]).into_owned());
+            checkpoint::write_optimizer(&shared, file, &optimizer.export_state()?.into_iter().collect())?;
+            dist.barrier()?;
+        }
+        let Some(tmp) = tmp else {
             dist.barrier()?;
             return Ok(self.dir.join(checkpoint::step_dir_name(step)));
+        };
+        if own_file.is_none() {
+            checkpoint::write_optimizer(&tmp, checkpoint::OPTIMIZER_FILE, &optimizer.export_state()?.into_iter().collect())?;
         }
-        let dir = self.write(step, rngs, data, model, optimizer)?;
+        let dir = self.write(&tmp, step, rngs, data, model)?;
         dist.barrier()?;
         Ok(dir)
     }
 
-    fn write(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW) -> Result<PathBuf> {
+    /// Completes the save in `tmp` (its optimizer file(s) written).
+    fn write(&self, tmp: &Path, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap) -> Result<PathBuf> {
         let state = TrainState {
             format_version: FORMAT_VERSION,
             step,
@@ -471,13 +506,12 @@ impl Run {
             config_hash: self.cfg_hash.clone(),
             arch_hash: checkpoint::arch_hash(&self.model_cfg),
         };
-        let opt = optimizer.export_state()?.into_iter().collect();
         let dir = match &self.lora {
-            None => checkpoint::save(&self.dir, &self.model_cfg, model, &opt, &state, self.keep_last)?,
+            None => checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Model(&self.model_cfg, model), &state, self.keep_last)?,
             Some((cfg, base)) => {
                 let adapter = trainer::lora::Adapter { cfg: cfg.clone(), tensors: model.clone() };
                 let base_name = self.base_dir.to_string_lossy();
-                checkpoint::save_weights(&self.dir, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &base_name, base }, &opt, &state, self.keep_last)?
+                checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &base_name, base }, &state, self.keep_last)?
             }
         };
         super::common::copy_tokenizer(&self.tok_dir, &dir, false)?;

@@ -36,7 +36,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = RunConfig::from_file(&args.config)?;
+    args.run.apply(&mut cfg);
     let data = args.data.clone().or_else(|| cfg.sft.data.clone()).context("no trajectories: pass --data or set sft.data in the config")?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(format!("{}-sft", cfg.name)));
     let tasks_path = cfg.pipeline.as_ref().and_then(|p| p.tasks.clone()).or_else(|| cfg.train.tasks.clone());
@@ -155,7 +156,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     drop((weights, adapter));
     trainer::malloc::release_free_memory();
     let mut cursor = DataCursor::default();
-    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.vars)? {
+    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.sharding, &trainer.vars)? {
         trainer.step = state.step;
         cursor = state.data;
     }
@@ -163,7 +164,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     let mut rank_log = run.rank_log(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
-    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &super::train::trained(&trainer.vars), &trainer.optimizer);
+    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &super::train::trained(&trainer.vars), &trainer.optimizer, &trainer.sharding);
     let bar = super::rollout::progress_bar(total, "sft steps");
     if trainer.dist.rank() > 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

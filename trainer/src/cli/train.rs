@@ -28,7 +28,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = RunConfig::from_file(&args.config)?;
+    args.run.apply(&mut cfg);
+    let world = trainer::dist::current().world();
+    anyhow::ensure!(
+        cfg.train.tasks_per_step % world == 0,
+        "[train] tasks_per_step = {} is not a multiple of the {world} ranks: each rank rolls out an equal share of a step's tasks, so some would idle a group's rollout every step; set it to {} or {}",
+        cfg.train.tasks_per_step,
+        (cfg.train.tasks_per_step / world).max(1) * world,
+        (cfg.train.tasks_per_step / world + 1) * world
+    );
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
     let opts = args.run.options();
@@ -53,7 +62,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     drop((weights, reference, adapter));
     trainer::malloc::release_free_memory();
     let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
-    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.vars)? {
+    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.sharding, &trainer.vars)? {
         trainer.step = state.step;
         trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
         sampler.cursor = state.data;
@@ -76,7 +85,7 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
     bar.set_position(trainer.step);
     let save = |trainer: &Trainer, cursor: DataCursor| {
         let rngs = [("sampling".to_string(), RngState::capture(&trainer.sampling_rng))].into();
-        run.save(trainer.step, rngs, cursor, &trained(&trainer.vars), &trainer.optimizer)
+        run.save(trainer.step, rngs, cursor, &trained(&trainer.vars), &trainer.optimizer, &trainer.sharding)
     };
     let mut nonfinite_in_a_row = 0;
     while trainer.step < total {

@@ -88,8 +88,46 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
         let one = sft_update(Arc::new(Single), &c, model_cfg, weights, &batch)?;
         cases.push(compare("sft".into(), weights, &ranks, &one)?);
     }
+    zero_cases(dist, cfg, model_cfg, weights, episodes, &batch, &mut cases)?;
     dist.barrier()?;
     Ok(cases)
+}
+
+/// ZeRO-1 (`[optim] zero_stage = 1`): the GRPO (the config's aggregation)
+/// and SFT updates with the optimizer state sharded over the ranks must
+/// leave every rank with the replicated ranks' weights bit for bit (an
+/// error otherwise), and compare with one process as the other cases do
+/// (the gradients of rank 0's shard, the weights in full).
+fn zero_cases(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, episodes: &[Episode], batch: &SftBatch, cases: &mut Vec<Case>) -> Result<()> {
+    if dist.world() == 1 {
+        return Ok(());
+    }
+    let mut zero = cfg.clone();
+    zero.optim.zero_stage = 1;
+    zero.sft.schedule = crate::optim::LrSchedule::Constant;
+    let mut replicated = zero.clone();
+    replicated.optim.zero_stage = 0;
+    let runs = [
+        ("grpo_zero1", grpo_update(dist.clone(), &replicated, model_cfg, weights, episodes)?, grpo_update(dist.clone(), &zero, model_cfg, weights, episodes)?),
+        ("sft_zero1", sft_update(dist.clone(), &replicated, model_cfg, weights, batch)?, sft_update(dist.clone(), &zero, model_cfg, weights, batch)?),
+    ];
+    for (name, rep, sharded) in runs {
+        let (h_rep, h_zero) = (super::reduce::parameter_hash(&rep.1)?, super::reduce::parameter_hash(&sharded.1)?);
+        if h_rep != h_zero {
+            return Err(Error::invalid("dist-check", format!("{name}: rank {}'s weights after the ZeRO-1 update differ from the replicated update's (hash {h_zero:016x} vs {h_rep:016x})", dist.rank())));
+        }
+        super::reduce::check_same_parameters(&**dist, &sharded.1, 1)?;
+        if dist.rank() == 0 {
+            let one = if name == "sft_zero1" { sft_update(Arc::new(Single), &replicated, model_cfg, weights, batch)? } else { grpo_update(Arc::new(Single), &replicated, model_cfg, weights, episodes)? };
+            let mut shard = one.0.clone();
+            shard.retain(|n| sharded.0.get(n).is_some());
+            if shard.is_empty() {
+                return Err(Error::invalid("dist-check", format!("{name}: rank 0 owns no parameter with a gradient")));
+            }
+            cases.push(compare(name.into(), weights, &sharded, &(shard, one.1))?);
+        }
+    }
+    Ok(())
 }
 
 fn weights_device(weights: &TensorMap) -> candle_core::Device {
@@ -100,7 +138,7 @@ fn weights_device(weights: &TensorMap) -> candle_core::Device {
 /// update with the group `dist`.
 fn grpo_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, episodes: &[Episode]) -> Result<(Gradients, TensorMap)> {
     let mut t = Trainer::new(cfg.clone(), model_cfg, weights, None, None, ChaCha8Rng::seed_from_u64(0))?;
-    t.dist = dist;
+    t.set_dist(dist)?;
     let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
     let g = &cfg.grpo;
     let adv = group_advantages(&rewards, cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
@@ -122,7 +160,7 @@ fn sft_batch(episodes: &[Episode], device: &candle_core::Device) -> Result<SftBa
 /// The summed gradient and the weights after one SFT step with the group `dist`.
 fn sft_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, batch: &SftBatch) -> Result<(Gradients, TensorMap)> {
     let mut t = SftTrainer::new(cfg, model_cfg, weights, None, 1)?;
-    t.dist = dist;
+    t.set_dist(dist, cfg.optim.zero_stage)?;
     let (grads, loss) = t.gradients(batch)?;
     t.apply(grads.clone(), loss)?;
     Ok((grads, t.model.tensors()))
@@ -267,7 +305,7 @@ mod tests {
                 })
                 .collect();
             let cases: Vec<Case> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
-            assert_eq!(cases.len(), 5, "rank 0 reports 4 aggregations and SFT");
+            assert_eq!(cases.len(), 7, "rank 0 reports 4 aggregations, SFT and both with ZeRO-1");
             for c in &cases {
                 println!("{world} ranks: {c:?}");
                 assert!(c.passed(), "{world} ranks: {c:?}");

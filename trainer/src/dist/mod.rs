@@ -21,6 +21,7 @@ pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod reduce;
+pub mod zero;
 
 use crate::error::{Error, Result};
 use std::ops::Range;
@@ -43,6 +44,24 @@ pub trait Collective: Send + Sync {
     fn all_gather_f64(&self, local: &[f64]) -> Result<Vec<f64>>;
     /// Every rank's bytes (any length each), in rank order.
     fn all_gather_bytes(&self, local: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Reduce-scatter: `local` is cut into `counts.len() == world()`
+    /// consecutive segments (`counts[r]` values for rank r); this rank gets
+    /// the element-wise sum of every rank's segment for it, added in rank
+    /// order (the same bits as [`reduce`]'s all-gather sums). The default
+    /// all-gathers everything; MPI sends each rank its segments only.
+    fn reduce_scatter_f32(&self, local: &[f32], counts: &[usize]) -> Result<Vec<f32>> {
+        let (rank, world, n) = (self.rank(), self.world(), local.len());
+        check_counts(counts, world, n)?;
+        let all = self.all_gather_f32(local)?;
+        let at: usize = counts[..rank].iter().sum();
+        let mut out = all[at..at + counts[rank]].to_vec();
+        for r in 1..world {
+            for (o, x) in out.iter_mut().zip(&all[r * n + at..r * n + at + counts[rank]]) {
+                *o += x;
+            }
+        }
+        Ok(out)
+    }
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
     /// Ends every rank's process with `code` (MPI_Abort): no rank is left
@@ -50,6 +69,14 @@ pub trait Collective: Send + Sync {
     fn abort(&self, code: i32) -> !;
     /// `single`, `mpi` or `threads`.
     fn backend(&self) -> &'static str;
+}
+
+/// `counts` must give every rank a segment and cover `n` values.
+pub(crate) fn check_counts(counts: &[usize], world: usize, n: usize) -> Result<()> {
+    if counts.len() != world || counts.iter().sum::<usize>() != n {
+        return Err(Error::invalid("reduce-scatter", format!("{} segments of {} values in all for {world} ranks and {n} values", counts.len(), counts.iter().sum::<usize>())));
+    }
+    Ok(())
 }
 
 /// A shared handle to the process's group.

@@ -76,6 +76,29 @@ impl Collective for MpiWorld {
         }
         Ok(counts.iter().zip(&displs).map(|(&c, &d)| buf[d as usize..(d + c) as usize].to_vec()).collect())
     }
+    fn reduce_scatter_f32(&self, local: &[f32], counts: &[usize]) -> Result<Vec<f32>> {
+        super::check_counts(counts, self.world, local.len())?;
+        // Each rank sends rank r its segment for r (all-to-all), then adds
+        // the world's segments for itself in rank order.
+        let mine = counts[self.rank];
+        let send: Vec<Count> = counts.iter().map(|&c| count(c, "reduce-scatter")).collect::<Result<_>>()?;
+        let send_displs: Vec<Count> = send.iter().scan(0, |at, &c| { let d = *at; *at += c; Some(d) }).collect();
+        let recv = vec![count(mine, "reduce-scatter")?; self.world];
+        let recv_displs: Vec<Count> = (0..self.world).map(|r| count(r * mine, "reduce-scatter")).collect::<Result<_>>()?;
+        let mut buf = vec![0f32; mine * self.world];
+        {
+            let part = mpi::datatype::Partition::new(local, send, &send_displs[..]);
+            let mut into = PartitionMut::new(&mut buf[..], recv, &recv_displs[..]);
+            self.comm.all_to_all_varcount_into(&part, &mut into);
+        }
+        let mut out = buf[..mine].to_vec();
+        for r in 1..self.world {
+            for (o, x) in out.iter_mut().zip(&buf[r * mine..(r + 1) * mine]) {
+                *o += x;
+            }
+        }
+        Ok(out)
+    }
     fn barrier(&self) -> Result<()> {
         self.comm.barrier();
         Ok(())

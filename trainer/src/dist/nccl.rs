@@ -106,3 +106,41 @@ pub fn self_check(dist: &dyn Collective, device: &CudaDevice, n: usize) -> Resul
     }
     Ok(format!("NCCL all-reduce of {n} f32 over {} rank(s) on GPU {}: every element {want}", dist.world(), dist.local_rank()))
 }
+
+/// ZeRO-1's all-gather of updated weights on the GPU: each parameter is
+/// broadcast by NCCL from its owner into every rank's `Var` (true), or
+/// false when the weights are not on a GPU (the MPI path then runs).
+pub fn broadcast_parameters(dist: &dyn Collective, partition: &super::zero::Partition, params: &BTreeMap<String, Var>) -> Result<bool> {
+    let Some(Device::Cuda(device)) = params.values().next().map(|v| v.device().clone()) else { return Ok(false) };
+    let group = group(dist, &device)?.lock().map_err(|_| Error::invalid("NCCL", "the communicator's lock was poisoned"))?;
+    for (name, var) in params {
+        let root = partition.owner(name) as i32;
+        let t = var.as_tensor().contiguous()?;
+        let n = t.elem_count();
+        let fresh = match t.dtype() {
+            DType::F32 => broadcast_typed::<f32>(&group, &t, n, root)?,
+            DType::BF16 => broadcast_typed::<half::bf16>(&group, &t, n, root)?,
+            DType::F16 => broadcast_typed::<half::f16>(&group, &t, n, root)?,
+            other => return Err(Error::invalid("NCCL", format!("`{name}` is {other:?}: ZeRO-1 broadcasts f32, bf16 and f16 weights"))),
+        };
+        let storage = Storage::Cuda(fresh);
+        var.set(&Tensor::from_storage(storage, n, BackpropOp::none(), false).reshape(t.dims())?)?;
+    }
+    Device::Cuda(group.device.clone()).synchronize()?;
+    Ok(true)
+}
+
+/// One tensor's values broadcast from `root` into a new device buffer.
+fn broadcast_typed<T>(group: &Group, t: &Tensor, n: usize, root: i32) -> Result<candle_core::CudaStorage>
+where
+    T: CudaDType + candle_core::cuda_backend::cudarc::nccl::NcclType + candle_core::cuda_backend::cudarc::driver::DeviceRepr + candle_core::cuda_backend::cudarc::driver::ValidAsZeroBits,
+{
+    let mut out = group.device.alloc_zeros::<T>(n)?;
+    {
+        let (storage, layout) = t.storage_and_layout();
+        let Storage::Cuda(s) = &*storage else { return Err(Error::invalid("NCCL", "a weight is not on the GPU")) };
+        let src = T::as_cuda_slice(s)?.slice(layout.start_offset()..layout.start_offset() + n);
+        group.comm.broadcast(Some(&src), &mut out, root).map_err(|e| nccl_error("ncclBroadcast", e))?;
+    }
+    Ok(T::wrap_cuda_slice(out, group.device.clone()))
+}

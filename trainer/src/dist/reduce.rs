@@ -48,34 +48,14 @@ pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, grad
     if world == 1 {
         return Ok(());
     }
-    let has: Vec<f32> = params.keys().map(|n| if grads.get(n).is_some() { 1.0 } else { 0.0 }).collect();
-    let all_has = dist.all_gather_f32(&has)?;
-    let present: Vec<&String> = params.keys().enumerate().filter(|&(i, _)| (0..world).any(|r| all_has[r * has.len() + i] != 0.0)).map(|(_, n)| n).collect();
-    // Bucket boundaries by parameter: a parameter larger than a bucket is its own bucket.
-    let mut buckets: Vec<Vec<&String>> = Vec::new();
-    let mut filled = usize::MAX;
-    for name in present {
-        let n = params[name].as_tensor().elem_count();
-        if filled.saturating_add(n) > BUCKET_VALUES {
-            buckets.push(Vec::new());
-            filled = 0;
-        }
-        buckets.last_mut().expect("a bucket").push(name);
-        filled += n;
-    }
+    let buckets = gradient_buckets(dist, params, grads)?;
     #[cfg(feature = "nccl")]
     if super::nccl::sum_gradients(dist, params, &buckets, grads)? {
         return Ok(());
     }
     let mut summed = Gradients::default();
     for bucket in buckets {
-        let mut flat: Vec<f32> = Vec::new();
-        for name in &bucket {
-            match grads.get(name) {
-                Some(g) => flat.extend(g.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
-                None => flat.extend(std::iter::repeat_n(0f32, params[*name].as_tensor().elem_count())),
-            }
-        }
+        let mut flat = flatten(params, &bucket, grads)?;
         let all = dist.all_gather_f32(&flat)?;
         let n = flat.len();
         for (i, v) in flat.iter_mut().enumerate() {
@@ -90,6 +70,79 @@ pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, grad
             let len = t.elem_count();
             let g = Tensor::from_slice(&flat[at..at + len], t.dims(), t.device())?;
             summed.add(name, &g)?;
+            at += len;
+        }
+    }
+    *grads = summed;
+    Ok(())
+}
+
+/// The parameters some rank has a gradient for, in name order, cut into
+/// buckets of at most [`BUCKET_VALUES`] (a larger parameter is a bucket of
+/// its own): the same on every rank.
+fn gradient_buckets<'a>(dist: &dyn Collective, params: &'a BTreeMap<String, Var>, grads: &Gradients) -> Result<Vec<Vec<&'a String>>> {
+    let world = dist.world();
+    let has: Vec<f32> = params.keys().map(|n| if grads.get(n).is_some() { 1.0 } else { 0.0 }).collect();
+    let all_has = dist.all_gather_f32(&has)?;
+    let present: Vec<&String> = params.keys().enumerate().filter(|&(i, _)| (0..world).any(|r| all_has[r * has.len() + i] != 0.0)).map(|(_, n)| n).collect();
+    let mut buckets: Vec<Vec<&String>> = Vec::new();
+    let mut filled = usize::MAX;
+    for name in present {
+        let n = params[name].as_tensor().elem_count();
+        if filled.saturating_add(n) > BUCKET_VALUES {
+            buckets.push(Vec::new());
+            filled = 0;
+        }
+        buckets.last_mut().expect("a bucket").push(name);
+        filled += n;
+    }
+    Ok(buckets)
+}
+
+/// A bucket's gradients flattened into f32 (zeros where this rank has none).
+fn flatten(params: &BTreeMap<String, Var>, bucket: &[&String], grads: &Gradients) -> Result<Vec<f32>> {
+    let mut flat: Vec<f32> = Vec::new();
+    for name in bucket {
+        match grads.get(name) {
+            Some(g) => flat.extend(g.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+            None => flat.extend(std::iter::repeat_n(0f32, params[*name].as_tensor().elem_count())),
+        }
+    }
+    Ok(flat)
+}
+
+/// ZeRO-1's sum ([`super::zero`]): as [`sum_gradients`], but each rank
+/// keeps the sums of the parameters it owns only, received by a
+/// reduce-scatter of each bucket (the same additions in the same order,
+/// so the same bits as the all-reduce). On a GPU with feature `nccl` the
+/// buckets are all-reduced by NCCL and the others' parameters dropped.
+pub fn reduce_scatter_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, partition: &super::zero::Partition, grads: &mut Gradients) -> Result<()> {
+    let world = dist.world();
+    if world == 1 {
+        return Ok(());
+    }
+    let rank = dist.rank();
+    let buckets = gradient_buckets(dist, params, grads)?;
+    #[cfg(feature = "nccl")]
+    if super::nccl::sum_gradients(dist, params, &buckets, grads)? {
+        grads.retain(|n| partition.owner(n) == rank);
+        return Ok(());
+    }
+    let mut summed = Gradients::default();
+    for bucket in buckets {
+        let flat = flatten(params, &bucket, grads)?;
+        // The owners are contiguous in name order, so each rank's
+        // parameters are one segment of the bucket, in rank order.
+        let mut counts = vec![0usize; world];
+        for name in &bucket {
+            counts[partition.owner(name)] += params[*name].as_tensor().elem_count();
+        }
+        let mine = dist.reduce_scatter_f32(&flat, &counts)?;
+        let mut at = 0;
+        for name in bucket.iter().filter(|n| partition.owner(n) == rank) {
+            let t = params[*name].as_tensor();
+            let len = t.elem_count();
+            summed.add(name, &Tensor::from_slice(&mine[at..at + len], t.dims(), t.device())?)?;
             at += len;
         }
     }

@@ -87,13 +87,17 @@ struct ParamState {
     master: Option<Tensor>,
 }
 
-/// AdamW over named `Var`s.
+/// AdamW over named `Var`s (every parameter, or under ZeRO-1 this rank's
+/// shard of them: [`AdamW::new_shard`]).
 #[derive(Debug, Clone)]
 pub struct AdamW {
     cfg: AdamWConfig,
     /// Optimizer steps taken.
     step: u64,
     state: BTreeMap<String, ParamState>,
+    /// Parameters whose state other ranks keep (ZeRO-1): their saved state
+    /// is passed over on import, not an error.
+    foreign: std::collections::BTreeSet<String>,
 }
 
 /// Saved optimizer tensors: names and shapes known up front, each tensor
@@ -129,6 +133,12 @@ fn state_err(name: &str, message: impl Into<String>) -> Error {
 impl AdamW {
     /// Zero moments for every parameter, and f32 masters for non-f32 ones.
     pub fn new(params: &BTreeMap<String, Var>, cfg: AdamWConfig) -> Result<Self> {
+        Self::new_shard(params, cfg, |_| true)
+    }
+
+    /// [`AdamW::new`] keeping state for the parameters `owned` accepts only
+    /// (this rank's shard under ZeRO-1); the others are updated elsewhere.
+    pub fn new_shard(params: &BTreeMap<String, Var>, cfg: AdamWConfig, owned: impl Fn(&str) -> bool) -> Result<Self> {
         let ok = |x: f64, lo: f64, hi: f64| x >= lo && x < hi;
         if !ok(cfg.beta1, 0.0, 1.0) || !ok(cfg.beta2, 0.0, 1.0) {
             return Err(Error::invalid(
@@ -146,7 +156,12 @@ impl AdamW {
             ));
         }
         let mut state = BTreeMap::new();
+        let mut foreign = std::collections::BTreeSet::new();
         for (name, var) in params {
+            if !owned(name) {
+                foreign.insert(name.clone());
+                continue;
+            }
             let p = var.as_tensor();
             let zeros = Tensor::zeros(p.shape(), DType::F32, p.device())?;
             let master = if p.dtype() == DType::F32 {
@@ -168,6 +183,7 @@ impl AdamW {
             cfg,
             step: 0,
             state,
+            foreign,
         })
     }
 
@@ -294,7 +310,12 @@ impl AdamW {
                 }
             }
         }
-        let keys = src.keys();
+        // Another rank's shard (ZeRO-1), or a whole state read by one shard.
+        let foreign_key = |k: &str| {
+            let Some(rest) = k.strip_prefix("state.") else { return false };
+            [".step", ".exp_avg", ".exp_avg_sq", ".master"].iter().any(|s| rest.strip_suffix(s).is_some_and(|n| self.foreign.contains(n)))
+        };
+        let keys: Vec<String> = src.keys().into_iter().filter(|k| !foreign_key(k)).collect();
         if let Some(missing) = expected.iter().find(|k| !keys.contains(k)) {
             return Err(state_err(missing, "is missing from the optimizer state"));
         }

@@ -61,19 +61,28 @@ impl Gradients {
         self.by_name
     }
 
-    /// Global L2 norm over all gradients (the norm of the per-tensor norms).
+    /// Global L2 norm over all gradients (the norm of the per-tensor norms,
+    /// added in name order).
     pub fn global_norm(&self) -> Result<f64> {
         let mut sq = 0f64;
         for g in self.by_name.values() {
-            let n = g
-                .sqr()?
-                .sum_all()?
-                .sqrt()?
-                .to_dtype(DType::F64)?
-                .to_scalar::<f64>()?;
+            let n = tensor_norm(g)?;
             sq += n * n;
         }
         Ok(sq.sqrt())
+    }
+
+    /// Multiplies every gradient by `coef`.
+    pub fn scale(&mut self, coef: f64) -> Result<()> {
+        for g in self.by_name.values_mut() {
+            *g = (&*g * coef)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the gradients whose name `keep` accepts.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.by_name.retain(|n, _| keep(n));
     }
 
     /// `torch.nn.utils.clip_grad_norm_(max_norm, norm_type=2)`: returns the
@@ -83,11 +92,18 @@ impl Gradients {
     pub fn clip_global_norm(&mut self, max_norm: f64) -> Result<f64> {
         let total = self.global_norm()?;
         if total.is_finite() {
-            let coef = (max_norm / (total + 1e-6)).min(1.0);
-            for g in self.by_name.values_mut() {
-                *g = (&*g * coef)?;
-            }
+            self.scale(clip_coefficient(max_norm, total))?;
         }
         Ok(total)
     }
+}
+
+/// One gradient's L2 norm (f32 sum of squares, as torch), as f64.
+pub fn tensor_norm(g: &Tensor) -> Result<f64> {
+    Ok(g.sqr()?.sum_all()?.sqrt()?.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+}
+
+/// `clip_grad_norm_`'s factor: `min(1, max_norm / (total + 1e-6))`.
+pub fn clip_coefficient(max_norm: f64, total: f64) -> f64 {
+    (max_norm / (total + 1e-6)).min(1.0)
 }

@@ -99,14 +99,21 @@ impl MemoryPlan {
         if peak.total() <= limit {
             return Ok(());
         }
-        let mut adjustable: Vec<&Part> = peak.parts.iter().filter(|p| p.setting.is_some()).collect();
+        let mut adjustable: Vec<&Part> = peak.parts.iter().filter(|p| p.setting.is_some() && p.setting != Some(run::CUDA_KERNELS_SETTING)).collect();
         adjustable.sort_by_key(|p| std::cmp::Reverse(p.bytes));
         let lower: Vec<String> = adjustable
             .iter()
             .take(2)
             .map(|p| format!("{} ({} for {})", p.setting.expect("filtered"), bytes::format(p.bytes), p.name))
             .collect();
-        let hint = if lower.is_empty() { "nothing in the config sizes it: a smaller model or dtype".to_string() } else { format!("lower {}", lower.join(" or ")) };
+        let mut hint = if lower.is_empty() { "nothing in the config sizes it: a smaller model or dtype".to_string() } else { format!("lower {}", lower.join(" or ")) };
+        if let Some(scores) = peak.parts.iter().find(|p| p.setting == Some(run::CUDA_KERNELS_SETTING)) {
+            hint = format!(
+                "set {} = \"on\" (the reference attention's scores take {} of it; the fused kernel's memory is linear), or {hint}",
+                run::CUDA_KERNELS_SETTING,
+                bytes::format(scores.bytes)
+            );
+        }
         Err(Error::invalid(
             "memory plan",
             format!(

@@ -4,10 +4,16 @@ use super::footprint::{elem, head_activation_bytes, kv_bytes_per_slot, layer_act
 use super::{MemoryPlan, Part, Phase, PhaseKind};
 use crate::config::ModelConfig;
 use crate::device::DeviceKind;
+use crate::dist::zero::Partition;
 use crate::model::recompute::Recompute;
+use crate::params::parameter_shapes;
 use crate::packing::MicroBatching;
 use crate::run_config::RunConfig;
 use candle_core::DType;
+
+/// The setting the planner names when the reference attention's scores
+/// are what does not fit.
+pub const CUDA_KERNELS_SETTING: &str = "[model] cuda_kernels";
 
 /// The process itself on the CPU: code, the tokenizer, thread stacks,
 /// allocator slack. Measured (BENCHMARKS.md, "The memory planner"): 37 MiB
@@ -32,6 +38,25 @@ pub struct Target<'a> {
     pub threads: usize,
     /// A LoRA run: only the adapter trains (f32), the base is frozen.
     pub lora: Option<&'a crate::lora::LoraConfig>,
+    /// Attention by the fused kernel (memory linear in the sequence), or by
+    /// the plain-tensor reference, which materializes every score (on CUDA
+    /// with `[model] cuda_kernels` off).
+    pub fused_attention: bool,
+}
+
+/// Bytes per score `[heads, queries, keys]` that the reference attention
+/// keeps in a training pass: its forward graph holds the scores' matmul
+/// output and scaled copy and the probabilities cast back (model dtype),
+/// and the f32 scores, masked scores, shifted scores, exponentials and
+/// probabilities (5 x 4 B); the backward adds two f32 gradients of them.
+pub fn reference_score_bytes_training(dtype: DType) -> u64 {
+    3 * elem(dtype) + 7 * 4
+}
+
+/// The same for a forward without a graph (the rollout's prefill): the f32
+/// scores, exponentials and probabilities at once, and the cast back.
+pub fn reference_score_bytes_inference(dtype: DType) -> u64 {
+    3 * 4 + elem(dtype)
 }
 
 impl Target<'_> {
@@ -72,22 +97,41 @@ impl Target<'_> {
         part("weights", p.count * elem(self.dtype), format!("{} parameters x {} B", p.count, elem(self.dtype)), None)
     }
 
+    /// Scalars of the largest shard of the optimizer state over `shards`
+    /// ranks (ZeRO-1's partition of the parameters; all of them with one).
+    fn optimizer_shard(&self, shards: usize) -> u64 {
+        if shards <= 1 {
+            return self.trained().count;
+        }
+        if self.lora.is_some() {
+            // Small tensors, finely split: an even share, rounded up.
+            return self.trained().count.div_ceil(shards as u64);
+        }
+        let shapes = parameter_shapes(self.model);
+        let sizes: Vec<(String, usize)> = shapes.iter().map(|(n, s)| (n.clone(), s.iter().product())).collect();
+        let p = Partition::new(sizes.iter().map(|(n, c)| (n, *c)), shards);
+        (0..shards).map(|r| sizes.iter().filter(|(n, _)| p.owner(n) == r).map(|(_, c)| *c as u64).sum()).max().unwrap_or(0)
+    }
+
     /// Weights, f32 masters (non-f32 models), AdamW's two moments and the
-    /// frozen reference (beta > 0): resident for the whole run.
-    fn training_state(&self, beta: f64) -> Vec<Part> {
+    /// frozen reference (beta > 0): resident for the whole run. Under ZeRO-1
+    /// over `shards` ranks, masters and moments are this rank's shard's.
+    fn training_state(&self, beta: f64, shards: usize) -> Vec<Part> {
         let n = self.params().count;
+        let o = self.optimizer_shard(shards);
+        let of = |what: &str| if shards > 1 { format!("{what}, ZeRO-1: the largest of {shards} shards, {o} of {} parameters", self.trained().count) } else { what.to_string() };
         let mut parts = vec![self.process(), self.weights()];
         if let Some(l) = self.lora {
             let a = self.trained().count;
             parts.push(part("adapter", a * 4, format!("LoRA r = {} on {} projections x {} layers: {a} parameters, f32", l.r, l.targets.len(), self.model.num_hidden_layers), Some("[lora] r")));
-            parts.push(part("moments", 2 * a * 4, "AdamW m and v of the adapter, f32", None));
+            parts.push(part("moments", 2 * o * 4, of("AdamW m and v of the adapter, f32"), None));
             // The KL reference is the base with the adapter off: no copy.
             return parts;
         }
         if self.dtype != DType::F32 {
-            parts.push(part("masters", n * 4, "f32 master weights", None));
+            parts.push(part("masters", o * 4, of("f32 master weights"), None));
         }
-        parts.push(part("moments", 2 * n * 4, "AdamW m and v, f32", None));
+        parts.push(part("moments", 2 * o * 4, of("AdamW m and v, f32"), None));
         if beta > 0.0 {
             parts.push(part("reference", n * elem(self.dtype), "frozen reference model (beta > 0)", Some("[grpo] beta")));
         }
@@ -148,6 +192,37 @@ impl Target<'_> {
             part("logprob_workspace", logprob_workspace_bytes(m, self.threads), format!("fused log-probs, {} threads", self.threads), None),
         ]
     }
+
+    /// The reference attention's scores for a micro-batch of `rows` rows of
+    /// `row_tokens` (none with the fused kernel): every layer's with
+    /// recompute off, one layer's at a time with it.
+    fn attention_scores(&self, rows: u64, row_tokens: u64, recompute: Recompute) -> Option<Part> {
+        if self.fused_attention {
+            return None;
+        }
+        let m = self.model;
+        let per = reference_score_bytes_training(self.dtype);
+        let layers = match recompute {
+            Recompute::Off => m.num_hidden_layers as u64,
+            Recompute::PerLayer => 1,
+        };
+        let scores = rows * m.num_attention_heads as u64 * row_tokens * row_tokens;
+        Some(part(
+            "attention_scores",
+            layers * scores * per,
+            format!("reference attention (CUDA kernels off): {layers} layer(s) x {rows} row(s) x {} heads x {row_tokens}^2 scores x {per} B", m.num_attention_heads),
+            Some(CUDA_KERNELS_SETTING),
+        ))
+    }
+}
+
+/// Rows and the longest row of the largest micro-batch (a packed row holds
+/// up to its token budget).
+fn micro_batch_rows(micro: MicroBatching, longest: usize) -> (u64, u64) {
+    match micro {
+        MicroBatching::Rows(rows) => (rows as u64, longest as u64),
+        MicroBatching::Tokens(tokens) => (1, tokens.max(longest) as u64),
+    }
 }
 
 /// Tokens of the largest micro-batch: `rows` padded rows of up to `longest`
@@ -160,14 +235,20 @@ fn micro_batch_tokens(micro: MicroBatching, longest: usize) -> u64 {
     }
 }
 
-/// Every phase of a GRPO run (rollout, update) and of its SFT stage.
-pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize) -> crate::Result<MemoryPlan> {
+/// Every phase of a GRPO run (rollout, update) and of its SFT stage, per
+/// rank of a run over `ranks` data-parallel ranks (each rolls out its share
+/// of a step's tasks; under `[optim] zero_stage = 1` each keeps its shard
+/// of the optimizer state).
+pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usize) -> crate::Result<MemoryPlan> {
     let lora = cfg.lora();
-    let t = Target { model, dtype: cfg.model.dtype.into(), device: cfg.model.device, threads, lora: lora.as_ref() };
-    let episodes = (cfg.train.tasks_per_step * cfg.rollout.group) as u64;
+    let fused_attention = cfg.model.device == DeviceKind::Cpu || cfg.model.cuda_kernels.planned();
+    let t = Target { model, dtype: cfg.model.dtype.into(), device: cfg.model.device, threads, lora: lora.as_ref(), fused_attention };
+    let ranks = ranks.max(1);
+    let shards = if cfg.optim.zero_stage >= 1 { ranks } else { 1 };
+    let episodes = (cfg.train.tasks_per_step.div_ceil(ranks) * cfg.rollout.group) as u64;
     let longest = cfg.episode.max_total_tokens;
 
-    let mut rollout = t.training_state(cfg.grpo.beta);
+    let mut rollout = t.training_state(cfg.grpo.beta, shards);
     if let Some(l) = t.lora.filter(|l| l.merge_for_rollouts) {
         // Rollouts decode through a merged copy of the adapted projections.
         let per_layer: u64 = l.targets.iter().map(|x| { let (o, i) = x.shape(model); (o * i) as u64 }).sum();
@@ -176,22 +257,42 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize) -> crate::R
     }
     rollout.extend(rollout_parts(&t, cfg, episodes));
 
-    let mut grpo = t.training_state(cfg.grpo.beta);
+    let mut grpo = t.training_state(cfg.grpo.beta, shards);
     grpo.extend(t.gradients(cfg.train.recompute));
     let grpo_tokens = micro_batch_tokens(cfg.train.micro_batching()?, longest);
     let grpo_setting = if cfg.train.micro_batch_tokens.is_some() { "[train] micro_batch_tokens" } else { "[train] micro_batch_rows" };
     grpo.extend(t.activations(grpo_tokens, cfg.train.recompute, grpo_setting));
+    let (rows, row) = micro_batch_rows(cfg.train.micro_batching()?, longest);
+    grpo.extend(t.attention_scores(rows, row, cfg.train.recompute));
 
-    let mut sft = t.training_state(0.0);
+    let mut sft = t.training_state(0.0, shards);
     sft.extend(t.gradients(cfg.sft.recompute));
     let sft_tokens = micro_batch_tokens(cfg.sft.micro_batching()?, cfg.sft.filter.max_tokens);
     let sft_setting = if cfg.sft.micro_batch_tokens.is_some() { "[sft] micro_batch_tokens" } else { "[sft] micro_batch_rows" };
     sft.extend(t.activations(sft_tokens, cfg.sft.recompute, sft_setting));
+    let (rows, row) = micro_batch_rows(cfg.sft.micro_batching()?, cfg.sft.filter.max_tokens);
+    sft.extend(t.attention_scores(rows, row, cfg.sft.recompute));
 
-    let notes = vec![
+    let mut notes = vec![
         format!("worst case: every episode at [episode] max_total_tokens = {longest}, every micro-batch full"),
         "repository snapshots and task files are not counted".to_string(),
     ];
+    if cfg.model.device == DeviceKind::Cuda {
+        notes.push(if fused_attention {
+            "attention: the fused CUDA kernel, memory linear in the sequence ([model] cuda_kernels)".to_string()
+        } else {
+            let why = match cfg.model.cuda_kernels {
+                crate::gpu_check::CudaKernels::Auto if kernels::cuda_kernels_in_env() == Some(false) => "\"auto\" with FUSEGRPO_CUDA_KERNELS=0",
+                crate::gpu_check::CudaKernels::Auto => "\"auto\" and scripts/gpu-check has not passed for this build",
+                _ => "\"off\"",
+            };
+            format!("attention: the quadratic reference, the CUDA kernels being off ([model] cuda_kernels = {why}); cuda_kernels = \"on\" runs the fused kernel")
+        });
+    }
+    if ranks > 1 {
+        let how = if shards > 1 { "optimizer state sharded ([optim] zero_stage = 1)" } else { "optimizer state replicated ([optim] zero_stage = 0)" };
+        notes.push(format!("per rank of {ranks}: {} of {} tasks a step rolled out, {how}", cfg.train.tasks_per_step.div_ceil(ranks), cfg.train.tasks_per_step));
+    }
     Ok(MemoryPlan {
         device: t.device.name(),
         phases: vec![
@@ -224,11 +325,22 @@ fn rollout_parts(t: &Target<'_>, cfg: &RunConfig, episodes: u64) -> Vec<Part> {
     let prefill = (r.max_prefill_tokens as u64).min(episodes * longest);
     let layer = layer_activation_bytes(m, t.dtype);
     let rows = episodes.min((r.max_batch_tokens as u64).div_ceil(longest.max(1)).max(1));
-    vec![
+    let mut parts = vec![
         kv,
         part("prefill", prefill * layer, format!("{prefill} tokens ([rollout] max_prefill_tokens) x one layer's {layer} B"), Some("[rollout] max_prefill_tokens")),
         part("decode_logits", rows * m.vocab_size as u64 * 4 * 2, format!("{rows} rows x {} vocabulary x f32, device + host", m.vocab_size), None),
-    ]
+    ];
+    if !t.fused_attention {
+        // The prefill's queries against keys of up to an episode each.
+        let per = reference_score_bytes_inference(t.dtype);
+        parts.push(part(
+            "attention_scores",
+            prefill * longest * m.num_attention_heads as u64 * per,
+            format!("reference attention (CUDA kernels off): {prefill} prefill tokens x up to {longest} keys x {} heads x {per} B", m.num_attention_heads),
+            Some(CUDA_KERNELS_SETTING),
+        ));
+    }
+    parts
 }
 
 /// `fusegrpo bench step`: random weights, one micro-batch's forward and
@@ -247,5 +359,56 @@ pub fn for_bench_step(t: &Target<'_>, rows: usize, tokens: usize, recompute: Rec
         device: t.device.name(),
         phases: vec![Phase { kind: PhaseKind::BenchStep, parts }],
         notes: vec![format!("one micro-batch of {rows} x {tokens} tokens, recompute {recompute:?}")],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(plan: &MemoryPlan, phase: PhaseKind, name: &str) -> u64 {
+        plan.phases.iter().find(|p| p.kind == phase).and_then(|p| p.parts.iter().find(|x| x.name == name)).map_or(0, |x| x.bytes)
+    }
+
+    #[test]
+    fn zero1_plans_each_rank_with_its_shard_of_masters_and_moments() {
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let mut cfg: RunConfig = toml::from_str("name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\n[env]\nrepos_dir = \"r\"\n").unwrap();
+        let n = ParamSizes::of(&model).count;
+        let one = for_run(&cfg, &model, 2, 8).unwrap();
+        assert_eq!(part(&one, PhaseKind::GrpoUpdate, "moments"), 2 * n * 4, "zero_stage 0 replicates the state on 8 ranks");
+        cfg.optim.zero_stage = 1;
+        let sharded = for_run(&cfg, &model, 2, 8).unwrap();
+        let m = part(&sharded, PhaseKind::GrpoUpdate, "moments");
+        // The largest shard: at least an eighth, and within one large tensor (the embedding) of it.
+        let largest = ParamSizes::of(&model).largest;
+        assert!(m >= 2 * 4 * n / 8 && m <= 2 * 4 * (n / 8 + largest), "moments {m} of {}", 2 * n * 4);
+        assert_eq!(part(&sharded, PhaseKind::GrpoUpdate, "masters") * 2, m);
+        assert_eq!(part(&sharded, PhaseKind::GrpoUpdate, "weights"), part(&one, PhaseKind::GrpoUpdate, "weights"), "weights stay whole");
+        assert_eq!(part(&sharded, PhaseKind::GrpoUpdate, "grad_accumulator"), n * 4, "ZeRO-1 keeps the whole accumulator");
+        // One rank: nothing to shard.
+        let alone = for_run(&cfg, &model, 2, 1).unwrap();
+        assert_eq!(part(&alone, PhaseKind::GrpoUpdate, "moments"), 2 * n * 4);
+    }
+
+    #[test]
+    fn the_reference_attention_is_counted_when_the_cuda_kernels_are_off() {
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let text = "name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\ndevice = \"cuda\"\n[env]\nrepos_dir = \"r\"\n[episode]\nmax_total_tokens = 16384\n[train]\nmicro_batch_rows = 1\nrecompute = \"per_layer\"\n";
+        let mut cfg: RunConfig = toml::from_str(text).unwrap();
+        cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::Off;
+        let off = for_run(&cfg, &model, 2, 1).unwrap();
+        // One layer's (recompute per layer) scores of one 16K row: 32 heads x 16384^2 x 34 B (bf16).
+        assert_eq!(part(&off, PhaseKind::GrpoUpdate, "attention_scores"), 32 * 16384 * 16384 * 34);
+        assert!(part(&off, PhaseKind::Rollout, "attention_scores") > 0, "the prefill's scores too");
+        let e = off.check(141_000_000_000, "the test").unwrap_err().to_string();
+        assert!(e.contains("set [model] cuda_kernels = \"on\""), "{e}");
+        cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::On;
+        let on = for_run(&cfg, &model, 2, 1).unwrap();
+        assert_eq!(part(&on, PhaseKind::GrpoUpdate, "attention_scores"), 0);
+        // On the CPU the fused kernel always runs.
+        cfg.model.device = DeviceKind::Cpu;
+        cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::Off;
+        assert_eq!(part(&for_run(&cfg, &model, 2, 1).unwrap(), PhaseKind::GrpoUpdate, "attention_scores"), 0);
     }
 }

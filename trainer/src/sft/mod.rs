@@ -187,6 +187,8 @@ pub struct SftTrainer {
     pub vars: BTreeMap<String, Var>,
     pub model: CausalLm,
     pub optimizer: AdamW,
+    /// Whole optimizer state on every rank, or ZeRO-1 (`[optim] zero_stage`).
+    pub sharding: dist::zero::Sharding,
     pub step: u64,
     lr: f64,
     schedule: crate::optim::LrSchedule,
@@ -203,22 +205,35 @@ impl SftTrainer {
     pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, adapter: Option<&crate::lora::Adapter>, run_steps: u64) -> Result<Self> {
         let (model, vars) = crate::lora::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
-        let optimizer = AdamW::new(
+        let dist = dist::current();
+        let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
+        let optimizer = sharding.optimizer(
             &vars,
             AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+            dist.rank(),
         )?;
         Ok(SftTrainer {
             vars,
             model,
             optimizer,
+            sharding,
             step: 0,
             lr: cfg.sft.lr,
             schedule: cfg.sft.schedule.for_run(run_steps),
             max_grad_norm: o.max_grad_norm,
             micro: cfg.sft.micro_batching()?,
             recompute: cfg.sft.recompute,
-            dist: dist::current(),
+            dist,
         })
+    }
+
+    /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
+    /// the optimizer is rebuilt, sharded for them under ZeRO-1 (`zero_stage`).
+    pub fn set_dist(&mut self, dist: Dist, zero_stage: u8) -> Result<()> {
+        self.sharding = dist::zero::Sharding::new(zero_stage, &self.vars, &*dist);
+        self.optimizer = self.sharding.optimizer(&self.vars, *self.optimizer.config(), dist.rank())?;
+        self.dist = dist;
+        Ok(())
     }
 
     /// Mean cross-entropy over `batch` (the whole step's rows) and its
@@ -232,7 +247,7 @@ impl SftTrainer {
             None if total == 0.0 => return Err(Error::invalid("sft batch", "no policy tokens to learn from")),
             None => (Gradients::default(), 0.0),
         };
-        dist::reduce::sum_gradients(&*self.dist, &self.vars, &mut grads)?;
+        self.sharding.sum_gradients(&*self.dist, &self.vars, &mut grads)?;
         let mut loss = [loss];
         dist::reduce::sum_f64(&*self.dist, &mut loss)?;
         Ok((grads, loss[0]))
@@ -265,13 +280,14 @@ impl SftTrainer {
     /// rate, unless the loss or the norm is NaN/inf. Returns the norm before
     /// clipping, the learning rate and whether the update was skipped.
     pub fn apply(&mut self, mut grads: Gradients, loss: f64) -> Result<(f64, f64, bool)> {
-        let grad_norm = if self.max_grad_norm > 0.0 { grads.clip_global_norm(self.max_grad_norm)? } else { grads.global_norm()? };
+        let grad_norm = self.sharding.clip(&*self.dist, &self.vars, &mut grads, self.max_grad_norm)?;
         let lr = self.lr * self.schedule.factor(self.step);
         let skipped = !grad_norm.is_finite() || !loss.is_finite();
         if skipped {
             tracing::warn!(step = self.step + 1, grad_norm, "non-finite loss or gradient: update skipped");
         } else {
             self.optimizer.step(&self.vars, &grads, lr)?;
+            self.sharding.gather_parameters(&*self.dist, &self.vars)?;
         }
         Ok((grad_norm, lr, skipped))
     }

@@ -113,6 +113,16 @@ pub struct OptimSection {
     /// Global gradient-norm clip (0 = off).
     pub max_grad_norm: f64,
     pub schedule: LrSchedule,
+    /// ZeRO stage over data-parallel ranks: 0 keeps the whole optimizer
+    /// state on every rank; 1 keeps on each rank the f32 masters and AdamW
+    /// moments of its shard of the parameters only ([`crate::dist::zero`]).
+    /// Left out of the config's JSON (and so its hash) at 0.
+    #[serde(skip_serializing_if = "is_zero_u8")]
+    pub zero_stage: u8,
+}
+
+fn is_zero_u8(x: &u8) -> bool {
+    *x == 0
 }
 
 impl Default for OptimSection {
@@ -126,6 +136,7 @@ impl Default for OptimSection {
             decay_scope: WeightDecayScope::SkipBiasesAndNorms,
             max_grad_norm: 1.0,
             schedule: LrSchedule::Constant,
+            zero_stage: 0,
         }
     }
 }

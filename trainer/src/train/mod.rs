@@ -106,6 +106,8 @@ pub struct Trainer {
     /// ([`Trainer::rollout_model`]).
     lora_base: Option<(TensorMap, crate::lora::LoraConfig)>,
     pub optimizer: AdamW,
+    /// Whole optimizer state on every rank, or ZeRO-1 (`[optim] zero_stage`).
+    pub sharding: dist::zero::Sharding,
     pub sampling_rng: ChaCha8Rng,
     pub step: u64,
     /// The ranks this trainer shares its steps with ([`dist::current`]).
@@ -143,12 +145,24 @@ impl Trainer {
             }
         };
         let o = &cfg.optim;
-        let optimizer = AdamW::new(
+        let dist = dist::current();
+        let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
+        let optimizer = sharding.optimizer(
             &vars,
             AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+            dist.rank(),
         )?;
         let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
-        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sampling_rng, step: 0, dist: dist::current() })
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist })
+    }
+
+    /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
+    /// the optimizer is rebuilt, sharded for them under ZeRO-1.
+    pub fn set_dist(&mut self, dist: Dist) -> Result<()> {
+        self.sharding = dist::zero::Sharding::new(self.cfg.optim.zero_stage, &self.vars, &*dist);
+        self.optimizer = self.sharding.optimizer(&self.vars, *self.optimizer.config(), dist.rank())?;
+        self.dist = dist;
+        Ok(())
     }
 
     fn loss_config(&self) -> GrpoLossConfig {
@@ -259,12 +273,13 @@ impl Trainer {
     /// norm is NaN/inf. Returns the norm before clipping and whether the
     /// update was skipped.
     pub fn apply(&mut self, mut grads: Gradients, loss: f64, lr: f64) -> Result<(f64, bool)> {
-        let norm = if self.cfg.optim.max_grad_norm > 0.0 { grads.clip_global_norm(self.cfg.optim.max_grad_norm)? } else { grads.global_norm()? };
+        let norm = self.sharding.clip(&*self.dist, &self.vars, &mut grads, self.cfg.optim.max_grad_norm)?;
         let skipped = !norm.is_finite() || !loss.is_finite();
         if skipped {
             tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
         } else {
             self.optimizer.step(&self.vars, &grads, lr)?;
+            self.sharding.gather_parameters(&*self.dist, &self.vars)?;
         }
         Ok((norm, skipped))
     }
@@ -293,7 +308,7 @@ impl Trainer {
     /// totals, summed over ranks, with the loss metrics added over ranks.
     pub fn gradients(&self, batch: &GrpoBatch, totals: BatchTotals) -> Result<(Gradients, GrpoMetrics)> {
         let (mut grads, sums, padding) = accumulate_share(&self.model, &self.vars, batch, &self.loss_config(), self.cfg.train.micro_batching()?, totals)?;
-        dist::reduce::sum_gradients(&*self.dist, &self.vars, &mut grads)?;
+        self.sharding.sum_gradients(&*self.dist, &self.vars, &mut grads)?;
         let (sums, padding) = dist::reduce::sum_loss_sums(&*self.dist, &sums, padding)?;
         let mut metrics = sums.metrics();
         metrics.padding = padding;

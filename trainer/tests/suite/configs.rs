@@ -146,3 +146,38 @@ fn tilde_paths_expand_to_home() {
     assert_eq!(cfg.model.path, "~other/m", "only `~/` is the home");
     assert_eq!(cfg.env.repos_dir, tmp.path().join("~other/r"));
 }
+
+/// `extends`: the GPU presets start from the 4B recipe, their own keys
+/// winning table by table; a cycle, another folder and a bad key are errors
+/// naming the file and `extends`.
+#[test]
+fn extends_merges_tables_key_by_key_and_refuses_cycles_and_other_folders() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let base = RunConfig::from_file(&dir.join("qwen3-4b-fusesearch.toml")).unwrap();
+    let zero = RunConfig::from_file(&dir.join("qwen3-4b-8x80gb.toml")).unwrap();
+    assert_eq!((zero.optim.zero_stage, zero.train.tasks_per_step), (1, 8));
+    assert_eq!(zero.optim.lr, base.optim.lr, "keys the preset leaves out come from the base");
+    assert_eq!(zero.train.micro_batch_tokens, base.train.micro_batch_tokens);
+    assert_eq!(zero.env.repos_dir, base.env.repos_dir, "relative paths mean the same");
+    // Two levels: 24gb-lora extends 80gb-lora extends the recipe.
+    let small = RunConfig::from_file(&dir.join("qwen3-4b-24gb-lora.toml")).unwrap();
+    let lora = small.lora().expect("[lora] from the 80 GB preset");
+    assert_eq!((lora.r, small.episode.max_total_tokens, small.grpo.clip_high), (32, 8192, base.grpo.clip_high));
+    assert!(!lora.merge_for_rollouts);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(tmp.path().join(name), text).unwrap();
+    write("a.toml", "extends = \"b.toml\"\nname = \"a\"\n");
+    write("b.toml", "extends = \"a.toml\"\n");
+    let e = RunConfig::from_file(&tmp.path().join("a.toml")).unwrap_err().to_string();
+    assert!(e.contains("cycle") && e.contains("extends"), "{e}");
+    std::fs::create_dir(tmp.path().join("sub")).unwrap();
+    write("sub/c.toml", "name = \"c\"\n");
+    write("d.toml", "extends = \"sub/c.toml\"\n");
+    let e = RunConfig::from_file(&tmp.path().join("d.toml")).unwrap_err().to_string();
+    assert!(e.contains("same folder") && e.contains("d.toml"), "{e}");
+    write("e.toml", &format!("extends = \"base.toml\"\n[optim]\nbetta = 1\n"));
+    std::fs::copy(dir.join("smoke-cpu.toml"), tmp.path().join("base.toml")).unwrap();
+    let e = RunConfig::from_file(&tmp.path().join("e.toml")).unwrap_err().to_string();
+    assert!(e.contains("e.toml") && e.contains("betta"), "{e}");
+}

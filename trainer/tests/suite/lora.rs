@@ -225,7 +225,12 @@ fn the_memory_plan_counts_the_adapter_not_the_full_optimizer_state() {
     std::fs::write(&full_path, &text).unwrap();
     std::fs::write(&lora_path, format!("{text}\n[lora]\nr = 64\nalpha = 128\n")).unwrap();
     let model = trainer::plan::known::published("Qwen/Qwen3-4B").unwrap();
-    let plan = |p: &std::path::Path| trainer::plan::run::for_run(&trainer::run_config::RunConfig::from_file(p).unwrap(), &model, 2).unwrap();
+    // The fused attention (the kernels on): its memory is linear in the tokens.
+    let plan = |p: &std::path::Path| {
+        let mut cfg = trainer::run_config::RunConfig::from_file(p).unwrap();
+        cfg.model.cuda_kernels = trainer::gpu_check::CudaKernels::On;
+        trainer::plan::run::for_run(&cfg, &model, 2, 1).unwrap()
+    };
     let (full, lora) = (plan(&full_path), plan(&lora_path));
     let part = |plan: &trainer::plan::MemoryPlan, phase: usize, name: &str| plan.phases[phase].parts.iter().find(|p| p.name == name).map(|p| p.bytes);
     // r = 64 on the seven projections of 36 layers: r x (in + out) each.

@@ -26,7 +26,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.shape.config(64)?;
-    let (device, dtype) = (a.on.device.open()?, DType::from(a.on.dtype));
+    let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));
     let w = trainer::init::random_weights(&cfg, 0, dtype, &device)?;
     let (model, vars) = CausalLm::trainable(&cfg, &w)?;
     drop(w);

@@ -69,7 +69,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(m) => load_model(m, a.adapter.as_deref(), &a.on)?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
-            let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.device.open()?)?;
+            let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
             CausalLm::new(&cfg, &w)?
         }
     };

@@ -58,7 +58,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0 && args.reps > 0, "tokens, hidden, vocab and reps must be positive");
     set_threads(args.threads)?;
-    let (device, dtype) = (args.on.device.open()?, candle_core::DType::from(args.on.dtype));
+    let (device, dtype) = (args.on.open()?, candle_core::DType::from(args.on.dtype));
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let hidden = random(&mut rng, (args.tokens, args.hidden), 1.0, &device, dtype)?;
     let lm_head = random(&mut rng, (args.vocab, args.hidden), 0.05, &device, dtype)?;

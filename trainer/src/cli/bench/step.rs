@@ -61,7 +61,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.rows > 0 && a.tokens >= 2 && a.reps > 0, "--rows and --reps must be positive, --tokens at least 2");
     set_threads(a.threads)?;
     let cfg = a.shape.config(a.tokens)?;
-    let dev = a.on.device.open()?;
+    let dev = a.on.open()?;
     let dtype = DType::from(a.on.dtype);
     let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
     let lora = match a.lora_r {
@@ -168,7 +168,7 @@ pub fn run(a: Args) -> Result<()> {
     });
     merge(&mut report, a.shape.json());
     // The memory planner's figure for this step, beside the measured peak.
-    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None };
+    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
     let recompute = match a.recompute {
         Recompute::Off => trainer::grpo::Recompute::Off,
         Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,

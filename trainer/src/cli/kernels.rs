@@ -1,0 +1,48 @@
+//! `fusegrpo kernels status | record`: whether the fused CUDA kernels run
+//! for this build, and the record `scripts/gpu-check` leaves when it passed
+//! (`trainer::gpu_check`).
+
+use anyhow::Result;
+use std::path::PathBuf;
+use trainer::gpu_check::{self, CudaKernels};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Print whether the CUDA kernels would run, and why, for a setting.
+    Status {
+        /// The setting to resolve ([model] cuda_kernels).
+        #[arg(long, value_enum, default_value_t = CudaKernels::Auto)]
+        cuda_kernels: CudaKernels,
+    },
+    /// Record that scripts/gpu-check passed for this binary (gpu-check runs it).
+    Record {
+        /// The GPU and driver it passed on (nvidia-smi's line).
+        #[arg(long)]
+        gpu: String,
+        /// gpu-check's report.
+        #[arg(long)]
+        report: PathBuf,
+        /// When it passed (UTC, RFC 3339).
+        #[arg(long)]
+        at: String,
+    },
+}
+
+pub fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Status { cuda_kernels } => {
+            println!("build {} (fusegrpo {})", gpu_check::build_id()?, env!("CARGO_PKG_VERSION"));
+            match gpu_check::passed() {
+                Some(r) => println!("gpu-check: passed on {} ({}), report {}", r.passed_at, r.gpu, r.report),
+                None => println!("gpu-check: no record for this build in {}", gpu_check::record_dir().display()),
+            }
+            println!("{}", cuda_kernels.resolve());
+        }
+        Command::Record { gpu, report, at } => {
+            anyhow::ensure!(report.is_file(), "--report {}: no such file", report.display());
+            let path = gpu_check::record(&gpu, &report, &at)?;
+            println!("recorded: {} (kernels on for this build under cuda_kernels = \"auto\")", path.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! Whether the CUDA kernels run: `[model] cuda_kernels = "auto" | "on" |
+//! "off"`, and the record `scripts/gpu-check` leaves when it passes, which
+//! `auto` reads.
+//!
+//! The record is `<cache>/gpu-check/<build>.json`, where `<build>` is a
+//! hash of the running executable's bytes (the same binary copied to
+//! another machine is the same build; a rebuild is a new one) and
+//! `<cache>` is `$FUSEGRPO_CACHE`, else `$XDG_CACHE_HOME/fusegrpo`, else
+//! `~/.cache/fusegrpo`. `fusegrpo kernels record` writes it (gpu-check calls
+//! it when every check passed); `fusegrpo kernels status` prints the
+//! choice and why.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `[model] cuda_kernels`: the fused CUDA kernels (attention, token
+/// log-probs, RMSNorm, rotary, sampling) or their plain-tensor references.
+/// Without the attention kernel, attention on CUDA materializes every
+/// score: memory quadratic in the sequence length (the planner counts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CudaKernels {
+    /// `FUSEGRPO_CUDA_KERNELS=1` (on) or `=0` (off) when the environment
+    /// has it, else on when `scripts/gpu-check` has passed for this build,
+    /// else off.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl CudaKernels {
+    pub fn is_auto(&self) -> bool {
+        *self == CudaKernels::Auto
+    }
+
+    /// The choice for this process and build, with the reason.
+    pub fn resolve(self) -> Choice {
+        if !cfg!(feature = "cuda") {
+            return Choice { on: false, why: "this build has no CUDA (cargo build --features cuda)".into() };
+        }
+        match self {
+            CudaKernels::On => Choice { on: true, why: "cuda_kernels = \"on\"".into() },
+            CudaKernels::Off => Choice { on: false, why: "cuda_kernels = \"off\"".into() },
+            CudaKernels::Auto if kernels::cuda_kernels_in_env().is_some() => {
+                let on = kernels::cuda_kernels_in_env() == Some(true);
+                Choice { on, why: format!("cuda_kernels = \"auto\" and FUSEGRPO_CUDA_KERNELS={} in the environment", if on { 1 } else { 0 }) }
+            }
+            CudaKernels::Auto => match passed() {
+                Some(r) => Choice { on: true, why: format!("cuda_kernels = \"auto\": scripts/gpu-check passed for this build on {} ({})", r.passed_at, r.gpu) },
+                None => Choice {
+                    on: false,
+                    why: "cuda_kernels = \"auto\": scripts/gpu-check has not passed for this build (run it on the GPU, or set [model] cuda_kernels = \"on\" / --cuda-kernels on)".into(),
+                },
+            },
+        }
+    }
+
+    /// Whether a run with this setting will use the kernels on a GPU, for
+    /// the memory planner: `on` and `off` as they say; `auto` as the
+    /// environment or this build's gpu-check record says (the planner may
+    /// run in another build than the GPU's, so its features do not count).
+    pub fn planned(self) -> bool {
+        match self {
+            CudaKernels::On => true,
+            CudaKernels::Off => false,
+            CudaKernels::Auto => kernels::cuda_kernels_in_env().unwrap_or_else(|| passed().is_some()),
+        }
+    }
+
+    /// Resolves the choice and switches the kernels accordingly for the
+    /// process; returns it.
+    pub fn apply(self) -> Choice {
+        let c = self.resolve();
+        kernels::set_cuda_kernels(c.on);
+        c
+    }
+}
+
+/// Whether the kernels are on, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub on: bool,
+    pub why: String,
+}
+
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CUDA kernels {}: {}", if self.on { "on" } else { "off" }, self.why)
+    }
+}
+
+/// What `scripts/gpu-check` leaves when it passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub build: String,
+    pub version: String,
+    /// UTC, RFC 3339.
+    pub passed_at: String,
+    /// The GPU and driver, as nvidia-smi names them.
+    pub gpu: String,
+    /// gpu-check's report.
+    pub report: String,
+}
+
+/// FNV-1a 64 of the running executable's bytes, as hex.
+pub fn build_id() -> Result<String> {
+    let exe = std::env::current_exe().map_err(|e| Error::invalid("the running executable", e.to_string()))?;
+    let bytes = std::fs::read(&exe).map_err(|e| Error::io(&exe, e))?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Ok(format!("{h:016x}"))
+}
+
+/// `<cache>/gpu-check`.
+pub fn record_dir() -> PathBuf {
+    let cache = std::env::var_os("FUSEGRPO_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("fusegrpo")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/fusegrpo")))
+        .unwrap_or_else(|| PathBuf::from(".fusegrpo-cache"));
+    cache.join("gpu-check")
+}
+
+/// This build's record, when gpu-check passed for it (a record that does
+/// not parse, or names another build, counts as none).
+pub fn passed() -> Option<Record> {
+    let build = build_id().ok()?;
+    let text = std::fs::read_to_string(record_dir().join(format!("{build}.json"))).ok()?;
+    serde_json::from_str::<Record>(&text).ok().filter(|r| r.build == build)
+}
+
+/// Writes this build's record (atomically) and returns its path.
+pub fn record(gpu: &str, report: &Path, passed_at: &str) -> Result<PathBuf> {
+    let build = build_id()?;
+    let dir = record_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let rec = Record { build: build.clone(), version: env!("CARGO_PKG_VERSION").into(), passed_at: passed_at.into(), gpu: gpu.into(), report: report.display().to_string() };
+    let path = dir.join(format!("{build}.json"));
+    let tmp = dir.join(format!(".{build}.json.tmp"));
+    std::fs::write(&tmp, serde_json::to_string_pretty(&rec).expect("a record serializes") + "\n").map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    Ok(path)
+}
