@@ -28,8 +28,10 @@ use crate::optim::{clip_coefficient, tensor_norm, AdamW, AdamWConfig, Gradients}
 use candle_core::{Tensor, Var};
 use std::collections::BTreeMap;
 
-/// Bytes of updated weights each rank sends per all-gather round (64 MiB).
-pub const GATHER_BYTES: usize = 64 << 20;
+/// Bytes of updated weights each rank sends per all-gather round (16 MiB,
+/// as a gradient bucket): a round holds every rank's bytes twice over
+/// (MPI's receive buffer and their copies), so rounds stay small.
+pub const GATHER_BYTES: usize = 16 << 20;
 
 /// Which rank owns each parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +157,21 @@ impl Sharding {
         Ok(total)
     }
 
+    /// One optimizer update from the summed gradients, as GRPO and SFT both
+    /// make it: clip (or measure) the global norm, then, unless the norm or
+    /// `loss` is NaN/inf, AdamW at `lr` and (ZeRO-1) the weights gathered.
+    pub fn update(&self, dist: &dyn Collective, optimizer: &mut AdamW, params: &BTreeMap<String, Var>, mut grads: Gradients, max_norm: f64, loss: f64, lr: f64) -> Result<Update> {
+        let grad_norm = self.clip(dist, params, &mut grads, max_norm)?;
+        let skipped = !grad_norm.is_finite() || !loss.is_finite();
+        if skipped {
+            tracing::warn!(step = optimizer.steps() + 1, grad_norm, "non-finite loss or gradient: update skipped");
+        } else {
+            optimizer.step(params, &grads, lr)?;
+            self.gather_parameters(dist, params)?;
+        }
+        Ok(Update { grad_norm, skipped })
+    }
+
     /// After the optimizer step: under ZeRO-1, every rank's weights become
     /// their owners' updated ones (nothing to do when replicated).
     pub fn gather_parameters(&self, dist: &dyn Collective, params: &BTreeMap<String, Var>) -> Result<()> {
@@ -163,6 +180,15 @@ impl Sharding {
             Sharding::Zero1(p) => gather_parameters(dist, p, params),
         }
     }
+}
+
+/// What one optimizer update did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Update {
+    /// The global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// The norm or the loss was NaN/inf: the weights did not move.
+    pub skipped: bool,
 }
 
 /// Each rank's owned parameters in rounds of at most [`GATHER_BYTES`] (a

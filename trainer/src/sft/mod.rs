@@ -209,7 +209,7 @@ impl SftTrainer {
         let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
         let optimizer = sharding.optimizer(
             &vars,
-            AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+            AdamWConfig::from(o),
             dist.rank(),
         )?;
         Ok(SftTrainer {
@@ -279,16 +279,9 @@ impl SftTrainer {
     /// Clip (or measure) the gradients, then AdamW at this step's learning
     /// rate, unless the loss or the norm is NaN/inf. Returns the norm before
     /// clipping, the learning rate and whether the update was skipped.
-    pub fn apply(&mut self, mut grads: Gradients, loss: f64) -> Result<(f64, f64, bool)> {
-        let grad_norm = self.sharding.clip(&*self.dist, &self.vars, &mut grads, self.max_grad_norm)?;
+    pub fn apply(&mut self, grads: Gradients, loss: f64) -> Result<(f64, f64, bool)> {
         let lr = self.lr * self.schedule.factor(self.step);
-        let skipped = !grad_norm.is_finite() || !loss.is_finite();
-        if skipped {
-            tracing::warn!(step = self.step + 1, grad_norm, "non-finite loss or gradient: update skipped");
-        } else {
-            self.optimizer.step(&self.vars, &grads, lr)?;
-            self.sharding.gather_parameters(&*self.dist, &self.vars)?;
-        }
-        Ok((grad_norm, lr, skipped))
+        let u = self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.max_grad_norm, loss, lr)?;
+        Ok((u.grad_norm, lr, u.skipped))
     }
 }

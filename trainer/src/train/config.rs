@@ -121,6 +121,12 @@ pub struct OptimSection {
     pub zero_stage: u8,
 }
 
+impl From<&OptimSection> for crate::optim::AdamWConfig {
+    fn from(o: &OptimSection) -> Self {
+        crate::optim::AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope }
+    }
+}
+
 fn is_zero_u8(x: &u8) -> bool {
     *x == 0
 }

@@ -149,7 +149,7 @@ impl Trainer {
         let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
         let optimizer = sharding.optimizer(
             &vars,
-            AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope },
+            AdamWConfig::from(o),
             dist.rank(),
         )?;
         let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
@@ -272,16 +272,9 @@ impl Trainer {
     /// Clip (or measure) the gradients, then AdamW, unless the loss or the
     /// norm is NaN/inf. Returns the norm before clipping and whether the
     /// update was skipped.
-    pub fn apply(&mut self, mut grads: Gradients, loss: f64, lr: f64) -> Result<(f64, bool)> {
-        let norm = self.sharding.clip(&*self.dist, &self.vars, &mut grads, self.cfg.optim.max_grad_norm)?;
-        let skipped = !norm.is_finite() || !loss.is_finite();
-        if skipped {
-            tracing::warn!(step = self.step + 1, grad_norm = norm, "non-finite loss or gradient: update skipped");
-        } else {
-            self.optimizer.step(&self.vars, &grads, lr)?;
-            self.sharding.gather_parameters(&*self.dist, &self.vars)?;
-        }
-        Ok((norm, skipped))
+    pub fn apply(&mut self, grads: Gradients, loss: f64, lr: f64) -> Result<(f64, bool)> {
+        let u = self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.cfg.optim.max_grad_norm, loss, lr)?;
+        Ok((u.grad_norm, u.skipped))
     }
 
     /// This rank's rows of the step's batch (with reference and old
