@@ -198,9 +198,29 @@ pub fn run_policy(cfg: &RunConfig, tasks: &[Task], policy: &PolicyChoice, group:
 
 /// Advances `bar` and shows the last reward as each episode ends.
 pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
+    // indicatif draws nothing when stderr is no terminal (nohup, a log
+    // file, a pipeline's log): there a plain line a minute, and one at the end.
+    let plain = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last = std::time::Instant::now();
+    let (mut n, mut sum) = (0usize, 0f64);
     move |e: &Episode| {
+        let r = e.score.map_or(0.0, |s| s.reward);
         bar.inc(1);
-        bar.set_message(format!("last R={:.3}", e.score.map_or(0.0, |s| s.reward)));
+        bar.set_message(format!("last R={r:.3}"));
+        n += 1;
+        sum += r;
+        let end = bar.length().is_some_and(|l| bar.position() >= l);
+        if plain && (end || last.elapsed().as_secs() >= 60) {
+            last = std::time::Instant::now();
+            let len = bar.length().map_or("?".to_string(), |l| l.to_string());
+            eprintln!(
+                "{}/{len} episodes in {:.0} s (eta {:.0} s), mean R {:.3} over the {n} of this run",
+                bar.position(),
+                bar.elapsed().as_secs_f64(),
+                bar.eta().as_secs_f64(),
+                sum / n as f64
+            );
+        }
     }
 }
 
