@@ -89,12 +89,9 @@ pub fn config_hash(value: &serde_json::Value) -> String {
         }
     }
     let text = canonical(value).to_string();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    let mut h = crate::fnv::Fnv1a::default();
+    h.eat(text.as_bytes());
+    h.hex()
 }
 
 /// Hash of the fields of a model config that determine its weights (the

@@ -108,12 +108,9 @@ pub struct Record {
 pub fn build_id() -> Result<String> {
     let exe = std::env::current_exe().map_err(|e| Error::invalid("the running executable", e.to_string()))?;
     let bytes = std::fs::read(&exe).map_err(|e| Error::io(&exe, e))?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    Ok(format!("{h:016x}"))
+    let mut h = crate::fnv::Fnv1a::default();
+    h.eat(&bytes);
+    Ok(h.hex())
 }
 
 /// `<cache>/gpu-check`.

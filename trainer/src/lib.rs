@@ -34,6 +34,7 @@ pub mod device;
 pub mod dist;
 pub mod error;
 pub mod generate;
+pub mod fnv;
 pub mod gguf;
 pub mod gpu_check;
 pub mod grpo;

@@ -210,13 +210,8 @@ pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -
 
 /// FNV-1a 64 over every parameter's name and f32 bits (name order).
 pub fn parameter_hash(params: &TensorMap) -> Result<u64> {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    let mut h = crate::fnv::Fnv1a::default();
+    let mut eat = |bytes: &[u8]| h.eat(bytes);
     let sorted: BTreeMap<&String, &Tensor> = params.iter().collect();
     for (name, t) in sorted {
         eat(name.as_bytes());
@@ -224,7 +219,7 @@ pub fn parameter_hash(params: &TensorMap) -> Result<u64> {
             eat(&x.to_bits().to_le_bytes());
         }
     }
-    Ok(h)
+    Ok(h.value())
 }
 
 /// Every rank's parameters must be rank 0's, bit for bit: an error naming

@@ -62,13 +62,7 @@ pub fn fingerprint(path: &Path) -> Result<String> {
     const CHUNKS: u64 = 64;
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    let mut h = crate::fnv::Fnv1a::default();
     let mut buf = vec![0u8; HEAD as usize];
     let mut read_at = |offset: u64, n: u64, buf: &mut Vec<u8>| -> Result<usize> {
         file.seek(SeekFrom::Start(offset)).map_err(|e| Error::io(path, e))?;
@@ -78,15 +72,15 @@ pub fn fingerprint(path: &Path) -> Result<String> {
         Ok(n)
     };
     let n = read_at(0, HEAD, &mut buf)?;
-    eat(&buf[..n]);
+    h.eat(&buf[..n]);
     if len > HEAD {
         let step = (len - HEAD) / CHUNKS;
         for i in 0..CHUNKS {
             let n = read_at(HEAD + i * step, CHUNK, &mut buf)?;
-            eat(&buf[..n]);
+            h.eat(&buf[..n]);
         }
     }
-    Ok(format!("{h:016x}"))
+    Ok(h.hex())
 }
 
 fn config_err(path: &Path, key: &str, message: impl Into<String>) -> Error {
