@@ -14,7 +14,7 @@
 #               from each repository's history and synthetic tasks
 #               (`tasks from-history`, `tasks synth`), split by repository
 #               (`tasks split`, data/real/heldout-repos.txt held out)
-#   3. run      `fusegrpo pipeline --config configs/smollm2-real.toml`:
+#   3. run      `fusegrpo pipeline --config configs/smollm2-real-recipe.toml`:
 #               teacher trajectories -> SFT -> difficulty filter -> GRPO
 #               learning-rate pilot -> the long GRPO run -> evaluation of
 #               base, teacher, SFT and GRPO on the held-out tasks

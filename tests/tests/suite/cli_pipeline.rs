@@ -407,6 +407,35 @@ fn pipeline_with_heldout_file_teacher_row_difficulty_filter_and_lr_pilot() {
     assert_eq!(pilot["runs"][chosen_key]["mean_reward"].as_f64().unwrap(), best, "the best pilot's lr: {pilot}");
     let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000002/state.json")).unwrap()).unwrap();
     assert_eq!(state["config"]["optim"]["lr"].as_f64(), Some(chosen), "the long GRPO run trains at the chosen lr");
+
+    // `extend = true`: the long run (now 3 steps) continues the chosen
+    // pilot run instead of starting over: its first 2 metrics lines are the
+    // pilot's, its 3rd is new, and the pilot's folder is left as it was. A
+    // config that differs from the pilot's in more than train.steps is
+    // refused, naming the key.
+    std::fs::remove_dir_all(run.join("grpo")).unwrap();
+    std::fs::remove_file(run.join("eval/grpo.jsonl")).unwrap();
+    let pilot_dir = run.join(format!("pilot/lr-{chosen_key}"));
+    let pilot_metrics = std::fs::read_to_string(pilot_dir.join("metrics.jsonl")).unwrap();
+    let longer = text.replace("[train]\nsteps = 2\n", "[train]\nsteps = 3\n").replace("steps = 2\n", "steps = 2\nextend = true\n");
+    assert!(longer.contains("[train]\nsteps = 3\n") && longer.contains("[pipeline.pilot]\nlrs = [1e-3, 1e-4]\nsteps = 2\nextend = true\n"), "{longer}");
+    std::fs::write(&cfg, longer.replace("[optim]\nlr = 1e-3\n", "[optim]\nlr = 1e-3\nmax_grad_norm = 0.5\n")).unwrap();
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("optim.max_grad_norm") && err.contains("another config than the long run's"), "{err}");
+    assert!(err.contains("continuing the chosen pilot run from"), "copied before the check: {err}");
+    std::fs::write(&cfg, &longer).unwrap();
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let long = std::fs::read_to_string(run.join("grpo/metrics.jsonl")).unwrap();
+    assert_eq!(long.lines().count(), 3, "{long}");
+    assert!(long.starts_with(&pilot_metrics), "the pilot's 2 steps first:\n{long}\nvs\n{pilot_metrics}");
+    assert!(run.join("grpo/step_00000003/DONE").exists());
+    assert_eq!(std::fs::read_to_string(pilot_dir.join("metrics.jsonl")).unwrap(), pilot_metrics, "the pilot's run is untouched");
+    assert!(!pilot_dir.join("step_00000003").exists());
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000003/state.json")).unwrap()).unwrap();
+    assert_eq!((state["config"]["train"]["steps"].as_u64(), state["config"]["optim"]["lr"].as_f64()), (Some(3), Some(chosen)));
 }
 
 /// Long rollouts go in chunks to `<out>.chunks`: a rerun keeps the whole

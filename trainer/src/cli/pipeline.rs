@@ -94,8 +94,14 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(lr) = pilot.as_ref().and_then(|v| v["chosen_lr"].as_f64()) {
         grpo_cfg.optim.lr = lr;
     }
+    // The chosen pilot run's folder (named as `pilot` names it).
+    let extend = (p.pilot.extend && pilot.is_some()).then(|| run_dir.join("pilot").join(format!("lr-{:e}", grpo_cfg.optim.lr)));
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
-        super::train::train(&grpo_cfg, dir, &grpo_tasks, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+        let mut opts = RunOptions { resume: Some("auto".into()), ..Default::default() };
+        if let Some(pilot_dir) = &extend {
+            opts.allow_config_change = extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir)?;
+        }
+        super::train::train(&grpo_cfg, dir, &grpo_tasks, &opts)
     })?;
 
     let mut report = Report {
@@ -315,6 +321,75 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
     let (lr, _) = best.expect("at least one pilot");
     eprintln!("pilot: the long run takes lr {lr:e}");
     Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
+}
+
+/// `[pipeline.pilot] extend`: the long run's folder starts as a copy of
+/// the chosen pilot run's (its checkpoints and metrics, not its completion
+/// marker), so the long run resumes at the pilot's last step. Returns
+/// whether resuming must accept a changed config: true while the latest
+/// checkpoint in `dir` is the pilot's, whose config differs from the long
+/// run's in `train.steps` alone (or `[pipeline]`, which no training run
+/// reads; anything else is refused).
+fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path) -> Result<bool> {
+    anyhow::ensure!(
+        cfg.train.steps > pilot_steps,
+        "[pipeline.pilot] extend: the long run's [train] steps ({}) must be more than the pilot's steps ({pilot_steps})",
+        cfg.train.steps
+    );
+    if trainer::checkpoint::latest(dir)?.is_none() {
+        let from = trainer::checkpoint::latest(pilot_dir)?
+            .with_context(|| format!("[pipeline.pilot] extend: the chosen pilot run {} has no checkpoint", pilot_dir.display()))?;
+        eprintln!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps);
+        copy_run(pilot_dir, dir)?;
+    }
+    let latest = trainer::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
+    let state = trainer::checkpoint::load_state(&latest)?;
+    let changed = trainer::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
+    // `[pipeline]` does not enter a training run.
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !k.starts_with("pipeline.")).collect();
+    anyhow::ensure!(
+        others.is_empty(),
+        "[pipeline.pilot] extend: {} was made with another config than the long run's (besides train.steps): {}; \
+         remove {} to start the long run from the SFT model, or restore the config",
+        latest.display(),
+        others.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+        dir.display()
+    );
+    Ok(!changed.is_empty())
+}
+
+/// Copies a run folder's files (recursively), leaving out its completion
+/// marker; files are written under a temporary name and renamed, and
+/// checkpoint folders last, so an interrupted copy leaves no checkpoint
+/// that looks complete without its files.
+fn copy_run(from: &Path, to: &Path) -> Result<()> {
+    fn copy_dir(from: &Path, to: &Path, top: bool) -> Result<()> {
+        std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+        let mut entries: Vec<_> = std::fs::read_dir(from)
+            .with_context(|| format!("reading {}", from.display()))?
+            .collect::<std::io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            if top && name == COMPLETE {
+                continue;
+            }
+            let (src, dst) = (e.path(), to.join(&name));
+            if e.file_type()?.is_dir() {
+                let tmp = to.join(format!(".{}.copy", name.to_string_lossy()));
+                let _ = std::fs::remove_dir_all(&tmp);
+                copy_dir(&src, &tmp, false)?;
+                if dst.exists() {
+                    std::fs::remove_dir_all(&dst).with_context(|| format!("removing {}", dst.display()))?;
+                }
+                std::fs::rename(&tmp, &dst).with_context(|| format!("renaming {} to {}", tmp.display(), dst.display()))?;
+            } else {
+                std::fs::copy(&src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            }
+        }
+        Ok(())
+    }
+    copy_dir(from, to, true)
 }
 
 /// One field of every line of a metrics file.

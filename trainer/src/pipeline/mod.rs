@@ -108,6 +108,12 @@ pub struct PilotSection {
     pub lrs: Vec<f64>,
     /// Steps of each pilot run.
     pub steps: u64,
+    /// The long run continues the chosen pilot run (its checkpoints and
+    /// metrics copied into `<run>/grpo`) up to `[train] steps`, instead of
+    /// starting again from the SFT model: the pilot's steps are the long
+    /// run's first steps. Only `train.steps` may differ between them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub extend: bool,
 }
 
 /// The recipe's data and evaluation settings (SFT and GRPO come from
