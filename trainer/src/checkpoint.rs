@@ -304,8 +304,11 @@ pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config: &ser
         return Err(Error::Config { path, key: "arch_hash".into(), message: "the checkpoint's model architecture differs from the config's model".into() });
     }
     let hash = config_hash(config);
-    if state.config_hash != hash && !allow_config_change {
-        let changed = changed_keys(&state.config, config);
+    // `[pipeline]` (the recipe's data, probe, pilot and evaluation settings)
+    // does not enter a training run: changes there do not block a resume.
+    let changed = changed_keys(&state.config, config);
+    let relevant = changed.is_empty() || changed.iter().any(|k| !is_recipe_key(k));
+    if state.config_hash != hash && relevant && !allow_config_change {
         let listed = if changed.is_empty() { format!("hash {} != {hash}", state.config_hash) } else { changed.join(", ") };
         return Err(Error::Config {
             path,
@@ -314,6 +317,11 @@ pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config: &ser
         });
     }
     Ok(())
+}
+
+/// Whether a key of [`changed_keys`] lies in `[pipeline]` (or is it).
+pub fn is_recipe_key(changed: &str) -> bool {
+    changed.starts_with("pipeline.") || changed.starts_with("pipeline (")
 }
 
 /// The dotted keys whose values differ between two configs (as JSON), each

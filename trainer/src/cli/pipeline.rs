@@ -346,7 +346,7 @@ fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path)
     let state = trainer::checkpoint::load_state(&latest)?;
     let changed = trainer::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
     // `[pipeline]` does not enter a training run.
-    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !k.starts_with("pipeline.")).collect();
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !trainer::checkpoint::is_recipe_key(k)).collect();
     anyhow::ensure!(
         others.is_empty(),
         "[pipeline.pilot] extend: {} was made with another config than the long run's (besides train.steps): {}; \

@@ -83,6 +83,12 @@ fn mismatches_are_refused_unless_allowed() {
     let e = check_compatible(&dir, &st, &arch_hash(&cfg), &changed, false).unwrap_err().to_string();
     assert!(e.contains("--allow-config-change"), "{e}");
     check_compatible(&dir, &st, &arch_hash(&cfg), &changed, true).unwrap();
+    // `[pipeline]` does not enter a training run: a change there alone resumes.
+    let recipe = serde_json::json!({"lr": 1e-6, "pipeline": {"difficulty": {"tasks": 128}}});
+    check_compatible(&dir, &st, &arch_hash(&cfg), &recipe, false).unwrap();
+    let both = serde_json::json!({"lr": 2e-6, "pipeline": {"difficulty": {"tasks": 128}}});
+    let e = check_compatible(&dir, &st, &arch_hash(&cfg), &both, false).unwrap_err().to_string();
+    assert!(e.contains("lr (1e-6 -> 2e-6)") || e.contains("lr (0.000001 -> 0.000002)"), "{e}");
     // Key order does not change the hash.
     assert_eq!(config_hash(&serde_json::json!({"a": 1, "b": 2})), config_hash(&serde_json::json!({"b": 2, "a": 1})));
 }
