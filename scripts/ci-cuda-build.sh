@@ -1,47 +1,68 @@
 #!/usr/bin/env bash
 # CI's CUDA job on a machine with no GPU and no CUDA install: installs the
-# pinned CUDA 13.0 toolchain (scripts/cuda-toolchain.sh, cached in
-# ~/.cache/fusegrpo/cuda13), builds `fusegrpo` with `--features cuda,nccl,mpi`
-# (candle's CUDA backend and our kernels/cuda/*.cu as PTX, NCCL's gradient
-# sums, MPI ranks; OpenMPI from Debian via scripts/install-mpi.sh), then
-# starts the binary with the stub driver and asserts that
-#   0. NCCL and MPI are linked in (ldd),
+# pinned CUDA toolchain (scripts/cuda-toolchain.sh: 13.0 by default, 12.4
+# with --cuda 12, cached in ~/.cache/fusegrpo/cuda<N>), builds `fusegrpo`
+# with `--features cuda,nccl,mpi` (candle's CUDA backend and our
+# kernels/cuda/*.cu as PTX, NCCL's gradient sums, MPI ranks; OpenMPI from
+# Debian via scripts/install-mpi.sh), then starts the binary with the stub
+# driver and asserts that
+#   0. NCCL and MPI are linked in, and the CUDA libraries of that major
+#      version (ldd); every PTX module embedded is of that toolkit's PTX ISA
+#      (8.4 for CUDA 12.4: a 12.x driver cannot load 9.x PTX),
 #   1. it starts (`--help`),
 #   2. `--device cuda` fails with a clear message (stub driver, `--device cpu`),
 #      and so does `selftest --device cuda`,
 #   3. the CPU path still works in the CUDA build (init-tiny, score, generate).
-# With --clean it deletes its build output afterwards (CI's disk is small).
+# One target folder serves both toolkits: what depends on the toolkit is
+# rebuilt when it changes (CUDA_HOME, NVCC), which check 0 would catch if
+# not. With --clean it deletes its build output afterwards
+# (CI's disk is small).
 #
-#   scripts/ci-cuda-build.sh [--clean]
+#   scripts/ci-cuda-build.sh [--cuda 12|13] [--clean]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clean=0
-for arg in "$@"; do
-  case "$arg" in
-    --clean) clean=1 ;;
-    *) echo "usage: $0 [--clean]" >&2; exit 2 ;;
+cuda=13
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --clean) clean=1; shift ;;
+    --cuda) cuda="${2:-}"; shift 2 || true ;;
+    *) echo "usage: $0 [--cuda 12|13] [--clean]" >&2; exit 2 ;;
   esac
 done
+case "$cuda" in
+  12) ptx_isa="8.4" ;;
+  13) ptx_isa="9.0" ;;
+  *) echo "usage: $0 [--cuda 12|13] [--clean]" >&2; exit 2 ;;
+esac
 export CARGO_TERM_COLOR=never
 target="${CARGO_TARGET_DIR:-target}"
 start=$SECONDS
 tmp_ldd=$(mktemp)
 
-echo "== CUDA 13.0 toolchain (PyPI wheels + stub driver)"
-eval "$(scripts/cuda-toolchain.sh)"
+echo "== CUDA $cuda toolchain (scripts/cuda-toolchain.sh $cuda, stub driver)"
+eval "$(scripts/cuda-toolchain.sh "$cuda")"
 
 echo "== OpenMPI and libclang (features mpi, nccl)"
 scripts/install-mpi.sh
 
 echo "== cargo build --release --features cuda,nccl,mpi --bin fusegrpo"
 cargo build --release --features cuda,nccl,mpi --bin fusegrpo
-echo "cuda build: $((SECONDS - start)) s"
+echo "cuda $cuda build: $((SECONDS - start)) s"
 bin="$target/release/fusegrpo"
 echo "== NCCL and MPI are linked in"
 ldd "$bin" > "$tmp_ldd" 2>&1 || true
 grep -q 'libnccl.so.2 => /' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libnccl.so.2 not resolved" >&2; exit 1; }
 grep -q 'libmpi.so' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libmpi not linked" >&2; exit 1; }
 grep -E 'libnccl|libmpi\.' "$tmp_ldd"
+echo "== CUDA $cuda libraries and PTX ISA $ptx_isa"
+grep -q "libcublas.so.$cuda => /" "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libcublas.so.$cuda not linked" >&2; exit 1; }
+isas=$(grep -ao '^\.version [0-9.]*' "$target/release/fusegrpo" | sort | uniq -c)
+echo "$isas"
+[ -n "$isas" ] || { echo "ci-cuda-build: FAIL: no PTX module found in the binary" >&2; exit 1; }
+if echo "$isas" | grep -v " \.version $ptx_isa\$" | grep -q .; then
+  echo "ci-cuda-build: FAIL: PTX of another ISA than $ptx_isa (CUDA $cuda) in the binary" >&2; exit 1
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
