@@ -107,6 +107,11 @@ variant ctx "max_total_tokens = 2048" "max_total_tokens = 10"
 check "config: max_total_tokens below the prompt" 1 same $B train --config ctx.toml --out fresh1
 variant group "group = 2" "group = 0"
 check "config: rollout.group = 0" 1 same $B train --config group.toml --out run
+variant vllm "group = 2" 'group = 2\nengine = "vllm"\n[rollout.vllm]\nurl = "http://127.0.0.1:9"\nserved_model = "m"\nmax_retries = 1'
+check "config: engine = vllm for training (no weight sync yet)" 1 same $B train --config vllm.toml --out vllmrun
+check "vllm engine: no server at the URL" 1 same $B eval --config vllm.toml --tasks tasks.jsonl
+variant vllmkey "group = 2" 'group = 2\nengine = "vllm"'
+check "config: engine = vllm without [rollout.vllm]" 1 same $B eval --config vllmkey.toml --tasks tasks.jsonl
 variant lr "lr = 1e-4" "lr = 0.0"
 check "config: optim.lr = 0" 1 same $B train --config lr.toml --out run
 variant topp "temperature = 0.7" 'temperature = 0.7\ntop_p = 0.0'

@@ -37,7 +37,9 @@
 pub mod answer;
 pub mod chat;
 pub mod efficiency;
+pub mod engine;
 pub mod entities;
+pub mod http;
 pub mod localize;
 pub mod episode;
 pub mod policy;

@@ -91,6 +91,61 @@ pub struct RolloutSection {
     /// Bound on tokens in one prefill forward (longer prefills are split).
     #[serde(skip_serializing_if = "is_default_prefill")]
     pub max_prefill_tokens: usize,
+    /// What generates the model's turns: our own decoding (`builtin`) or a
+    /// vLLM server (`vllm`, `[rollout.vllm]`).
+    #[serde(skip_serializing_if = "is_builtin")]
+    pub engine: Engine,
+    /// The vLLM server when `engine = "vllm"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vllm: Option<VllmSection>,
+}
+
+/// `[rollout] engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    #[default]
+    Builtin,
+    Vllm,
+}
+
+fn is_builtin(e: &Engine) -> bool {
+    *e == Engine::Builtin
+}
+
+/// `[rollout.vllm]`: where the vLLM server is and how to talk to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VllmSection {
+    /// The server, `http://host:port`.
+    pub url: String,
+    /// The name vLLM serves the model (or the LoRA adapter) under.
+    pub served_model: String,
+    /// Requests in flight at most (vLLM batches them).
+    pub max_concurrency: usize,
+    /// Whole-request timeout, seconds.
+    pub timeout_s: f64,
+    /// Retries of a failed request (no connection, 408/429/5xx), with
+    /// exponential backoff from 0.5 s up to 30 s.
+    pub max_retries: u32,
+    /// Largest mean |difference| between the engine's log-probs of a probe
+    /// text and this config's model's, checked at start: the server must
+    /// serve the same weights. f32 on both sides agrees to ~1e-5; bf16 on
+    /// either side needs ~0.02.
+    pub probe_tolerance: f64,
+}
+
+impl Default for VllmSection {
+    fn default() -> Self {
+        VllmSection {
+            url: "http://127.0.0.1:8000".into(),
+            served_model: String::new(),
+            max_concurrency: 64,
+            timeout_s: 600.0,
+            max_retries: 5,
+            probe_tolerance: 1e-3,
+        }
+    }
 }
 
 /// Tokens per prefill forward unless set.
@@ -108,7 +163,14 @@ impl RolloutSection {
 
 impl Default for RolloutSection {
     fn default() -> Self {
-        RolloutSection { group: 4, max_batch_tokens: 262_144, max_kv_tokens: None, max_prefill_tokens: DEFAULT_MAX_PREFILL_TOKENS }
+        RolloutSection {
+            group: 4,
+            max_batch_tokens: 262_144,
+            max_kv_tokens: None,
+            max_prefill_tokens: DEFAULT_MAX_PREFILL_TOKENS,
+            engine: Engine::Builtin,
+            vllm: None,
+        }
     }
 }
 
@@ -289,6 +351,35 @@ impl RunConfig {
         }
         if self.rollout.max_prefill_tokens == 0 {
             return bad("rollout.max_prefill_tokens", "must be at least 1".into());
+        }
+        match (self.rollout.engine, &self.rollout.vllm) {
+            (Engine::Vllm, None) => {
+                return bad("rollout.vllm", "engine = \"vllm\" needs a [rollout.vllm] section with url and served_model".into());
+            }
+            (Engine::Vllm, Some(v)) => {
+                if v.served_model.trim().is_empty() {
+                    return bad("rollout.vllm.served_model", "must name the model vLLM serves (its --served-model-name)".into());
+                }
+                if !(v.url.starts_with("http://") || v.url.starts_with("https://")) {
+                    return bad("rollout.vllm.url", format!("must start with http:// or https://, got {:?}", v.url));
+                }
+                if v.max_concurrency == 0 {
+                    return bad("rollout.vllm.max_concurrency", "must be at least 1".into());
+                }
+                if !(v.timeout_s > 0.0 && v.timeout_s.is_finite()) {
+                    return bad("rollout.vllm.timeout_s", format!("must be > 0, got {}", v.timeout_s));
+                }
+                if !(v.probe_tolerance >= 0.0 && v.probe_tolerance.is_finite()) {
+                    return bad("rollout.vllm.probe_tolerance", format!("must be a number >= 0, got {}", v.probe_tolerance));
+                }
+                if self.sampling.top_k != 0 {
+                    return bad("sampling.top_k", "the vllm engine samples with temperature and top_p only: set top_k = 0".into());
+                }
+            }
+            (Engine::Builtin, Some(_)) => {
+                return bad("rollout.vllm", "is set but [rollout] engine is \"builtin\": set engine = \"vllm\" to use it".into());
+            }
+            (Engine::Builtin, None) => {}
         }
         if self.train.tasks_per_step == 0 {
             return bad("train.tasks_per_step", "must be at least 1".into());

@@ -11,6 +11,7 @@
 //! [`TurnOutput::Text`].
 
 use super::openai::{qwen3_text_from_openai, to_openai_messages, FormatError};
+use crate::http::{excerpt, post_json, Failure, Retry};
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -258,74 +259,18 @@ impl HttpTeacher {
 
     /// POST one body, retrying as configured; the parsed response.
     pub fn post(&self, body: &Value) -> Result<Value, HttpTeacherError> {
-        let text = body.to_string();
-        let mut backoff = self.config.initial_backoff;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            self.pacer.wait();
-            let mut req = self
-                .agent
-                .post(&self.url)
-                .set("Content-Type", "application/json");
-            if let Some(key) = &self.api_key {
-                req = req.set("Authorization", &format!("Bearer {key}"));
-            }
-            let (retry_after, failure) = match req.send_string(&text) {
-                Ok(resp) => {
-                    let body = resp
-                        .into_string()
-                        .map_err(|e| HttpTeacherError::Transport {
-                            endpoint: self.url.clone(),
-                            tries,
-                            message: format!("reading the response: {e}"),
-                        })?;
-                    return serde_json::from_str(&body).map_err(|e| {
-                        HttpTeacherError::BadResponse {
-                            endpoint: self.url.clone(),
-                            message: format!("not JSON ({e}): {}", excerpt(&body)),
-                        }
-                    });
-                }
-                Err(ureq::Error::Status(status, resp)) => {
-                    let retry_after = resp
-                        .header("retry-after")
-                        .and_then(|s| s.trim().parse::<f64>().ok())
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(Duration::from_secs_f64);
-                    let body = resp.into_string().unwrap_or_default();
-                    let err = HttpTeacherError::Status {
-                        endpoint: self.url.clone(),
-                        status,
-                        tries,
-                        message: error_message(&body),
-                    };
-                    (retry_after, (retryable_status(status), err))
-                }
-                Err(ureq::Error::Transport(t)) => {
-                    let retry = !matches!(
-                        t.kind(),
-                        ureq::ErrorKind::InvalidUrl
-                            | ureq::ErrorKind::UnknownScheme
-                            | ureq::ErrorKind::InsecureRequestHttpsOnly
-                    );
-                    let err = HttpTeacherError::Transport {
-                        endpoint: self.url.clone(),
-                        tries,
-                        message: t.to_string(),
-                    };
-                    (None, (retry, err))
-                }
-            };
-            let (retry, err) = failure;
-            if !retry || tries > self.config.max_retries {
-                return Err(err);
-            }
-            let wait = retry_after.unwrap_or(backoff).min(self.config.max_backoff);
-            tracing::warn!(error = %err, wait_secs = wait.as_secs_f64(), "teacher request failed; retrying");
-            std::thread::sleep(wait);
-            backoff = (backoff * 2).min(self.config.max_backoff);
-        }
+        let headers: Vec<(&str, String)> = self.api_key.iter().map(|key| ("Authorization", format!("Bearer {key}"))).collect();
+        let retry = Retry {
+            max_retries: self.config.max_retries,
+            initial_backoff: self.config.initial_backoff,
+            max_backoff: self.config.max_backoff,
+        };
+        let endpoint = self.url.clone();
+        post_json(&self.agent, &self.url, &headers, body, &retry, || self.pacer.wait()).map_err(|f| match f {
+            Failure::Status { status, tries, message } => HttpTeacherError::Status { endpoint, status, tries, message },
+            Failure::Transport { tries, message } => HttpTeacherError::Transport { endpoint, tries, message },
+            Failure::NotJson { message } => HttpTeacherError::BadResponse { endpoint, message },
+        })
     }
 
     /// One episode's turn: build, send, convert back to Qwen3 text.
@@ -348,30 +293,6 @@ impl HttpTeacher {
             ))
         })?;
         qwen3_text_from_openai(message).map_err(|e| bad(e.to_string()))
-    }
-}
-
-fn retryable_status(status: u16) -> bool {
-    status == 408 || status == 429 || (500..600).contains(&status)
-}
-
-/// The OpenAI error body's `error.message`, or the start of the body.
-fn error_message(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| excerpt(body))
-}
-
-fn excerpt(s: &str) -> String {
-    const MAX: usize = 300;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
     }
 }
 

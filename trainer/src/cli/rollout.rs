@@ -4,6 +4,8 @@
 use super::common::{load_model, write_json_lines, RunOn};
 use anyhow::{Context, Result};
 use rand::SeedableRng;
+use rollout::chat::ChatTokenizer;
+use rollout::engine::vllm::{VllmConfig, VllmEngine};
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
@@ -16,7 +18,7 @@ use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use trainer::policy::ModelPolicy;
-use trainer::run_config::RunConfig;
+use trainer::run_config::{Engine, RunConfig};
 
 /// Which policy writes the assistant turns.
 #[derive(Debug, Clone, PartialEq)]
@@ -253,6 +255,10 @@ fn with_policy_in<T>(
 ) -> Result<T> {
     let tok = env.tokenizer;
     match policy {
+        PolicyChoice::Model if cfg.rollout.engine == Engine::Vllm => {
+            let mut engine = vllm_engine(cfg, tok)?;
+            work(&mut engine, env)
+        }
         PolicyChoice::Model => {
             let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype, cuda_kernels: cfg.model.cuda_kernels };
             let (model, _) = load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &on)?;
@@ -270,6 +276,67 @@ fn with_policy_in<T>(
             work(&mut teacher, env)
         }
     }
+}
+
+/// The vLLM engine of `[rollout.vllm]`, checked: it serves the configured
+/// model, and returns the sampled distribution's log-probs.
+pub fn vllm_engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
+    let v = cfg.rollout.vllm.as_ref().context("[rollout] engine = \"vllm\" needs a [rollout.vllm] section")?;
+    let engine = VllmEngine::new(VllmConfig {
+        url: v.url.clone(),
+        served_model: v.served_model.clone(),
+        temperature: cfg.sampling.temperature,
+        top_p: cfg.sampling.top_p,
+        seed: cfg.sampling.seed,
+        stop_token_ids: vec![tok.special().im_end, tok.special().endoftext],
+        max_concurrency: v.max_concurrency,
+        timeout: std::time::Duration::from_secs_f64(v.timeout_s),
+        retry: rollout::http::Retry {
+            max_retries: v.max_retries,
+            initial_backoff: std::time::Duration::from_millis(500),
+            max_backoff: std::time::Duration::from_secs(30),
+        },
+    })?;
+    let info = engine.check()?;
+    let probe = tok.encode(VLLM_PROBE).context("tokenizing the engine's probe")?;
+    engine.check_processed_logprobs(&probe)?;
+    let (mean, max) = same_model(cfg, &engine, &probe)?;
+    eprintln!(
+        "rollouts on vLLM at {} ({}, context {}); its log-probs of a {}-token probe against this config's model: mean |diff| {mean:.2e}, max {max:.2e}",
+        engine.base(),
+        v.served_model,
+        info.max_model_len.map_or("unknown".to_string(), |n| n.to_string()),
+        probe.len()
+    );
+    Ok(engine)
+}
+
+/// The text whose log-probs the engine and this config's model must agree
+/// on (a code-and-issue sentence, some 40 tokens).
+const VLLM_PROBE: &str = "Issue: calling parse_config() with an empty file raises KeyError instead of returning the defaults.\n\ndef parse_config(path):\n    with open(path) as f:";
+
+/// The engine serves this config's model (`[model] path` and `adapter`):
+/// the mean |difference| of the probe's log-probs, ours against the
+/// engine's, at most `[rollout.vllm] probe_tolerance`. Returns the mean and
+/// the max.
+fn same_model(cfg: &RunConfig, engine: &VllmEngine, probe: &[u32]) -> Result<(f64, f64)> {
+    let theirs = engine.prompt_logprobs(probe)?;
+    let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype, cuda_kernels: cfg.model.cuda_kernels };
+    let (model, _) = load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &on)?;
+    let ours = trainer::logprobs::score_sequence(&model, probe)?;
+    let diffs: Vec<f64> = ours.iter().skip(1).zip(&theirs).map(|(o, t)| (o.unwrap_or(f32::NAN) as f64 - *t as f64).abs()).collect();
+    let mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
+    let max = diffs.iter().copied().fold(0.0, f64::max);
+    let tolerance = cfg.rollout.vllm.as_ref().map_or(0.0, |v| v.probe_tolerance);
+    anyhow::ensure!(
+        mean <= tolerance,
+        "vllm engine at {}: serves another model than this config's ({}{}): the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {tolerance}). Serve that model (and the adapter, as served_model) or point [model] at what the server has",
+        engine.base(),
+        cfg.model.path,
+        cfg.model.adapter.as_ref().map_or(String::new(), |a| format!(" with adapter {}", a.display())),
+        probe.len()
+    );
+    Ok((mean, max))
 }
 
 /// The HTTP teacher at `url`, sampling as the config says.

@@ -49,6 +49,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], args: &RunOptions) -> Result<RunEnd> {
+    refuse_vllm_training(cfg)?;
     let (run, weights, adapter) = Run::open(cfg, run_dir, args, cfg.train.keep_last, super::run::Stage::Grpo)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
@@ -155,4 +156,15 @@ fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn trainer::di
 /// run's adapter), as a checkpoint saves them.
 pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> trainer::weights::TensorMap {
     vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
+}
+
+/// GRPO's rollouts come from the weights being trained, which are not
+/// synced to a vLLM server yet: a config with `engine = "vllm"` would
+/// silently roll out with stale weights, so it is refused.
+pub fn refuse_vllm_training(cfg: &RunConfig) -> Result<()> {
+    anyhow::ensure!(
+        cfg.rollout.engine == trainer::run_config::Engine::Builtin,
+        "[rollout] engine = \"vllm\": GRPO training cannot use vLLM yet (the updated weights are not synced to the server after each step); train with engine = \"builtin\" (eval and rollout can use vLLM)"
+    );
+    Ok(())
 }

@@ -181,3 +181,32 @@ fn extends_merges_tables_key_by_key_and_refuses_cycles_and_other_folders() {
     let e = RunConfig::from_file(&tmp.path().join("e.toml")).unwrap_err().to_string();
     assert!(e.contains("e.toml") && e.contains("betta"), "{e}");
 }
+
+/// `[rollout] engine = "vllm"` needs `[rollout.vllm]` with a served model
+/// and an http URL; a `[rollout.vllm]` without the engine is refused; each
+/// error names the key.
+#[test]
+fn vllm_engine_settings_are_checked() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    assert!(text.contains("[rollout]\n"), "smoke-cpu.toml has a [rollout] table");
+    let tmp = tempfile::tempdir().unwrap();
+    let with = |rollout: &str, tables: &str| {
+        let path = tmp.path().join("run.toml");
+        std::fs::write(&path, text.replacen("[rollout]\n", &format!("[rollout]\n{rollout}"), 1) + tables).unwrap();
+        RunConfig::from_file(&path)
+    };
+    let ok = with("engine = \"vllm\"\n", "[rollout.vllm]\nurl = \"http://127.0.0.1:8123\"\nserved_model = \"smollm2\"\n").unwrap();
+    let v = ok.rollout.vllm.as_ref().unwrap();
+    assert_eq!((ok.rollout.engine, v.max_concurrency, v.timeout_s), (trainer::run_config::Engine::Vllm, 64, 600.0));
+    for (rollout, tables, key) in [
+        ("engine = \"vllm\"\n", "", "rollout.vllm"),
+        ("engine = \"vllm\"\n", "[rollout.vllm]\nurl = \"http://h:1\"\n", "rollout.vllm.served_model"),
+        ("engine = \"vllm\"\n", "[rollout.vllm]\nurl = \"h:1\"\nserved_model = \"m\"\n", "rollout.vllm.url"),
+        ("", "[rollout.vllm]\nserved_model = \"m\"\n", "rollout.vllm"),
+    ] {
+        let e = with(rollout, tables).unwrap_err();
+        assert!(matches!(e, trainer::Error::Config { key: ref k, .. } if k == key), "{key}: {e}");
+    }
+    assert!(with("engine = \"sglang\"\n", "").unwrap_err().to_string().contains("sglang"));
+}
