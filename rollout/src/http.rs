@@ -141,3 +141,9 @@ pub fn excerpt(s: &str) -> String {
         None => s.to_string(),
     }
 }
+
+/// Whether `url` answers a GET with a success status within `timeout`
+/// (a server's `/health`).
+pub fn answers(url: &str, timeout: Duration) -> bool {
+    ureq::AgentBuilder::new().timeout(timeout).build().get(url).call().is_ok()
+}

@@ -93,6 +93,9 @@ enum Command {
     /// Whether the fused CUDA kernels run for this build ([model] cuda_kernels), and gpu-check's record.
     #[command(subcommand)]
     Kernels(cli::kernels::Command),
+    /// A rollout engine in a child process: `engine vllm` starts vLLM for [rollout] engine = "vllm".
+    #[command(subcommand)]
+    Engine(cli::engine::Command),
     /// Data parallelism's check (run it under mpirun): each loss aggregation's and SFT's
     /// gradient and update with the ranks against one process's, on the same episodes.
     DistCheck(cli::dist_check::Args),
@@ -186,6 +189,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::DistCheck(args) => cli::dist_check::run(args),
         Command::Kernels(cmd) => cli::kernels::run(cmd),
+        Command::Engine(cmd) => cli::engine::run(cmd),
     }
 }
 

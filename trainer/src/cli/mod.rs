@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod dist_check;
+pub mod engine;
 pub mod env;
 pub mod generate;
 pub mod import_gguf;
