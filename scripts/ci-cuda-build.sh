@@ -13,9 +13,10 @@
 #   2. `--device cuda` fails with a clear message (stub driver, `--device cpu`),
 #      and so does `selftest --device cuda`,
 #   3. the CPU path still works in the CUDA build (init-tiny, score, generate).
-# One target folder serves both toolkits: what depends on the toolkit is
-# rebuilt when it changes (CUDA_HOME, NVCC), which check 0 would catch if
-# not. With --clean it deletes its build output afterwards
+# One target folder serves both toolkits: cudarc and our kernels rebuild
+# when CUDA_HOME/NVCC change, and Candle's kernels' build output is removed
+# when the last CUDA build here was of the other version (they would keep
+# their PTX); check 0 catches any PTX left of the other toolkit. With --clean it deletes its build output afterwards
 # (CI's disk is small).
 #
 #   scripts/ci-cuda-build.sh [--cuda 12|13] [--clean]
@@ -46,6 +47,15 @@ eval "$(scripts/cuda-toolchain.sh "$cuda")"
 echo "== OpenMPI and libclang (features mpi, nccl)"
 scripts/install-mpi.sh
 
+# Candle's kernels keep their PTX in their build folder and do not compile
+# it again for another toolkit: a build made with another CUDA version goes.
+stamp="$target/release/.cuda-toolkit"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$cuda" ]; then
+  echo "== the last CUDA build here used CUDA $(cat "$stamp"): removing candle-kernels' build output"
+  rm -rf "$target"/release/build/candle-kernels-*
+fi
+mkdir -p "$target/release"
+echo "$cuda" > "$stamp"
 echo "== cargo build --release --features cuda,nccl,mpi --bin fusegrpo"
 cargo build --release --features cuda,nccl,mpi --bin fusegrpo
 echo "cuda $cuda build: $((SECONDS - start)) s"

@@ -18,9 +18,10 @@
 #   eval "$(scripts/cuda-toolchain.sh 12)"     # -> ~/.cache/fusegrpo/cuda12
 #   FUSEGRPO_CUDA_TOOLCHAIN=/some/dir scripts/cuda-toolchain.sh [12|13]
 #
-# Switching toolkits in one target folder rebuilds what depends on them:
-# cudarc follows CUDA_HOME, Candle's kernels NVCC and ours both (all set
-# here). The stub driver's entry points all return
+# Switching toolkits in one target folder: cudarc follows CUDA_HOME and our
+# kernels NVCC (both set here), but Candle's kernels keep their PTX: remove
+# target/release/build/candle-kernels-* first (scripts/ci-cuda-build.sh
+# does), or use a CARGO_TARGET_DIR per toolkit. The stub driver's entry points all return
 # CUDA_ERROR_STUB_LIBRARY (34); on a machine with a real driver, put its
 # libcuda first (or drop the stub dir from LD_LIBRARY_PATH).
 set -euo pipefail
