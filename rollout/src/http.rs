@@ -147,3 +147,32 @@ pub fn excerpt(s: &str) -> String {
 pub fn answers(url: &str, timeout: Duration) -> bool {
     ureq::AgentBuilder::new().timeout(timeout).build().get(url).call().is_ok()
 }
+
+/// `f(0..n)` on at most `workers` threads, results in index order; after
+/// the first error no new call starts (those left are `None`). What the
+/// HTTP policies send each turn's requests with.
+pub fn parallel<T: Send, E: Send>(n: usize, workers: usize, f: impl Fn(usize) -> Result<T, E> + Sync) -> Vec<Option<Result<T, E>>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: std::sync::Mutex<Vec<Option<Result<T, E>>>> = std::sync::Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(n) {
+            s.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let result = f(i);
+                if result.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+            });
+        }
+    });
+    results.into_inner().unwrap_or_else(|e| e.into_inner())
+}

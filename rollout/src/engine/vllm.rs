@@ -18,8 +18,6 @@
 use crate::http::{excerpt, get_json, post_json, Failure, Retry};
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Where the engine is and how to sample from it.
@@ -284,28 +282,9 @@ impl Policy for VllmEngine {
     /// All requests in parallel on at most `max_concurrency` threads; the
     /// first failure stops new requests and is returned.
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let results: Mutex<Vec<Option<Result<TurnOutput, VllmError>>>> = Mutex::new((0..requests.len()).map(|_| None).collect());
         let this = &*self;
-        std::thread::scope(|s| {
-            for _ in 0..this.config.max_concurrency.min(requests.len()) {
-                s.spawn(|| loop {
-                    if failed.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(request) = requests.get(i) else { break };
-                    let result = this.turn(request);
-                    if result.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
-                });
-            }
-        });
+        let results = crate::http::parallel(requests.len(), this.config.max_concurrency, |i| this.turn(&requests[i]));
         let name = self.name();
-        let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(err) = results.iter().flatten().find_map(|r| r.as_ref().err()) {
             return Err(PolicyError { policy: name, message: err.to_string() });
         }
@@ -321,6 +300,8 @@ mod tests {
     use super::*;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
 
     /// A server answering each request (`"POST /v1/completions"`, body) by
     /// `reply` until the test ends; returns its URL and the requests seen.

@@ -14,7 +14,6 @@ use super::openai::{qwen3_text_from_openai, to_openai_messages, FormatError};
 use crate::http::{excerpt, post_json, Failure, Retry};
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -304,32 +303,9 @@ impl Policy for HttpTeacher {
     /// All requests in parallel on at most `concurrency` threads; the first
     /// failure stops new requests and is returned.
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let results: Mutex<Vec<Option<Result<String, HttpTeacherError>>>> =
-            Mutex::new((0..requests.len()).map(|_| None).collect());
-        let workers = self.config.concurrency.min(requests.len());
         let this = &*self;
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| loop {
-                    if failed.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(request) = requests.get(i) else {
-                        break;
-                    };
-                    let result = this.turn(request);
-                    if result.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
-                });
-            }
-        });
+        let results = crate::http::parallel(requests.len(), this.config.concurrency, |i| this.turn(&requests[i]));
         let name = self.name();
-        let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(err) = results.iter().flatten().find_map(|r| r.as_ref().err()) {
             return Err(PolicyError {
                 policy: name,
