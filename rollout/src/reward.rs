@@ -1,5 +1,9 @@
 //! The reward R = alpha * F1 + gamma * F1 * e, with
 //! F1 = w_file * F1_file + w_func * F1_func (DESIGN.md).
+//!
+//! GRPO's advantages may add a format term to R: `answer_bonus` for an
+//! episode that ends with a non-empty answer ([`training_reward`]). R, the
+//! reward every table and metric reports, never includes it.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -21,11 +25,16 @@ pub struct RewardConfig {
     pub alpha: f64,
     /// Weight of F1 * e in R.
     pub gamma: f64,
+    /// Added to the reward GRPO's advantages are computed from (never to R)
+    /// for an episode that ends with a non-empty answer. 0 (the default)
+    /// turns it off; a small value (0.1) gives a policy that rarely answers
+    /// a signal to learn to answer at all.
+    pub answer_bonus: f64,
 }
 
 impl Default for RewardConfig {
     fn default() -> Self {
-        Self { w_file: 0.5, w_func: 0.5, alpha: 1.0, gamma: 1.0 }
+        Self { w_file: 0.5, w_func: 0.5, alpha: 1.0, gamma: 1.0, answer_bonus: 0.0 }
     }
 }
 
@@ -42,7 +51,7 @@ pub struct RewardConfigError {
 impl RewardConfig {
     /// Checks every weight is finite and non-negative.
     pub fn validate(&self) -> Result<(), RewardConfigError> {
-        let fields = [("w_file", self.w_file), ("w_func", self.w_func), ("alpha", self.alpha), ("gamma", self.gamma)];
+        let fields = [("w_file", self.w_file), ("w_func", self.w_func), ("alpha", self.alpha), ("gamma", self.gamma), ("answer_bonus", self.answer_bonus)];
         match fields.into_iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
             Some((field, value)) => Err(RewardConfigError { field, value }),
             None => Ok(()),
@@ -63,6 +72,13 @@ pub struct Score {
     pub e: f64,
     /// The reward.
     pub reward: f64,
+}
+
+/// The reward GRPO's advantages use: R (`reward`, 0 without a score) plus
+/// `answer_bonus` when the episode `answered` (ended with a non-empty
+/// answer).
+pub fn training_reward(score: Option<&Score>, answered: bool, config: &RewardConfig) -> f64 {
+    score.map_or(0.0, |s| s.reward) + if answered { config.answer_bonus } else { 0.0 }
 }
 
 /// Scores an answer against gold with efficiency `e`.

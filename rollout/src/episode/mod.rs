@@ -162,6 +162,17 @@ impl Episode {
         self.loss_mask.iter().filter(|&&m| m == 1).count()
     }
 
+    /// Whether it ended with a non-empty answer.
+    pub fn answered(&self) -> bool {
+        self.stop_reason() == Some(StopReason::Answer) && !self.answer.is_empty()
+    }
+
+    /// The reward GRPO's advantages use: R plus `config.answer_bonus` when
+    /// it [answered](Self::answered) ([`crate::reward::training_reward`]).
+    pub fn training_reward(&self, config: &crate::reward::RewardConfig) -> f64 {
+        crate::reward::training_reward(self.score.as_ref(), self.answered(), config)
+    }
+
     /// Tool calls over all turns.
     pub fn tool_calls(&self) -> usize {
         self.turns.iter().map(|t| t.calls.len()).sum()

@@ -16,7 +16,7 @@ pub struct Summary {
     pub calls_per_turn: f64,
     pub tokens: f64,
     pub seconds: f64,
-    /// Share of episodes that ended with an answer.
+    /// Share of episodes that ended with a non-empty answer.
     pub answered: f64,
 }
 
@@ -40,7 +40,7 @@ impl Summary {
             calls_per_turn: if tool_turns == 0 { 0.0 } else { calls as f64 / tool_turns as f64 },
             tokens: mean(&|e| e.tokens.len() as f64),
             seconds: mean(&|e| e.seconds),
-            answered: mean(&|e| (e.stop_reason() == Some(super::StopReason::Answer)) as u8 as f64),
+            answered: mean(&|e| e.answered() as u8 as f64),
         }
     }
 

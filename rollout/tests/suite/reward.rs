@@ -47,7 +47,7 @@ fn f1_and_reward_by_hand() {
     let answer = parse_answer("Here:\n```\na.py::f\nc.py:g\n```");
     // Predicted files {a.py, c.py}: hits 1, P = 1/2, R = 1/2 -> F1_file = 1/2.
     // Predicted functions {a.py:f, c.py:g}: hits 1, P = 1/2, R = 1/2 -> F1_func = 1/2.
-    let config = RewardConfig { w_file: 0.25, w_func: 0.75, alpha: 1.0, gamma: 2.0 };
+    let config = RewardConfig { w_file: 0.25, w_func: 0.75, alpha: 1.0, gamma: 2.0, answer_bonus: 0.0 };
     // F1 = 0.25 * 1/2 + 0.75 * 1/2 = 1/2; with e = 0.4: R = 1 * 1/2 + 2 * 1/2 * 0.4 = 0.9.
     let s = score(&answer, &gold, &config, 0.4);
     assert!(close(s.f1_file, 0.5) && close(s.f1_func, 0.5) && close(s.f1, 0.5), "{s:?}");
@@ -106,4 +106,38 @@ fn reward_config_is_strict() {
     assert!(RewardConfig { w_file: -1.0, ..Default::default() }.validate().is_err());
     assert!(RewardConfig { gamma: f64::NAN, ..Default::default() }.validate().is_err());
     assert!(RewardConfig::default().validate().is_ok());
+}
+
+/// The format term: `answer_bonus` is added to the training reward of an
+/// episode that ends with a non-empty answer, never to R, and never for an
+/// empty answer or an episode stopped by a limit.
+#[test]
+fn answer_bonus_goes_to_the_training_reward_only() {
+    use rollout::episode::{Episode, Phase, StopReason};
+    let s = score(&parse_answer("a.py"), &Answer::from_strings(["a.py", "b.py"]), &RewardConfig::default(), 0.5);
+    let episode = |stop: StopReason, answer: &[&str]| Episode {
+        task_id: "t".into(),
+        sample: 0,
+        tokens: vec![],
+        loss_mask: vec![],
+        logprobs: vec![],
+        prompt_tokens: 0,
+        turns: vec![],
+        phase: Phase::Done(stop),
+        answer: answer.iter().map(|a| a.to_string()).collect(),
+        score: Some(s),
+        seconds: 0.0,
+    };
+    let cfg = RewardConfig { answer_bonus: 0.1, ..Default::default() };
+    let answered = episode(StopReason::Answer, &["a.py"]);
+    assert!(answered.answered());
+    assert!(close(answered.training_reward(&cfg), s.reward + 0.1), "{}", answered.training_reward(&cfg));
+    assert!(close(answered.training_reward(&RewardConfig::default()), s.reward));
+    for (stop, answer) in [(StopReason::Answer, &[][..]), (StopReason::MaxTurns, &["a.py"][..]), (StopReason::MaxTokens, &[][..])] {
+        let e = episode(stop, answer);
+        assert!(!e.answered(), "{stop:?} {answer:?}");
+        assert!(close(e.training_reward(&cfg), s.reward), "{stop:?} {answer:?}");
+    }
+    assert!(s.reward > 0.0, "{s:?}");
+    assert!(RewardConfig { answer_bonus: -0.1, ..Default::default() }.validate().unwrap_err().to_string().contains("answer_bonus"));
 }

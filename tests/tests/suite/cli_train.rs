@@ -24,9 +24,11 @@ fn resumed_run_matches_the_uninterrupted_one() {
     fusegrpo_ok(&["train", "--config", cfg, "--out", b.to_str().unwrap(), "--resume", "auto"]);
     let (ma, mb) = (read_jsonl(&a.join("metrics.jsonl")), read_jsonl(&b.join("metrics.jsonl")));
     assert_eq!(ma.len(), 4);
-    for key in ["reward", "loss", "kl", "grad_norm", "lr", "entropy", "clip_ratio/region_mean"] {
+    for key in ["reward", "answered", "loss", "kl", "grad_norm", "lr", "entropy", "clip_ratio/region_mean"] {
         assert!(ma[0].get(key).is_some(), "metric {key}");
     }
+    // No `[reward] answer_bonus`: the advantages' rewards are R, not logged twice.
+    assert!(ma[0].get("train_reward").is_none(), "{}", ma[0]);
     assert!(ma.iter().all(|m| m["grad_norm"].as_f64().unwrap() > 0.0));
     for key in ["padding_share", "skipped_zero_advantage_rows", "stop_context_full", "stop_max_tokens", "sampling/importance_sampling_ratio/mean"] {
         assert!(ma[0].get(key).is_some(), "metric {key}");

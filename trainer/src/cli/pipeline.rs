@@ -277,17 +277,18 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let episodes = run_policy_resumable(cfg, &probe, &PolicyChoice::Model, d.samples, &TeacherOpts::default(), p.chunk_tasks, &run_dir.join("difficulty/episodes.jsonl"))?;
     let mut rewards: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for e in &episodes {
-        rewards.entry(e.task_id.as_str()).or_default().push(e.score.map_or(0.0, |s| s.reward));
+        rewards.entry(e.task_id.as_str()).or_default().push(e.training_reward(&cfg.reward));
     }
     let varies = |r: &[f64]| r.iter().any(|x| (x - r[0]).abs() > 1e-9);
     let kept: Vec<Task> = probe.iter().filter(|t| rewards.get(t.instance_id.as_str()).is_some_and(|r| varies(r))).cloned().collect();
     let all_zero = rewards.values().filter(|r| r.iter().all(|x| *x == 0.0)).count();
-    let mean = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).sum::<f64>() / episodes.len().max(1) as f64;
-    eprintln!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}", kept.len(), probe.len(), all_zero);
+    let summary = Summary::of(&episodes);
+    let (mean, answered) = (summary.reward, summary.answered);
+    eprintln!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered);
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
     super::common::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
-                                     "mean_reward": mean, "seconds": t0.elapsed().as_secs_f64()});
+                                     "mean_reward": mean, "answered": answered, "seconds": t0.elapsed().as_secs_f64()});
     Ok((kept, Some(figures)))
 }
 

@@ -139,7 +139,7 @@ fn weights_device(weights: &TensorMap) -> candle_core::Device {
 fn grpo_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, episodes: &[Episode]) -> Result<(Gradients, TensorMap)> {
     let mut t = Trainer::new(cfg.clone(), model_cfg, weights, None, None, ChaCha8Rng::seed_from_u64(0))?;
     t.set_dist(dist)?;
-    let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
+    let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&cfg.reward)).collect();
     let g = &cfg.grpo;
     let adv = group_advantages(&rewards, cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
     let (batch, totals) = t.own_batch(episodes, &adv)?;

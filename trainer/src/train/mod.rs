@@ -39,7 +39,15 @@ use std::time::Instant;
 #[derive(Debug, Clone, Serialize)]
 pub struct StepMetrics {
     pub step: u64,
+    /// Mean R over the step's episodes.
     pub reward: f64,
+    /// Mean of the rewards the advantages used, R + `answer_bonus` for each
+    /// answer (only with `[reward] answer_bonus` > 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_reward: Option<f64>,
+    /// Share of the step's episodes that ended with a non-empty answer.
+    pub answered: f64,
+    /// Std of the rewards the advantages used.
     pub reward_std: f64,
     pub frac_reward_zero_std: f64,
     pub f1_file: f64,
@@ -192,7 +200,7 @@ impl Trainer {
         let episodes = dist::gather_concat(&*self.dist, local)?;
         let rollout_secs = self.slowest(t0.elapsed().as_secs_f64())?;
         let t1 = Instant::now();
-        let rewards: Vec<f64> = episodes.iter().map(|e| e.score.map_or(0.0, |s| s.reward)).collect();
+        let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
         let g = &self.cfg.grpo;
         let adv = group_advantages(&rewards, self.cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
@@ -211,7 +219,9 @@ impl Trainer {
         let update_secs = self.slowest(t1.elapsed().as_secs_f64())?;
         Ok(StepMetrics {
             step: self.step,
-            reward: adv.reward_mean,
+            reward: summary.reward,
+            train_reward: (self.cfg.reward.answer_bonus != 0.0).then_some(adv.reward_mean),
+            answered: summary.answered,
             reward_std: adv.reward_std,
             frac_reward_zero_std: adv.frac_reward_zero_std,
             f1_file: summary.f1_file,
