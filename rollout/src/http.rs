@@ -54,6 +54,13 @@ pub fn get_json(agent: &ureq::Agent, url: &str, headers: &[(&str, String)], retr
     send_json(agent, url, headers, None, retry, || ())
 }
 
+/// POSTs `body` as JSON to `url`, retrying as [`post_json`] does, for an
+/// endpoint that answers in plain text: the answer's text.
+pub fn post_for_text(agent: &ureq::Agent, url: &str, body: &Value, retry: &Retry) -> Result<String, Failure> {
+    send(agent, url, &[], Some(body), retry, || ())
+}
+
+/// [`send`], the answer parsed as JSON (an empty answer is `null`).
 fn send_json(
     agent: &ureq::Agent,
     url: &str,
@@ -62,6 +69,23 @@ fn send_json(
     retry: &Retry,
     before_try: impl Fn(),
 ) -> Result<Value, Failure> {
+    let text = send(agent, url, headers, body, retry, before_try)?;
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).map_err(|e| Failure::NotJson { message: format!("not JSON ({e}): {}", excerpt(&text)) })
+}
+
+/// One request (a POST of `body`, or a GET), tried again as `retry` says:
+/// the answer's text.
+fn send(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Option<&Value>,
+    retry: &Retry,
+    before_try: impl Fn(),
+) -> Result<String, Failure> {
     let text = body.map(Value::to_string);
     let mut backoff = retry.initial_backoff;
     let mut tries = 0;
@@ -81,11 +105,7 @@ fn send_json(
         };
         let (retry_after, retryable, failure) = match sent {
             Ok(resp) => {
-                let body = resp
-                    .into_string()
-                    .map_err(|e| Failure::Transport { tries, message: format!("reading the response: {e}") })?;
-                return serde_json::from_str(&body)
-                    .map_err(|e| Failure::NotJson { message: format!("not JSON ({e}): {}", excerpt(&body)) });
+                return resp.into_string().map_err(|e| Failure::Transport { tries, message: format!("reading the response: {e}") });
             }
             Err(ureq::Error::Status(status, resp)) => {
                 let retry_after = resp

@@ -49,6 +49,7 @@ pub mod reward;
 pub mod scaling;
 pub mod spans;
 pub mod tasks;
+pub mod testutil;
 pub mod teacher;
 pub mod toolcall;
 pub mod tools;

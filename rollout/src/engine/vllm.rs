@@ -14,10 +14,18 @@
 //! serves: the model name must be listed, and the log-probs it returns must
 //! be the processed ones (after temperature and top-p) when sampling is not
 //! neutral, which vLLM does with `--logprobs-mode processed_logprobs`.
+//!
+//! Weight sync for GRPO: [`VllmEngine::reload_weights`] has the server load
+//! a folder of safetensors in place of its weights (`/pause`,
+//! `/collective_rpc reload_weights`, `/resume`: vLLM's dev endpoints,
+//! `VLLM_SERVER_DEV_MODE=1`); [`VllmEngine::load_adapter`] loads a PEFT
+//! adapter under a new name (`/v1/load_lora_adapter`, `--enable-lora` and
+//! `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`) that the requests then name.
 
-use crate::http::{excerpt, get_json, post_json, Failure, Retry};
+use crate::http::{excerpt, get_json, post_for_text, post_json, Failure, Retry};
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use serde_json::{json, Map, Value};
+use std::path::Path;
 use std::time::Duration;
 
 /// Where the engine is and how to sample from it.
@@ -71,6 +79,8 @@ pub struct VllmEngine {
     config: VllmConfig,
     base: String,
     agent: ureq::Agent,
+    /// The adapter [`VllmEngine::load_adapter`] loaded last (requests name it).
+    adapter: Option<String>,
 }
 
 /// `http://host:port` of `url`, without a trailing `/` or `/v1`.
@@ -95,7 +105,7 @@ impl VllmEngine {
             return Err(VllmError::Config("no stop token ids: the chat template's end-of-turn token is needed".into()));
         }
         let agent = ureq::AgentBuilder::new().timeout(config.timeout).build();
-        Ok(VllmEngine { config, base, agent })
+        Ok(VllmEngine { config, base, agent, adapter: None })
     }
 
     pub fn config(&self) -> &VllmConfig {
@@ -105,6 +115,68 @@ impl VllmEngine {
     /// The server's base URL (`http://host:port`).
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The base seed the requests' seeds derive from (GRPO gives each step
+    /// its own, so that steps do not repeat their samples).
+    pub fn set_seed(&mut self, seed: u64) {
+        self.config.seed = seed;
+    }
+
+    /// The model the requests name: `served_model`, or the adapter loaded
+    /// last.
+    pub fn model(&self) -> &str {
+        self.adapter.as_deref().unwrap_or(&self.config.served_model)
+    }
+
+    /// POSTs to one of vLLM's dev endpoints (`VLLM_SERVER_DEV_MODE=1`).
+    fn dev_post(&self, path: &str, body: &Value) -> Result<Value, VllmError> {
+        let url = format!("{}{path}", self.base);
+        post_json(&self.agent, &url, &[], body, &self.config.retry, || ()).map_err(|f| match f {
+            Failure::Status { status: 404, .. } => VllmError::Server {
+                url: self.base.clone(),
+                message: format!(
+                    "POST {path}: not found: weight sync needs vLLM's dev endpoints; start vLLM with VLLM_SERVER_DEV_MODE=1 in its environment (`fusegrpo engine vllm` sets it)"
+                ),
+            },
+            f => self.server_error(&format!("POST {path}"), f),
+        })
+    }
+
+    /// Has the server load the safetensors in `folder` (whole model, the
+    /// names of the served architecture's checkpoints) in place of its
+    /// weights: `/pause` (requests in flight finish, caches cleared),
+    /// `/collective_rpc` `reload_weights` with `weights_path`, `/resume`
+    /// (also after a failed reload). `folder` must be readable by the server.
+    pub fn reload_weights(&self, folder: &Path) -> Result<(), VllmError> {
+        self.dev_post("/pause?mode=wait&clear_cache=true", &json!({}))?;
+        let path = folder.to_string_lossy();
+        let reloaded = self.dev_post("/collective_rpc", &json!({"method": "reload_weights", "kwargs": {"weights_path": path}}));
+        let resumed = self.dev_post("/resume", &json!({}));
+        reloaded?;
+        resumed.map(|_| ())
+    }
+
+    /// Loads the PEFT adapter in `folder` under `name` (new for each
+    /// version: the prefix cache is per adapter), makes the requests name
+    /// it, and unloads the one loaded before.
+    pub fn load_adapter(&mut self, name: &str, folder: &Path) -> Result<(), VllmError> {
+        let url = format!("{}/v1/load_lora_adapter", self.base);
+        let body = json!({"lora_name": name, "lora_path": folder.to_string_lossy()});
+        post_for_text(&self.agent, &url, &body, &self.config.retry).map_err(|f| match f {
+            Failure::Status { status: 404 | 405, .. } => VllmError::Server {
+                url: self.base.clone(),
+                message: "POST /v1/load_lora_adapter: not found: LoRA sync needs vLLM started with --enable-lora --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (`fusegrpo engine vllm --adapter-rank R`)".into(),
+            },
+            f => self.server_error("POST /v1/load_lora_adapter", f),
+        })?;
+        if let Some(old) = self.adapter.replace(name.to_string()) {
+            let url = format!("{}/v1/unload_lora_adapter", self.base);
+            if let Err(f) = post_for_text(&self.agent, &url, &json!({"lora_name": old}), &self.config.retry) {
+                tracing::warn!(adapter = %old, error = ?f, "could not unload the previous adapter from vLLM");
+            }
+        }
+        Ok(())
     }
 
     fn server_error(&self, what: &str, f: Failure) -> VllmError {
@@ -145,7 +217,7 @@ impl VllmEngine {
     /// has none and is left out) under the served model, unscaled
     /// (temperature 1): vLLM's `prompt_logprobs`.
     pub fn prompt_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>, VllmError> {
-        let body = json!({"model": self.config.served_model, "prompt": tokens, "max_tokens": 1, "temperature": 1.0,
+        let body = json!({"model": self.model(), "prompt": tokens, "max_tokens": 1, "temperature": 1.0,
                           "top_p": 1.0, "prompt_logprobs": 0, "seed": 0});
         let url = format!("{}/v1/completions", self.base);
         let v = post_json(&self.agent, &url, &[], &body, &self.config.retry, || ()).map_err(|f| self.server_error("POST /v1/completions (prompt_logprobs)", f))?;
@@ -181,7 +253,7 @@ impl VllmEngine {
             return Ok(());
         }
         let top = |temperature: f64| -> Result<f64, VllmError> {
-            let body = json!({"model": c.served_model, "prompt": prompt, "max_tokens": 1, "temperature": temperature,
+            let body = json!({"model": self.model(), "prompt": prompt, "max_tokens": 1, "temperature": temperature,
                               "top_p": 1.0, "logprobs": 1, "seed": 0});
             let url = format!("{}/v1/completions", self.base);
             let v = post_json(&self.agent, &url, &[], &body, &c.retry, || ()).map_err(|f| self.server_error("POST /v1/completions (log-prob mode)", f))?;
@@ -216,7 +288,7 @@ impl VllmEngine {
     pub fn request_body(&self, request: &TurnRequest<'_>) -> Value {
         let c = &self.config;
         let mut body = Map::new();
-        body.insert("model".into(), c.served_model.clone().into());
+        body.insert("model".into(), self.model().into());
         body.insert("prompt".into(), json!(request.tokens));
         body.insert("max_tokens".into(), request.max_new_tokens.into());
         body.insert("temperature".into(), c.temperature.into());
@@ -298,51 +370,16 @@ impl Policy for VllmEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpListener;
+    use crate::testutil::{StubReply, StubServer};
     use std::sync::atomic::Ordering;
-    use std::sync::Mutex;
 
-    /// A server answering each request (`"POST /v1/completions"`, body) by
-    /// `reply` until the test ends; returns its URL and the requests seen.
-    fn stub(reply: impl Fn(&str, &Value) -> (u16, Value) + Send + 'static) -> (String, std::sync::Arc<Mutex<Vec<(String, Value)>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { break };
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut request_line = String::new();
-                reader.read_line(&mut request_line).unwrap();
-                let mut len = 0;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                    if line == "\r\n" || line.is_empty() {
-                        break;
-                    }
-                }
-                let mut buf = vec![0; len];
-                reader.read_exact(&mut buf).unwrap();
-                let body: Value = if len == 0 { Value::Null } else { serde_json::from_slice(&buf).unwrap() };
-                let what: String = request_line.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-                let (status, answer) = reply(&what, &body);
-                log.lock().unwrap().push((what, body));
-                let text = answer.to_string();
-                let mut stream = stream;
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                    text.len()
-                );
-            }
-        });
-        (url, seen)
+    /// A server answering each request (`"POST /v1/completions"`, body as
+    /// JSON) by `reply`.
+    fn stub(reply: impl Fn(&str, &Value) -> (u16, Value) + Send + 'static) -> StubServer {
+        StubServer::start(move |r| {
+            let (status, body) = reply(&r.what, &r.json());
+            StubReply::json(status, &body)
+        })
     }
 
     fn config(url: &str) -> VllmConfig {
@@ -377,21 +414,20 @@ mod tests {
     #[test]
     fn turns_are_token_ids_in_and_out() {
         let busy = std::sync::atomic::AtomicBool::new(true);
-        let (url, seen) = stub(move |what, body| {
+        let server = stub(move |what, body| {
             assert_eq!(what, "POST /v1/completions");
             if busy.swap(false, Ordering::SeqCst) {
                 return (503, json!({"error": {"message": "busy"}}));
             }
             (200, completion(body))
         });
-        let mut engine = VllmEngine::new(config(&format!("{url}/v1/"))).unwrap();
+        let mut engine = VllmEngine::new(config(&format!("{}/v1/", server.url))).unwrap();
         let one_turn = [json!({"role": "user"}), json!({"role": "assistant"})];
         let (a, b): (Vec<u32>, Vec<u32>) = (vec![7, 8, 9], vec![7, 8, 9, 10, 11]);
         let out = engine.next_turns(&[request(0, &a, &one_turn[..1]), request(1, &b, &one_turn)]).unwrap();
         assert_eq!(out[0], TurnOutput::Tokens { ids: vec![3, 4, 2], logprobs: vec![-0.1, -0.2, -0.3] });
         assert_eq!(out[1], TurnOutput::Tokens { ids: vec![5, 6, 2], logprobs: vec![-0.1, -0.2, -0.3] });
-        let seen = seen.lock().unwrap();
-        let bodies: Vec<&Value> = seen.iter().map(|(_, b)| b).collect();
+        let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
         assert_eq!(bodies.len(), 3, "one retried");
         for b in &bodies {
             assert_eq!((b["model"].as_str(), b["logprobs"].as_u64(), b["return_token_ids"].as_bool()), (Some("smol"), Some(0), Some(true)));
@@ -426,14 +462,15 @@ mod tests {
         let e = nobody.check().unwrap_err().to_string();
         assert!(e.contains("127.0.0.1:1") && e.contains("is vLLM running there"), "{e}");
 
-        let (url, _) = stub(|what, body| match what {
+        let url = stub(|what, body| match what {
             "GET /v1/models" => (200, json!({"data": [{"id": "smol", "max_model_len": 8192}, {"id": "other"}]})),
             // Raw log-probs: the same whatever the temperature.
             _ => {
                 assert!(body["logprobs"] == 1 && body["max_tokens"] == 1, "{body}");
                 (200, json!({"choices": [{"logprobs": {"top_logprobs": [{"a": -0.7}]}}]}))
             }
-        });
+        })
+        .url;
         let engine = VllmEngine::new(config(&url)).unwrap();
         let info = engine.check().unwrap();
         assert_eq!((info.models.len(), info.max_model_len), (2, Some(8192)));
@@ -444,11 +481,70 @@ mod tests {
         // Greedy sampling needs no processed log-probs.
         VllmEngine::new(VllmConfig { temperature: 0.0, ..config(&url) }).unwrap().check_processed_logprobs(&[1, 2]).unwrap();
 
-        let (url, _) = stub(|_, body| {
+        let url = stub(|_, body| {
             let t = body["temperature"].as_f64().unwrap();
             (200, json!({"choices": [{"logprobs": {"top_logprobs": [{"a": -0.7 * t}]}}]}))
-        });
+        })
+        .url;
         VllmEngine::new(config(&url)).unwrap().check_processed_logprobs(&[1, 2]).unwrap();
         assert!(VllmEngine::new(config("localhost:8000")).unwrap_err().to_string().contains("http://"));
+    }
+
+    /// Whole-model sync: /pause (waiting, caches cleared), /collective_rpc
+    /// reload_weights with the folder, /resume, in that order; /resume
+    /// also after a failed reload; a server without the dev endpoints is
+    /// named with the fix.
+    #[test]
+    fn reload_weights_pauses_reloads_and_resumes() {
+        let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = fail.clone();
+        let server = stub(move |what, _| match what {
+            "POST /collective_rpc" if f.load(Ordering::SeqCst) => (400, json!({"error": {"message": "no such file"}})),
+            "POST /collective_rpc" => (200, json!({"results": [null]})),
+            _ => (200, json!({"status": "ok"})),
+        });
+        let engine = VllmEngine::new(config(&server.url)).unwrap();
+        engine.reload_weights(Path::new("/runs/a/engine-weights/step_00000003")).unwrap();
+        let seen = server.requests();
+        let what: Vec<&str> = seen.iter().map(|r| r.what.as_str()).collect();
+        assert_eq!(what, ["POST /pause?mode=wait&clear_cache=true", "POST /collective_rpc", "POST /resume"]);
+        assert_eq!(seen[1].json(), json!({"method": "reload_weights", "kwargs": {"weights_path": "/runs/a/engine-weights/step_00000003"}}));
+        fail.store(true, Ordering::SeqCst);
+        let e = engine.reload_weights(Path::new("/x")).unwrap_err().to_string();
+        assert!(e.contains("no such file") && e.contains("/collective_rpc"), "{e}");
+        assert_eq!(server.requests().last().unwrap().what, "POST /resume", "resumed after the failed reload");
+
+        let plain = stub(|_, _| (404, json!({"detail": "Not Found"})));
+        let e = VllmEngine::new(config(&plain.url)).unwrap().reload_weights(Path::new("/x")).unwrap_err().to_string();
+        assert!(e.contains("VLLM_SERVER_DEV_MODE=1"), "{e}");
+    }
+
+    /// LoRA sync: each version loads under its own name, the requests name
+    /// the newest, the one before is unloaded; a server without runtime
+    /// LoRA loading is named with the fix.
+    #[test]
+    fn adapters_load_under_new_names_and_requests_follow() {
+        let server = StubServer::start(|r| match r.what.as_str() {
+            "POST /v1/load_lora_adapter" | "POST /v1/unload_lora_adapter" => StubReply::text(200, "Success: LoRA adapter added."),
+            _ => StubReply::json(200, &completion(&r.json())),
+        });
+        let mut engine = VllmEngine::new(config(&server.url)).unwrap();
+        let a = [7u32, 8];
+        let turn = |engine: &mut VllmEngine| engine.next_turns(&[request(0, &a, &[])]).unwrap();
+        turn(&mut engine);
+        engine.load_adapter("fusegrpo-step-0", Path::new("/w/step_00000000")).unwrap();
+        turn(&mut engine);
+        engine.load_adapter("fusegrpo-step-1", Path::new("/w/step_00000001")).unwrap();
+        turn(&mut engine);
+        let seen: Vec<(String, Value)> = server.requests().iter().map(|r| (r.what.clone(), r.json())).collect();
+        let models: Vec<&str> = seen.iter().filter(|(w, _)| w == "POST /v1/completions").map(|(_, b)| b["model"].as_str().unwrap()).collect();
+        assert_eq!(models, ["smol", "fusegrpo-step-0", "fusegrpo-step-1"]);
+        assert_eq!(seen[1], ("POST /v1/load_lora_adapter".into(), json!({"lora_name": "fusegrpo-step-0", "lora_path": "/w/step_00000000"})));
+        assert_eq!(seen[4], ("POST /v1/unload_lora_adapter".into(), json!({"lora_name": "fusegrpo-step-0"})));
+        assert_eq!(engine.model(), "fusegrpo-step-1");
+
+        let plain = stub(|_, _| (404, json!({"detail": "Not Found"})));
+        let e = VllmEngine::new(config(&plain.url)).unwrap().load_adapter("a", Path::new("/x")).unwrap_err().to_string();
+        assert!(e.contains("--enable-lora") && e.contains("VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"), "{e}");
     }
 }

@@ -328,8 +328,7 @@ impl Policy for HttpTeacher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpListener;
+    use crate::testutil::{StubReply, StubServer};
 
     #[test]
     fn endpoint_forms_normalize() {
@@ -391,55 +390,22 @@ mod tests {
         assert_ne!(body["seed"], t.request_body(&req(4, 50)).unwrap()["seed"]);
     }
 
-    /// A one-thread HTTP server answering canned (status, body) pairs in
-    /// order; returns its URL and the request bodies it saw.
-    fn canned_server(
-        replies: Vec<(u16, String)>,
-    ) -> (String, std::thread::JoinHandle<Vec<String>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let handle = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for (status, body) in replies {
-                let (stream, _) = listener.accept().unwrap();
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut len = 0;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                    if line == "\r\n" || line.is_empty() {
-                        break;
-                    }
-                }
-                let mut buf = vec![0; len];
-                reader.read_exact(&mut buf).unwrap();
-                seen.push(String::from_utf8(buf).unwrap());
-                let mut stream = stream;
-                write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nRetry-After: 0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .unwrap();
-            }
-            seen
-        });
-        (url, handle)
+    /// A server answering canned (status, body) pairs in order, with
+    /// `Retry-After: 0`.
+    fn canned_server(replies: Vec<(u16, String)>) -> StubServer {
+        StubServer::canned(replies.into_iter().map(|(status, body)| StubReply::text(status, body).header("Retry-After", "0")).collect())
     }
 
     #[test]
     fn retries_5xx_and_429_then_converts_the_answer() {
         let ok = json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Looking.",
             "tool_calls": [{"id": "c", "type": "function", "function": {"name": "glob", "arguments": "{\"pattern\":\"*.py\"}"}}]}}]});
-        let (url, server) = canned_server(vec![
+        let server = canned_server(vec![
             (503, "{\"error\": {\"message\": \"busy\"}}".into()),
             (429, "slow down".into()),
             (200, ok.to_string()),
         ]);
-        let mut c = HttpTeacherConfig::new(url, "m");
+        let mut c = HttpTeacherConfig::new(server.url.clone(), "m");
         c.initial_backoff = Duration::from_millis(1);
         let mut t = HttpTeacher::new(c).unwrap();
         let messages = [json!({"role": "user", "content": "q"})];
@@ -455,17 +421,18 @@ mod tests {
             out,
             vec![TurnOutput::Text("Looking.\n<tool_call>\n{\"name\": \"glob\", \"arguments\": {\"pattern\": \"*.py\"}}\n</tool_call>".into())]
         );
-        let seen = server.join().unwrap();
+        let seen: Vec<String> = server.requests().into_iter().map(|r| r.body).collect();
         assert_eq!(seen.len(), 3);
         assert_eq!(seen[0], seen[2]);
     }
 
     #[test]
     fn errors_name_the_endpoint_and_status() {
-        let (url, server) = canned_server(vec![(
+        let server = canned_server(vec![(
             401,
             "{\"error\": {\"message\": \"bad key\"}}".into(),
         )]);
+        let url = server.url.clone();
         let mut t = HttpTeacher::new(HttpTeacherConfig::new(url.clone(), "m")).unwrap();
         let messages = [json!({"role": "user", "content": "q"})];
         let req = TurnRequest {
@@ -480,6 +447,6 @@ mod tests {
             err.contains(&url) && err.contains("HTTP 401") && err.contains("bad key"),
             "{err}"
         );
-        server.join().unwrap();
+        assert_eq!(server.requests().len(), 1);
     }
 }

@@ -9,8 +9,7 @@
 
 use e2e::{fusegrpo, fusegrpo_ok, git, read_jsonl};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use rollout::testutil::{StubReply, StubServer};
 use std::path::Path;
 
 const PY: &str = "class Cart:\n    def add_item(self, item, quantity=1):\n        \"\"\"Add an item to the cart with a quantity.\"\"\"\n        if quantity <= 0:\n            raise ValueError(\"quantity must be positive\")\n        self.line_items.append((item, quantity))\n\n    def size(self):\n        return len(self.line_items)\n";
@@ -130,50 +129,26 @@ fn a_tree_without_functions_is_an_error_naming_it() {
     assert!(!out.exists());
 }
 
-/// A chat-completions server: 500 for requests about a Go file, a usable
-/// issue otherwise; answers `n` requests, one per connection.
-fn flaky_server(n: usize, always_fail: bool) -> (String, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let handle = std::thread::spawn(move || {
-        for _ in 0..n {
-            let (stream, _) = listener.accept().unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut len = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
-                if line == "\r\n" || line.is_empty() {
-                    break;
-                }
-            }
-            let mut buf = vec![0; len];
-            reader.read_exact(&mut buf).unwrap();
-            let body = String::from_utf8_lossy(&buf);
-            let (status, reply) = if always_fail || body.contains(".go") {
-                (500, json!({"error": {"message": "the teacher is down"}}))
-            } else {
-                let text = "After upgrading, adding things to my order sometimes fails with a confusing message about the amount.";
-                (200, json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}))
-            };
-            let reply = reply.to_string();
-            let mut stream = stream;
-            let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len());
+/// A chat-completions server: 500 for requests about a Go file (or for
+/// every request with `always_fail`), a usable issue otherwise.
+fn flaky_server(always_fail: bool) -> StubServer {
+    StubServer::start(move |r| {
+        if always_fail || r.body.contains(".go") {
+            StubReply::json(500, &json!({"error": {"message": "the teacher is down"}}))
+        } else {
+            let text = "After upgrading, adding things to my order sometimes fails with a confusing message about the amount.";
+            StubReply::json(200, &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}))
         }
-    });
-    (url, handle)
+    })
 }
 
 #[test]
 fn a_failing_http_teacher_is_reported_per_function_and_the_rest_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let base = world(tmp.path());
-    let (url, server) = flaky_server(3, false);
-    let out = synth(tmp.path(), &base, "h.jsonl", &["--count", "3", "--teacher", &url, "--max-retries", "0", "--concurrency", "1"]);
-    drop(server);
+    let server = flaky_server(false);
+    let out = synth(tmp.path(), &base, "h.jsonl", &["--count", "3", "--teacher", &server.url, "--max-retries", "0", "--concurrency", "1"]);
+    assert_eq!(server.requests().len(), 3, "one request per function, no retry");
     let summary = success(&out);
     assert_eq!((summary["tasks"].as_u64(), summary["failed"].as_u64()), (Some(2), Some(1)), "{summary}");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -184,9 +159,8 @@ fn a_failing_http_teacher_is_reported_per_function_and_the_rest_kept() {
     assert!(rows.iter().all(|r| r["synth"]["writer"].as_str().unwrap().starts_with("http:")));
     assert!(!tmp.path().join("h.jsonl.partial").exists());
 
-    let (url, server) = flaky_server(3, true);
-    let out = synth(tmp.path(), &base, "f.jsonl", &["--count", "3", "--teacher", &url, "--max-retries", "0", "--concurrency", "1"]);
-    drop(server);
+    let server = flaky_server(true);
+    let out = synth(tmp.path(), &base, "f.jsonl", &["--count", "3", "--teacher", &server.url, "--max-retries", "0", "--concurrency", "1"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no task made (3 functions drawn, 3 failed") && err.contains("the teacher is down"), "{err}");

@@ -281,6 +281,34 @@ fn with_policy_in<T>(
 /// The vLLM engine of `[rollout.vllm]`, checked: it serves the configured
 /// model, and returns the sampled distribution's log-probs.
 pub fn vllm_engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
+    let (engine, probe) = vllm_connect(cfg, tok)?;
+    let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
+    let info = engine.check()?;
+    let (mean, max) = same_model(cfg, &engine, &probe)?;
+    eprintln!(
+        "rollouts on vLLM at {} ({}, context {}); its log-probs of a {}-token probe against this config's model: mean |diff| {mean:.2e}, max {max:.2e}",
+        engine.base(),
+        v.served_model,
+        info.max_model_len.map_or("unknown".to_string(), |n| n.to_string()),
+        probe.len()
+    );
+    Ok(engine)
+}
+
+/// GRPO's rollouts on the vLLM engine of `[rollout.vllm]`, kept in step
+/// with the weights being trained (`trainer::train::engine`): each sync's
+/// folder goes under `run_dir/engine-weights` (the server must read it).
+pub fn vllm_training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<trainer::train::engine::EngineSync> {
+    let (engine, probe) = vllm_connect(cfg, tok)?;
+    let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
+    let dir = std::path::absolute(run_dir.join("engine-weights")).with_context(|| format!("{}", run_dir.display()))?;
+    eprintln!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display());
+    Ok(trainer::train::engine::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
+}
+
+/// The vLLM engine of `[rollout.vllm]`, its model listed and its log-probs
+/// the sampled distribution's, and the probe's tokens.
+fn vllm_connect(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<(VllmEngine, Vec<u32>)> {
     let v = cfg.rollout.vllm.as_ref().context("[rollout] engine = \"vllm\" needs a [rollout.vllm] section")?;
     let engine = VllmEngine::new(VllmConfig {
         url: v.url.clone(),
@@ -297,18 +325,10 @@ pub fn vllm_engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
             max_backoff: std::time::Duration::from_secs(30),
         },
     })?;
-    let info = engine.check()?;
+    engine.check()?;
     let probe = tok.encode(VLLM_PROBE).context("tokenizing the engine's probe")?;
     engine.check_processed_logprobs(&probe)?;
-    let (mean, max) = same_model(cfg, &engine, &probe)?;
-    eprintln!(
-        "rollouts on vLLM at {} ({}, context {}); its log-probs of a {}-token probe against this config's model: mean |diff| {mean:.2e}, max {max:.2e}",
-        engine.base(),
-        v.served_model,
-        info.max_model_len.map_or("unknown".to_string(), |n| n.to_string()),
-        probe.len()
-    );
-    Ok(engine)
+    Ok((engine, probe))
 }
 
 /// The text whose log-probs the engine and this config's model must agree

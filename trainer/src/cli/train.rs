@@ -49,7 +49,6 @@ pub fn run(args: Args) -> Result<()> {
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], args: &RunOptions) -> Result<RunEnd> {
-    refuse_vllm_training(cfg)?;
     let (run, weights, adapter) = Run::open(cfg, run_dir, args, cfg.train.keep_last, super::run::Stage::Grpo)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
@@ -71,6 +70,14 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, tasks: &[rollout::tasks::Task], ar
 
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
     let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    if cfg.rollout.engine == trainer::run_config::Engine::Vllm {
+        anyhow::ensure!(
+            dist.world() == 1,
+            "[rollout] engine = \"vllm\" with {} ranks: GRPO on a vLLM server runs as one process so far (the server does the batching); run without mpirun/srun",
+            dist.world()
+        );
+        trainer.engine = Some(super::rollout::vllm_training_engine(cfg, &tok, run_dir)?);
+    }
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
@@ -158,13 +165,14 @@ pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> t
     vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
 }
 
-/// GRPO's rollouts come from the weights being trained, which are not
-/// synced to a vLLM server yet: a config with `engine = "vllm"` would
-/// silently roll out with stale weights, so it is refused.
-pub fn refuse_vllm_training(cfg: &RunConfig) -> Result<()> {
+/// `pipeline` runs its stages on several models (the SFT model probes and
+/// is evaluated, the base is evaluated, GRPO trains), which one vLLM server
+/// does not follow yet: `engine = "vllm"` is for `train`, `eval` and
+/// `rollout`.
+pub fn refuse_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
     anyhow::ensure!(
         cfg.rollout.engine == trainer::run_config::Engine::Builtin,
-        "[rollout] engine = \"vllm\": GRPO training cannot use vLLM yet (the updated weights are not synced to the server after each step); train with engine = \"builtin\" (eval and rollout can use vLLM)"
+        "[rollout] engine = \"vllm\": `pipeline` cannot use vLLM yet (its stages roll out from several models: base, SFT, GRPO); run it with engine = \"builtin\", or run its stages alone: `train` (synced to vLLM after each step), `eval` and `rollout` take engine = \"vllm\""
     );
     Ok(())
 }

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod config;
+pub mod engine;
 pub mod sampler;
 
 use crate::dist::{self, Dist};
@@ -82,6 +83,18 @@ pub struct StepMetrics {
     pub stop_max_tokens: f64,
     pub calls_per_turn: f64,
     pub seconds_rollout: f64,
+    /// Time the weight sync to the rollout engine took (within
+    /// `seconds_rollout`; only with `[rollout] engine = "vllm"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds_sync: Option<f64>,
+    /// After the sync: mean |difference| of a probe's log-probs, the
+    /// engine's against the trainer's (`engine/probe_diff`), and the
+    /// trainer's against its previous sync's (`engine/probe_moved`: how far
+    /// the weights moved the probe since).
+    #[serde(rename = "engine/probe_diff", skip_serializing_if = "Option::is_none")]
+    pub engine_probe_diff: Option<f64>,
+    #[serde(rename = "engine/probe_moved", skip_serializing_if = "Option::is_none")]
+    pub engine_probe_moved: Option<f64>,
     pub seconds_update: f64,
     pub tokens_per_second: f64,
     /// The loss or gradient was NaN/inf: no update was applied.
@@ -120,6 +133,9 @@ pub struct Trainer {
     pub step: u64,
     /// The ranks this trainer shares its steps with ([`dist::current`]).
     pub dist: Dist,
+    /// A vLLM server the rollouts come from instead of this process's
+    /// decoding, synced to the weights before each step's rollouts.
+    pub engine: Option<engine::EngineSync>,
 }
 
 impl Trainer {
@@ -161,7 +177,7 @@ impl Trainer {
             dist.rank(),
         )?;
         let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
-        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist })
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist, engine: None })
     }
 
     /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
@@ -195,7 +211,7 @@ impl Trainer {
     pub fn step(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<StepMetrics> {
         let t0 = Instant::now();
         let mine = dist::share(&*self.dist, tasks.len());
-        let local = self.rollouts(env, &tasks[mine])?;
+        let (local, synced) = self.rollouts(env, &tasks[mine])?;
         let rolled_out = local.len();
         let episodes = dist::gather_concat(&*self.dist, local)?;
         let rollout_secs = self.slowest(t0.elapsed().as_secs_f64())?;
@@ -244,6 +260,9 @@ impl Trainer {
             stop_max_tokens: stop_share(&episodes, StopReason::MaxTokens),
             calls_per_turn: summary.calls_per_turn,
             seconds_rollout: rollout_secs,
+            seconds_sync: synced.map(|s| s.seconds),
+            engine_probe_diff: synced.map(|s| s.probe_mean),
+            engine_probe_moved: synced.and_then(|s| s.probe_moved),
             seconds_update: update_secs,
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
@@ -342,14 +361,49 @@ impl Trainer {
     }
 
     /// G episodes per task with the current weights; the sampling RNG is
-    /// lent to the policy and taken back, so it can be checkpointed.
-    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
+    /// lent to the policy and taken back, so it can be checkpointed. With a
+    /// rollout engine, from the engine, synced first: also what the sync
+    /// took and found.
+    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+        if let Some(mut sync) = self.engine.take() {
+            let result = self.engine_rollouts(&mut sync, env, tasks);
+            self.engine = Some(sync);
+            return result;
+        }
         let stop = vec![env.tokenizer.special().im_end, env.tokenizer.special().endoftext];
         let merged = self.rollout_model()?;
         let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
         let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
         let result = run_episodes(&mut policy, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {});
         self.sampling_rng = policy.into_rng();
-        result.map_err(|e| Error::invalid("rollout", e.to_string()))
+        Ok((result.map_err(|e| Error::invalid("rollout", e.to_string()))?, None))
+    }
+
+    /// [`Trainer::rollouts`] on a vLLM server: this step's weights go to it
+    /// unless it has them (once per step; on a resume, the first step of
+    /// the process), then the rollouts, then the probe again.
+    fn engine_rollouts(&mut self, sync: &mut engine::EngineSync, env: &Env<'_>, tasks: &[Task]) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+        let mut synced_now = None;
+        if sync.synced_step() != Some(self.step) {
+            let trained: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
+            let merged = self.rollout_model()?;
+            let ours = merged.as_ref().unwrap_or(&self.sampler_view);
+            let synced = match &self.lora_base {
+                None => sync.sync(self.step, engine::Upload::Model(self.model.config(), &trained), ours)?,
+                Some((base, lora)) => {
+                    if sync.synced_step().is_none() {
+                        sync.check_base(&CausalLm::new(self.model.config(), base)?)?;
+                    }
+                    sync.sync(self.step, engine::Upload::Adapter(&crate::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
+                }
+            };
+            tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
+            synced_now = Some(synced);
+        }
+        sync.seed_step(self.step);
+        let episodes = run_episodes(&mut sync.engine, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {})
+            .map_err(|e| Error::invalid("rollout", e.to_string()))?;
+        sync.check()?;
+        Ok((episodes, synced_now))
     }
 }

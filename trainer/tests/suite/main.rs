@@ -8,6 +8,7 @@ mod checkpoint_io;
 mod checkpoints;
 mod configs;
 mod device;
+mod engine_sync;
 mod fused_logprobs;
 mod gguf_import;
 mod grpo_learning;
