@@ -209,3 +209,41 @@ pub fn dtype_name(dtype: DType) -> &'static str {
         _ => "float32",
     }
 }
+
+/// The file [`write_untied_head`] writes.
+pub const UNTIED_HEAD_FILE: &str = "lm_head.safetensors";
+
+/// One tensor of a model folder by name (single file or shards), as stored.
+pub fn load_tensor(dir: &Path, name: &str) -> Result<Tensor> {
+    let layout = read_layout(dir)?;
+    let id = layout.owner.get(name).copied().unwrap_or(0);
+    let shards = open_shards(&layout.files)?;
+    shards[id].load(name, &Device::Cpu).map_err(|_| Error::MissingTensor { dir: dir.into(), name: name.into() })
+}
+
+/// For a model whose LM head is its input embeddings (`tie_word_embeddings`):
+/// `dir/lm_head.safetensors` with `lm_head.weight` = `embeddings`, and, if
+/// `dir` has a shard index, the index naming it. A loader that treats the
+/// head as a weight of its own (vLLM serving the model untied, whose
+/// in-place weight reloads keep a tied head's old tensor) then finds it.
+pub fn write_untied_head(dir: &Path, embeddings: &Tensor) -> Result<()> {
+    let path = dir.join(UNTIED_HEAD_FILE);
+    let map: HashMap<String, Tensor> = [("lm_head.weight".to_string(), embeddings.clone())].into();
+    candle_core::safetensors::save(&map, &path).map_err(|e| Error::Safetensors { path: path.clone(), message: e.to_string() })?;
+    let index = dir.join(INDEX_FILE);
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
+        let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|source| Error::Json { path: index.clone(), source })?;
+        let map = json.get_mut("weight_map").and_then(|m| m.as_object_mut()).ok_or_else(|| Error::Config {
+            path: index.clone(),
+            key: "weight_map".into(),
+            message: "missing or not an object".into(),
+        })?;
+        map.insert("lm_head.weight".into(), UNTIED_HEAD_FILE.into());
+        let text = serde_json::to_string_pretty(&json).expect("index serializes");
+        // The index may be a link into another folder: replace the link, not its target.
+        let _ = std::fs::remove_file(&index);
+        std::fs::write(&index, text).map_err(|e| Error::io(&index, e))?;
+    }
+    Ok(())
+}

@@ -248,14 +248,19 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     let episodes = (cfg.train.tasks_per_step.div_ceil(ranks) * cfg.rollout.group) as u64;
     let longest = cfg.episode.max_total_tokens;
 
+    let on_vllm = cfg.rollout.engine == crate::run_config::Engine::Vllm;
     let mut rollout = t.training_state(cfg.grpo.beta, shards);
-    if let Some(l) = t.lora.filter(|l| l.merge_for_rollouts) {
+    if on_vllm {
+        // The server decodes; this process only holds its training state.
+    } else if let Some(l) = t.lora.filter(|l| l.merge_for_rollouts) {
         // Rollouts decode through a merged copy of the adapted projections.
         let per_layer: u64 = l.targets.iter().map(|x| { let (o, i) = x.shape(model); (o * i) as u64 }).sum();
         let n = per_layer * model.num_hidden_layers as u64;
         rollout.push(part("merged_projections", n * elem(t.dtype), format!("{n} adapted projection weights, merged for decoding"), None));
     }
-    rollout.extend(rollout_parts(&t, cfg, episodes));
+    if !on_vllm {
+        rollout.extend(rollout_parts(&t, cfg, episodes));
+    }
 
     let mut grpo = t.training_state(cfg.grpo.beta, shards);
     grpo.extend(t.gradients(cfg.train.recompute));
@@ -288,6 +293,11 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
             };
             format!("attention: the quadratic reference, the CUDA kernels being off ([model] cuda_kernels = {why}); cuda_kernels = \"on\" runs the fused kernel")
         });
+    }
+    if on_vllm {
+        notes.push(
+            "rollouts on vLLM ([rollout] engine): its weights and KV cache are the server's, not counted here; on the same GPU, give vLLM the rest with --gpu-memory-utilization".to_string(),
+        );
     }
     if ranks > 1 {
         let how = if shards > 1 { "optimizer state sharded ([optim] zero_stage = 1)" } else { "optimizer state replicated ([optim] zero_stage = 0)" };
@@ -389,6 +399,24 @@ mod tests {
         // One rank: nothing to shard.
         let alone = for_run(&cfg, &model, 2, 1).unwrap();
         assert_eq!(part(&alone, PhaseKind::GrpoUpdate, "moments"), 2 * n * 4);
+    }
+
+    /// With rollouts on vLLM the rollout phase holds the training state
+    /// only: no KV cache, prefill or logits of ours, and a note says why.
+    #[test]
+    fn rollouts_on_vllm_count_no_kv_cache_here() {
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let base = "name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\n[env]\nrepos_dir = \"r\"\n";
+        let builtin: RunConfig = toml::from_str(base).unwrap();
+        let vllm: RunConfig = toml::from_str(&format!("{base}[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"http://h:1\"\nserved_model = \"p\"\n")).unwrap();
+        let (a, b) = (for_run(&builtin, &model, 2, 1).unwrap(), for_run(&vllm, &model, 2, 1).unwrap());
+        assert!(part(&a, PhaseKind::Rollout, "kv_cache") > 0);
+        for name in ["kv_cache", "prefill", "decode_logits"] {
+            assert_eq!(part(&b, PhaseKind::Rollout, name), 0, "{name}");
+        }
+        assert_eq!(part(&b, PhaseKind::Rollout, "weights"), part(&a, PhaseKind::Rollout, "weights"));
+        assert_eq!(part(&b, PhaseKind::GrpoUpdate, "moments"), part(&a, PhaseKind::GrpoUpdate, "moments"));
+        assert!(b.notes.iter().any(|n| n.contains("--gpu-memory-utilization")), "{:?}", b.notes);
     }
 
     #[test]

@@ -48,10 +48,10 @@ pub struct Synced {
     /// trainer, after the sync.
     pub probe_mean: f64,
     pub probe_max: f64,
-    /// Mean |difference| of the trainer's probe log-probs, these weights
-    /// against the previous sync's (None at the first): how far the server
-    /// had to move, which `probe_mean` must be well under.
-    pub probe_moved: Option<f64>,
+    /// Mean |difference| of the server's probe log-probs before the sync
+    /// against the trainer's (the weights it was to take): how far the
+    /// server had to move, which `probe_mean` must be well under.
+    pub probe_moved: f64,
 }
 
 impl EngineSync {
@@ -81,9 +81,16 @@ impl EngineSync {
             std::fs::remove_dir_all(&folder).map_err(|e| Error::io(&folder, e))?;
         }
         let vllm = |e: rollout::engine::vllm::VllmError| Error::invalid("rollout engine", e.to_string());
+        let before = self.engine.prompt_logprobs(&self.probe).map_err(vllm)?;
         match upload {
             Upload::Model(cfg, tensors) => {
                 crate::weights::save_checkpoint(&folder, cfg, tensors, ShardPolicy::Single)?;
+                if cfg.tie_word_embeddings {
+                    // The server serves the model untied (`fusegrpo engine
+                    // vllm` does): its head is reloaded by this name.
+                    let embeddings = tensors.get("model.embed_tokens.weight").ok_or_else(|| Error::invalid("rollout engine", "no model.embed_tokens.weight to sync"))?;
+                    crate::weights::write_untied_head(&folder, embeddings)?;
+                }
                 self.engine.reload_weights(&folder).map_err(|e| {
                     Error::invalid("rollout engine", format!("{e} (the server must serve a model of this run's architecture: start it on the run's [model] path)"))
                 })?;
@@ -95,7 +102,7 @@ impl EngineSync {
         }
         let ours: Vec<f32> = crate::logprobs::score_sequence(ours, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
         let (probe_mean, probe_max) = self.compare(&ours)?;
-        let probe_moved = self.synced.as_ref().map(|(_, before, _)| mean_max_abs_diff(&ours, before).0);
+        let probe_moved = mean_max_abs_diff(&ours, &before).0;
         if let Some((_, _, old)) = self.synced.replace((step, ours, folder.clone())) {
             if old != folder {
                 if let Err(e) = std::fs::remove_dir_all(&old) {
@@ -140,7 +147,7 @@ impl EngineSync {
             return Err(Error::invalid(
                 "rollout engine",
                 format!(
-                    "vllm engine at {} does not serve the weights being trained: the log-probs of a {}-token probe differ from the trainer's by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Was the server restarted or did it load other weights? Resume the run: the step is redone and the weights synced again",
+                    "vllm engine at {} does not serve the weights being trained: the log-probs of a {}-token probe differ from the trainer's by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Was the server restarted or did it load other weights? Resume the run: the step is redone and the weights synced again. (A model that ties its embeddings must be served untied for whole-model sync, as `fusegrpo engine vllm` does: vLLM's in-place reload keeps a tied head's old weights)",
                     self.engine.base(),
                     self.probe.len(),
                     self.tolerance

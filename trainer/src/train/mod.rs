@@ -88,9 +88,8 @@ pub struct StepMetrics {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds_sync: Option<f64>,
     /// After the sync: mean |difference| of a probe's log-probs, the
-    /// engine's against the trainer's (`engine/probe_diff`), and the
-    /// trainer's against its previous sync's (`engine/probe_moved`: how far
-    /// the weights moved the probe since).
+    /// engine's against the trainer's (`engine/probe_diff`), and before the
+    /// sync (`engine/probe_moved`: how far the engine had to move).
     #[serde(rename = "engine/probe_diff", skip_serializing_if = "Option::is_none")]
     pub engine_probe_diff: Option<f64>,
     #[serde(rename = "engine/probe_moved", skip_serializing_if = "Option::is_none")]
@@ -262,7 +261,7 @@ impl Trainer {
             seconds_rollout: rollout_secs,
             seconds_sync: synced.map(|s| s.seconds),
             engine_probe_diff: synced.map(|s| s.probe_mean),
-            engine_probe_moved: synced.and_then(|s| s.probe_moved),
+            engine_probe_moved: synced.map(|s| s.probe_moved),
             seconds_update: update_secs,
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,

@@ -19,20 +19,25 @@ use trainer::train::engine::{EngineSync, Upload};
 use trainer::CausalLm;
 
 /// A vLLM stand-in: the dev and LoRA endpoints answer OK after checking the
-/// folder they name holds `expect_file`; `prompt_logprobs` requests get
-/// `served` (one per token after the first). Every request is logged.
-fn server(served: Arc<Mutex<Vec<f32>>>, expect_file: &'static str) -> StubServer {
+/// folder they name holds `expect_file`, and then serve `next` (when set);
+/// `prompt_logprobs` requests get `served` (one per token after the first).
+/// Every request is logged.
+fn server(served: Arc<Mutex<Vec<f32>>>, next: Arc<Mutex<Option<Vec<f32>>>>, expect_file: &'static str) -> StubServer {
     StubServer::start(move |r| {
         let body = r.json();
+        let load = |dir: &str| {
+            assert!(std::path::Path::new(dir).join(expect_file).is_file(), "{dir} lacks {expect_file}");
+            if let Some(lp) = next.lock().unwrap().take() {
+                *served.lock().unwrap() = lp;
+            }
+        };
         match r.what.as_str() {
             "POST /collective_rpc" => {
-                let dir = body["kwargs"]["weights_path"].as_str().unwrap().to_string();
-                assert!(std::path::Path::new(&dir).join(expect_file).is_file(), "{dir} lacks {expect_file}");
+                load(body["kwargs"]["weights_path"].as_str().unwrap());
                 StubReply::json(200, &json!({"results": [null]}))
             }
             "POST /v1/load_lora_adapter" => {
-                let dir = body["lora_path"].as_str().unwrap().to_string();
-                assert!(std::path::Path::new(&dir).join(expect_file).is_file(), "{dir} lacks {expect_file}");
+                load(body["lora_path"].as_str().unwrap());
                 StubReply::text(200, "Success")
             }
             "POST /v1/completions" => {
@@ -74,24 +79,32 @@ fn whole_model_sync_writes_a_folder_the_server_reloads_and_the_probe_checks_it()
     let model = CausalLm::new(&cfg, &weights).unwrap();
     let probe: Vec<u32> = (1..20).collect();
     let served = Arc::new(Mutex::new(ours(&model, &probe)));
-    let srv = server(served.clone(), "model.safetensors");
+    let next = Arc::new(Mutex::new(None));
+    let srv = server(served.clone(), next.clone(), "model.safetensors");
     let tmp = tempfile::tempdir().unwrap();
     let mut sync = EngineSync::new(engine(&srv.url), tmp.path().join("w"), probe.clone(), 1e-4, 7);
     assert_eq!(sync.synced_step(), None);
     let s = sync.sync(0, Upload::Model(&cfg, &weights), &model).unwrap();
-    assert!(s.probe_mean < 1e-6 && s.seconds > 0.0 && s.probe_moved.is_none(), "{s:?}");
+    assert!(s.probe_mean < 1e-6 && s.seconds > 0.0 && s.probe_moved < 1e-6, "{s:?}");
     assert!(tmp.path().join("w/step_00000000/config.json").is_file());
+    // A tied head is also written as a weight of its own (vLLM serves the
+    // model untied: its in-place reload keeps a tied head's old tensor).
+    assert!(cfg.tie_word_embeddings);
+    let head = trainer::weights::load_tensor(&tmp.path().join("w/step_00000000"), "lm_head.weight");
+    assert!(head.is_err(), "model.safetensors alone has no lm_head.weight");
+    let head = candle_core::safetensors::load(tmp.path().join("w/step_00000000/lm_head.safetensors"), &Device::Cpu).unwrap();
+    let diff = (head["lm_head.weight"].clone() - weights["model.embed_tokens.weight"].clone()).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+    assert_eq!(diff, 0.0);
     let what: Vec<String> = srv.requests().iter().map(|r| r.what.clone()).collect();
-    assert_eq!(what, ["POST /pause?mode=wait&clear_cache=true", "POST /collective_rpc", "POST /resume", "POST /v1/completions"]);
-    // Other weights: the server (told their log-probs) follows, and the
-    // probe has moved.
+    assert_eq!(what, ["POST /v1/completions", "POST /pause?mode=wait&clear_cache=true", "POST /collective_rpc", "POST /resume", "POST /v1/completions"]);
+    // Other weights: the server takes them on reload, and the probe moved.
     let mut moved = weights.clone();
     let name = moved.keys().find(|k| k.contains("mlp.down_proj")).unwrap().clone();
     moved.insert(name.clone(), (moved[&name].clone() * 1.5).unwrap());
     let model2 = CausalLm::new(&cfg, &moved).unwrap();
-    *served.lock().unwrap() = ours(&model2, &probe);
+    *next.lock().unwrap() = Some(ours(&model2, &probe));
     let s = sync.sync(1, Upload::Model(&cfg, &moved), &model2).unwrap();
-    assert!(s.probe_moved.unwrap() > 1e-4 && s.probe_mean < 1e-6, "{s:?}");
+    assert!(s.probe_moved > 1e-4 && s.probe_mean < 1e-6, "{s:?}");
     assert_eq!(sync.synced_step(), Some(1));
     assert!(!tmp.path().join("w/step_00000000").exists(), "the previous folder is removed");
     assert!(tmp.path().join("w/step_00000001/model.safetensors").is_file());
@@ -114,7 +127,7 @@ fn lora_sync_loads_each_adapter_under_its_step_name() {
     let base = CausalLm::new(&cfg, &weights).unwrap();
     let probe: Vec<u32> = (3..30).collect();
     let served = Arc::new(Mutex::new(ours(&base, &probe)));
-    let srv = server(served.clone(), "adapter_model.safetensors");
+    let srv = server(served.clone(), Arc::new(Mutex::new(None)), "adapter_model.safetensors");
     let tmp = tempfile::tempdir().unwrap();
     let mut sync = EngineSync::new(engine(&srv.url), tmp.path().join("w"), probe.clone(), 1e-4, 7);
     // Before the first adapter: the server must serve the run's base.
