@@ -83,6 +83,9 @@ fn dirs_home() -> PathBuf {
 /// an untied head is reloaded by name. None for an untied model.
 fn untied_view(model_dir: &std::path::Path) -> Result<Option<PathBuf>> {
     let cfg_path = model_dir.join("config.json");
+    if !cfg_path.exists() {
+        return Ok(None); // Not a model folder: vLLM says what it lacks.
+    }
     let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
     let mut cfg: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
     if cfg.get("tie_word_embeddings").and_then(serde_json::Value::as_bool) != Some(true) {
