@@ -11,3 +11,4 @@ mod reward;
 mod snapshot;
 mod toolcall_fuzz;
 mod tools;
+mod vllm_shapes;
