@@ -8,6 +8,10 @@
 #      before each step's rollouts
 #   3. GRPO with whole-model sync: 5 steps, SIGKILLed after step 2's
 #      checkpoint and resumed (the resumed process syncs again first)
+#   4. `[rollout.vllm] load_model = true`: `eval` of the base model on the
+#      server that holds step 4's weights (reloaded from the base's untied
+#      view), then a whole `pipeline` with LoRA on the server (teacher
+#      trajectories, SFT, GRPO, evaluations of base, SFT and GRPO)
 # then prints what the metrics say (drift, seconds_sync, the probe) and
 # fails when a check does not hold. Takes ~20 minutes on 2 cores.
 #
@@ -32,7 +36,7 @@ $bin tasks from-history --repo practice/shop --repos-dir "$w/repos" --out "$w/ta
 head -n 16 "$w/tasks.jsonl" > "$w/tasks16.jsonl"
 
 # One config, three variants (builtin / vllm, whole model / LoRA).
-config() { # engine lora lr
+config() { # engine lora lr [load]
   cat <<EOF
 name = "vllm-test"
 [model]
@@ -58,6 +62,7 @@ seed = 0
 group = 4
 engine = "$1"
 $([ "$1" = vllm ] && printf '[rollout.vllm]\nurl = "http://127.0.0.1:%s"\nserved_model = "smollm2"' "$port")
+$([ "${4:-}" = load ] && echo 'load_model = true')
 [reward]
 answer_bonus = 0.5
 [train]
@@ -79,6 +84,10 @@ EOF
 config builtin none 2e-5 > "$w/builtin.toml"
 config vllm none 2e-5 > "$w/full.toml"
 config vllm lora 1e-3 > "$w/lora.toml"
+config vllm none 2e-5 load > "$w/load.toml"
+{ config vllm lora 1e-3 load | sed 's/^steps = 5$/steps = 2/'; printf '%s\n' '[sft]' 'epochs = 1' 'batch_rows = 4' 'micro_batch_rows = 1' 'lr = 2e-4' \
+  'heldout_fraction = 0.1' '[sft.filter]' 'min_f1 = 0.5' 'min_e = 0.2' 'max_tokens = 2048' 'max_per_task = 1' '[pipeline]' \
+  "tasks = \"$PWD/$w/tasks.jsonl\"" 'heldout_tasks = 4' 'synth_tasks = 16' 'samples = 1' 'eval_group = 1' 'eval_temperature = 0.0'; } > "$w/pipeline.toml"
 
 log "vllm serve $model on port $port (LoRA up to rank 8)"
 $bin engine vllm --model "$model" --served-model-name smollm2 --port "$port" --adapter-rank 8 --max-model-len 4096 \
@@ -115,6 +124,12 @@ kill -9 $pid
 wait $pid 2>/dev/null || true
 $bin train --config "$w/full.toml" --out "$w/full" --resume auto 2> "$w/full-2.log"
 
+# 4. load_model: the base onto a server that holds trained weights; a pipeline.
+log "eval of the base with load_model, on the server holding step 4's weights"
+$bin eval --config "$w/load.toml" --tasks "$w/tasks16.jsonl" --max-tasks 2 --group 1 --out "$w/eval-load.jsonl" > "$w/eval-load.table" 2> "$w/eval-load.log"
+log "pipeline with LoRA on the server"
+$bin pipeline --config "$w/pipeline.toml" --out "$w/pipeline" > "$w/pipeline.out" 2> "$w/pipeline.log"
+
 python3 - "$w" <<'PY' | tee "$w/summary.txt"
 import json, statistics, sys
 w = sys.argv[1]
@@ -145,5 +160,14 @@ for run, steps in (("lora", 3), ("full", 5)):
     drift = [r["sampling/sampling_logp_difference/mean"] for r in m if "sampling/sampling_logp_difference/mean" in r]
     if drift:
         check(max(drift) <= 1e-4, f"{run}: rollout drift (engine vs trainer log-probs of the policy tokens) mean <= 1e-4 on every step (max of the means {max(drift):.2e})")
+load = open(f"{w}/eval-load.log").read()
+check("reloading its weights from" in load and len(rows(f"{w}/eval-load.jsonl")) == 2,
+      "load_model: the base reloaded onto the server (its untied view), then evaluated")
+report = json.load(open(f"{w}/pipeline/report.json"))
+log = open(f"{w}/pipeline.log").read()
+check(set(report["stages"]) >= {"base", "sft", "grpo"} and "loading the adapter" in log,
+      f"pipeline on vLLM: stages {sorted(report['stages'])}, adapters loaded per stage")
+for stage, r in sorted(report["stages"].items()):
+    print(f"  pipeline {stage}: reward {r['reward']:.3f} answered {r['answered']:.2f} episodes {r['episodes']}")
 sys.exit(0 if ok else 1)
 PY

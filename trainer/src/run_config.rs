@@ -133,6 +133,11 @@ pub struct VllmSection {
     /// serve the same weights. f32 on both sides agrees to ~1e-5; bf16 on
     /// either side needs ~0.02.
     pub probe_tolerance: f64,
+    /// When the server does not serve this config's model: false (the
+    /// default) stops with an error; true loads it onto the server (the
+    /// adapter under a name of its own, or the weights in place), as
+    /// `pipeline` needs for its stages' models.
+    pub load_model: bool,
 }
 
 impl Default for VllmSection {
@@ -144,6 +149,7 @@ impl Default for VllmSection {
             timeout_s: 600.0,
             max_retries: 5,
             probe_tolerance: 1e-3,
+            load_model: false,
         }
     }
 }

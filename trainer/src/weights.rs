@@ -247,3 +247,47 @@ pub fn write_untied_head(dir: &Path, embeddings: &Tensor) -> Result<()> {
     }
     Ok(())
 }
+
+/// For a model folder whose config ties the embeddings and the LM head: a
+/// folder under `root` (named after the model folder and a hash of its
+/// path, made afresh) of links to its files, its config.json with
+/// `tie_word_embeddings = false`, and the head as a weight of its own
+/// ([`write_untied_head`]). vLLM's in-place weight reload leaves a tied
+/// head with its old tensor; an untied head is reloaded by name. None for
+/// an untied model or a folder without config.json.
+pub fn untied_view(model_dir: &Path, root: &Path) -> Result<Option<PathBuf>> {
+    let cfg_path = model_dir.join("config.json");
+    if !cfg_path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    let mut cfg: serde_json::Value = serde_json::from_str(&text).map_err(|source| Error::Json { path: cfg_path.clone(), source })?;
+    if cfg.get("tie_word_embeddings").and_then(serde_json::Value::as_bool) != Some(true) {
+        return Ok(None);
+    }
+    use std::hash::{Hash, Hasher};
+    let source = std::fs::canonicalize(model_dir).map_err(|e| Error::io(model_dir, e))?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    source.hash(&mut h);
+    let name = source.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let view = root.join(format!("{name}-{:016x}", h.finish()));
+    if view.exists() {
+        std::fs::remove_dir_all(&view).map_err(|e| Error::io(&view, e))?;
+    }
+    std::fs::create_dir_all(&view).map_err(|e| Error::io(&view, e))?;
+    for entry in std::fs::read_dir(&source).map_err(|e| Error::io(&source, e))? {
+        let entry = entry.map_err(|e| Error::io(&source, e))?;
+        let file = entry.file_name();
+        if file == "config.json" || file == UNTIED_HEAD_FILE {
+            continue;
+        }
+        let link = view.join(&file);
+        std::os::unix::fs::symlink(entry.path(), &link).map_err(|e| Error::io(&link, e))?;
+    }
+    cfg["tie_word_embeddings"] = false.into();
+    let out = view.join("config.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&cfg).expect("config serializes")).map_err(|e| Error::io(&out, e))?;
+    let embeddings = load_tensor(&source, "model.embed_tokens.weight")?;
+    write_untied_head(&view, &embeddings)?;
+    Ok(Some(view))
+}

@@ -129,6 +129,11 @@ impl VllmEngine {
         self.adapter.as_deref().unwrap_or(&self.config.served_model)
     }
 
+    /// Requests name `served_model` again (not the adapter loaded last).
+    pub fn use_base(&mut self) {
+        self.adapter = None;
+    }
+
     /// POSTs to one of vLLM's dev endpoints (`VLLM_SERVER_DEV_MODE=1`).
     fn dev_post(&self, path: &str, body: &Value) -> Result<Value, VllmError> {
         let url = format!("{}{path}", self.base);
@@ -152,9 +157,16 @@ impl VllmEngine {
         self.dev_post("/pause?mode=wait&clear_cache=true", &json!({}))?;
         let path = folder.to_string_lossy();
         let reloaded = self.dev_post("/collective_rpc", &json!({"method": "reload_weights", "kwargs": {"weights_path": path}}));
-        let resumed = self.dev_post("/resume", &json!({}));
+        let resumed = self.resume();
         reloaded?;
-        resumed.map(|_| ())
+        resumed
+    }
+
+    /// `/resume`: lets a paused server schedule again (harmless when it
+    /// runs). A trainer killed between `/pause` and `/resume` leaves the
+    /// server paused, every request waiting: the next one resumes it first.
+    pub fn resume(&self) -> Result<(), VllmError> {
+        self.dev_post("/resume", &json!({})).map(|_| ())
     }
 
     /// Loads the PEFT adapter in `folder` under `name` (new for each

@@ -75,47 +75,6 @@ fn dirs_home() -> PathBuf {
     std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from)
 }
 
-/// For a model that ties its embeddings and LM head: a folder beside the
-/// cache (`~/.cache/fusegrpo/vllm-untied/<hash of the path>`) of links to
-/// its files, its config.json with `tie_word_embeddings = false`, and the
-/// head as a weight of its own ([`trainer::weights::write_untied_head`]).
-/// vLLM's in-place weight reload leaves a tied head with its old tensor;
-/// an untied head is reloaded by name. None for an untied model.
-fn untied_view(model_dir: &std::path::Path) -> Result<Option<PathBuf>> {
-    let cfg_path = model_dir.join("config.json");
-    if !cfg_path.exists() {
-        return Ok(None); // Not a model folder: vLLM says what it lacks.
-    }
-    let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
-    let mut cfg: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
-    if cfg.get("tie_word_embeddings").and_then(serde_json::Value::as_bool) != Some(true) {
-        return Ok(None);
-    }
-    use std::hash::{Hash, Hasher};
-    let source = std::fs::canonicalize(model_dir).with_context(|| format!("{}", model_dir.display()))?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    source.hash(&mut h);
-    let name = source.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
-    let view = dirs_home().join(format!(".cache/fusegrpo/vllm-untied/{name}-{:016x}", h.finish()));
-    if view.exists() {
-        std::fs::remove_dir_all(&view).with_context(|| format!("removing the old {}", view.display()))?;
-    }
-    std::fs::create_dir_all(&view).with_context(|| format!("creating {}", view.display()))?;
-    for entry in std::fs::read_dir(&source).with_context(|| format!("{}", source.display()))? {
-        let entry = entry?;
-        let file = entry.file_name();
-        if file == "config.json" || file == trainer::weights::UNTIED_HEAD_FILE {
-            continue;
-        }
-        std::os::unix::fs::symlink(entry.path(), view.join(&file)).with_context(|| format!("linking {} into {}", entry.path().display(), view.display()))?;
-    }
-    cfg["tie_word_embeddings"] = false.into();
-    std::fs::write(view.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
-    let embeddings = trainer::weights::load_tensor(&source, "model.embed_tokens.weight")?;
-    trainer::weights::write_untied_head(&view, &embeddings)?;
-    Ok(Some(view))
-}
-
 /// Whether `exe` belongs to a CPU build of vLLM: its environment has a
 /// `vllm-<version>+cpu.dist-info` (as scripts/install-vllm-cpu.sh makes).
 fn is_cpu_build(exe: &std::path::Path) -> bool {
@@ -176,7 +135,7 @@ fn serve_command(args: &VllmArgs, model: &str, exe: &std::path::Path) -> Process
 
 fn run_vllm(args: VllmArgs) -> Result<()> {
     let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
-    let model = match untied_view(&model_dir)? {
+    let model = match trainer::weights::untied_view(&model_dir, &dirs_home().join(".cache/fusegrpo/vllm-untied"))? {
         Some(view) => {
             eprintln!(
                 "engine: {} ties its embeddings and LM head; vLLM serves an untied view of it ({}: links, config.json with tie_word_embeddings = false, lm_head.safetensors), so that GRPO's whole-model weight sync reloads the head too",

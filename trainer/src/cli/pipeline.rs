@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sft.seed = seed;
     }
     let (p, source) = trainer::pipeline::pipeline_inputs(&cfg, &args.config)?;
-    super::train::refuse_vllm_pipeline(&cfg)?;
+    super::train::check_vllm_pipeline(&cfg)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     let tasks_path = match source {
         TaskSource::File(path) => path.to_path_buf(),

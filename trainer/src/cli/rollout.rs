@@ -281,14 +281,13 @@ fn with_policy_in<T>(
 /// The vLLM engine of `[rollout.vllm]`, checked: it serves the configured
 /// model, and returns the sampled distribution's log-probs.
 pub fn vllm_engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
-    let (engine, probe) = vllm_connect(cfg, tok)?;
-    let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
+    let (mut engine, probe) = vllm_connect(cfg, tok)?;
     let info = engine.check()?;
-    let (mean, max) = same_model(cfg, &engine, &probe)?;
+    let (mean, max) = same_model(cfg, &mut engine, &probe)?;
     eprintln!(
         "rollouts on vLLM at {} ({}, context {}); its log-probs of a {}-token probe against this config's model: mean |diff| {mean:.2e}, max {max:.2e}",
         engine.base(),
-        v.served_model,
+        engine.model(),
         info.max_model_len.map_or("unknown".to_string(), |n| n.to_string()),
         probe.len()
     );
@@ -337,26 +336,57 @@ const VLLM_PROBE: &str = "Issue: calling parse_config() with an empty file raise
 
 /// The engine serves this config's model (`[model] path` and `adapter`):
 /// the mean |difference| of the probe's log-probs, ours against the
-/// engine's, at most `[rollout.vllm] probe_tolerance`. Returns the mean and
-/// the max.
-fn same_model(cfg: &RunConfig, engine: &VllmEngine, probe: &[u32]) -> Result<(f64, f64)> {
-    let theirs = engine.prompt_logprobs(probe)?;
+/// engine's, at most `[rollout.vllm] probe_tolerance`. With `load_model`,
+/// a server that serves something else first gets this config's model (the
+/// adapter loaded under a name of its own, or the weights reloaded in
+/// place). Returns the mean and the max.
+fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result<(f64, f64)> {
     let on = RunOn { device: cfg.model.device, dtype: cfg.model.dtype, cuda_kernels: cfg.model.cuda_kernels };
     let (model, _) = load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &on)?;
-    let ours = trainer::logprobs::score_sequence(&model, probe)?;
-    let diffs: Vec<f64> = ours.iter().skip(1).zip(&theirs).map(|(o, t)| (o.unwrap_or(f32::NAN) as f64 - *t as f64).abs()).collect();
-    let mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
-    let max = diffs.iter().copied().fold(0.0, f64::max);
-    let tolerance = cfg.rollout.vllm.as_ref().map_or(0.0, |v| v.probe_tolerance);
+    let ours: Vec<f32> = trainer::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
+    drop(model);
+    let v = cfg.rollout.vllm.as_ref().context("[rollout.vllm]")?;
+    let (mut mean, mut max) = trainer::train::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+    if mean > v.probe_tolerance && v.load_model {
+        load_config_model(cfg, engine)?;
+        (mean, max) = trainer::train::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+    }
     anyhow::ensure!(
-        mean <= tolerance,
-        "vllm engine at {}: serves another model than this config's ({}{}): the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {tolerance}). Serve that model (and the adapter, as served_model) or point [model] at what the server has",
+        mean <= v.probe_tolerance,
+        "vllm engine at {}: serves another model than this config's ({}{}): the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Serve that model (and the adapter, as served_model), point [model] at what the server has, or set [rollout.vllm] load_model = true to load it onto the server",
         engine.base(),
         cfg.model.path,
         cfg.model.adapter.as_ref().map_or(String::new(), |a| format!(" with adapter {}", a.display())),
-        probe.len()
+        probe.len(),
+        v.probe_tolerance
     );
     Ok((mean, max))
+}
+
+/// `[rollout.vllm] load_model`: this config's adapter onto the server under
+/// a name of its own (a hash of its folder), or, without an adapter, its
+/// model's weights reloaded in place (a tied head from an untied view).
+fn load_config_model(cfg: &RunConfig, engine: &mut VllmEngine) -> Result<()> {
+    use std::hash::{Hash, Hasher};
+    match &cfg.model.adapter {
+        Some(adapter) => {
+            let dir = std::path::absolute(adapter).with_context(|| format!("{}", adapter.display()))?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            dir.hash(&mut h);
+            let name = format!("fusegrpo-{:016x}", h.finish());
+            eprintln!("vllm engine at {}: loading the adapter {} as {name}", engine.base(), dir.display());
+            engine.load_adapter(&name, &dir)?;
+        }
+        None => {
+            let dir = std::path::absolute(trainer::hub::resolve_model_dir(&cfg.model.path)?)?;
+            let root = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from).join(".cache/fusegrpo/vllm-untied");
+            let folder = trainer::weights::untied_view(&dir, &root)?.unwrap_or(dir.clone());
+            eprintln!("vllm engine at {}: reloading its weights from {}", engine.base(), folder.display());
+            engine.use_base();
+            engine.reload_weights(&folder)?;
+        }
+    }
+    Ok(())
 }
 
 /// The HTTP teacher at `url`, sampling as the config says.

@@ -165,14 +165,33 @@ pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> t
     vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
 }
 
-/// `pipeline` runs its stages on several models (the SFT model probes and
-/// is evaluated, the base is evaluated, GRPO trains), which one vLLM server
-/// does not follow yet: `engine = "vllm"` is for `train`, `eval` and
-/// `rollout`.
-pub fn refuse_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
-    anyhow::ensure!(
-        cfg.rollout.engine == trainer::run_config::Engine::Builtin,
-        "[rollout] engine = \"vllm\": `pipeline` cannot use vLLM yet (its stages roll out from several models: base, SFT, GRPO); run it with engine = \"builtin\", or run its stages alone: `train` (synced to vLLM after each step), `eval` and `rollout` take engine = \"vllm\""
-    );
+/// `pipeline` rolls out from several models (the SFT model probes and is
+/// evaluated, the base is evaluated, GRPO trains): on a vLLM server each
+/// stage loads its own, which `[rollout.vllm] load_model = true` allows.
+pub fn check_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
+    if let (trainer::run_config::Engine::Vllm, Some(v)) = (cfg.rollout.engine, &cfg.rollout.vllm) {
+        anyhow::ensure!(
+            v.load_model,
+            "[rollout] engine = \"vllm\" in `pipeline`: its stages roll out from several models (base, SFT, GRPO), which each load onto the server; set [rollout.vllm] load_model = true"
+        );
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pipeline` on vLLM needs `load_model` (its stages' models each load
+    /// onto the server); the builtin engine needs nothing.
+    #[test]
+    fn pipeline_on_vllm_needs_load_model() {
+        let base = "name = \"t\"\n[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n";
+        let cfg = |extra: &str| -> RunConfig { toml::from_str(&format!("{base}{extra}")).unwrap() };
+        check_vllm_pipeline(&cfg("")).unwrap();
+        let vllm = "[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"http://h:1\"\nserved_model = \"p\"\n";
+        let e = check_vllm_pipeline(&cfg(vllm)).unwrap_err().to_string();
+        assert!(e.contains("load_model = true"), "{e}");
+        check_vllm_pipeline(&cfg(&format!("{vllm}load_model = true\n"))).unwrap();
+    }
 }

@@ -81,6 +81,10 @@ impl EngineSync {
             std::fs::remove_dir_all(&folder).map_err(|e| Error::io(&folder, e))?;
         }
         let vllm = |e: rollout::engine::vllm::VllmError| Error::invalid("rollout engine", e.to_string());
+        if self.synced.is_none() && matches!(upload, Upload::Model(..)) {
+            // A run killed during a sync left the server paused.
+            self.engine.resume().map_err(vllm)?;
+        }
         let before = self.engine.prompt_logprobs(&self.probe).map_err(vllm)?;
         match upload {
             Upload::Model(cfg, tensors) => {
@@ -97,7 +101,13 @@ impl EngineSync {
             }
             Upload::Adapter(adapter) => {
                 crate::lora::peft::save(&folder, adapter, "fusegrpo-policy", None)?;
-                self.engine.load_adapter(&format!("fusegrpo-step-{step}"), &folder).map_err(vllm)?;
+                // Named after the run's folder and the step: unique on a
+                // server that several runs (a pipeline's) have used.
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                self.dir.hash(&mut h);
+                let name = format!("fusegrpo-{:08x}-step-{step}", h.finish() as u32);
+                self.engine.load_adapter(&name, &folder).map_err(vllm)?;
             }
         }
         let ours: Vec<f32> = crate::logprobs::score_sequence(ours, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
