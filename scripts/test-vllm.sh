@@ -85,7 +85,7 @@ config builtin none 2e-5 > "$w/builtin.toml"
 config vllm none 2e-5 > "$w/full.toml"
 config vllm lora 1e-3 > "$w/lora.toml"
 config vllm none 2e-5 load > "$w/load.toml"
-{ config vllm lora 1e-3 load | sed 's/^steps = 5$/steps = 2/'; printf '%s\n' '[sft]' 'epochs = 1' 'batch_rows = 4' 'micro_batch_rows = 1' 'lr = 2e-4' \
+{ config vllm lora 1e-3 load | sed -e 's/^steps = 5$/steps = 2/' -e 's/^micro_batch_rows = 1$/micro_batch_rows = 1\nrecompute = "per_layer"/'; printf '%s\n' '[sft]' 'epochs = 1' 'batch_rows = 4' 'micro_batch_rows = 1' 'recompute = "per_layer"' 'lr = 2e-4' \
   'heldout_fraction = 0.1' '[sft.filter]' 'min_f1 = 0.5' 'min_e = 0.2' 'max_tokens = 2048' 'max_per_task = 1' '[pipeline]' \
   "tasks = \"$PWD/$w/tasks.jsonl\"" 'heldout_tasks = 4' 'synth_tasks = 16' 'samples = 1' 'eval_group = 1' 'eval_temperature = 0.0'; } > "$w/pipeline.toml"
 
