@@ -129,6 +129,11 @@ impl VllmEngine {
         self.adapter.as_deref().unwrap_or(&self.config.served_model)
     }
 
+    /// Requests name `name`, an adapter the server already has.
+    pub fn use_adapter(&mut self, name: &str) {
+        self.adapter = Some(name.to_string());
+    }
+
     /// Requests name `served_model` again (not the adapter loaded last).
     pub fn use_base(&mut self) {
         self.adapter = None;

@@ -375,7 +375,12 @@ fn load_config_model(cfg: &RunConfig, engine: &mut VllmEngine) -> Result<()> {
             dir.hash(&mut h);
             let name = format!("fusegrpo-{:016x}", h.finish());
             eprintln!("vllm engine at {}: loading the adapter {} as {name}", engine.base(), dir.display());
-            engine.load_adapter(&name, &dir)?;
+            match engine.load_adapter(&name, &dir) {
+                // An earlier stage loaded this folder (the name is its
+                // path's hash); the probe below checks it is the same.
+                Err(e) if e.to_string().contains("already been loaded") => engine.use_adapter(&name),
+                r => r?,
+            }
         }
         None => {
             let dir = std::path::absolute(trainer::hub::resolve_model_dir(&cfg.model.path)?)?;
