@@ -110,7 +110,7 @@ impl EngineSync {
                 self.engine.load_adapter(&name, &folder).map_err(vllm)?;
             }
         }
-        let ours: Vec<f32> = crate::logprobs::score_sequence(ours, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
+        let ours = self.trainer_logprobs(ours)?;
         let (probe_mean, probe_max) = self.compare(&ours)?;
         let probe_moved = mean_max_abs_diff(&ours, &before).0;
         if let Some((_, _, old)) = self.synced.replace((step, ours, folder.clone())) {
@@ -126,21 +126,8 @@ impl EngineSync {
     /// Before the first sync of a LoRA run: the server (no adapter) serves
     /// `base`, the run's base model, which the adapters are loaded onto.
     pub fn check_base(&self, base: &CausalLm) -> Result<(f64, f64)> {
-        let ours: Vec<f32> = crate::logprobs::score_sequence(base, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
-        let theirs = self.engine.prompt_logprobs(&self.probe).map_err(|e| Error::invalid("rollout engine", e.to_string()))?;
-        let (mean, max) = mean_max_abs_diff(&ours, &theirs);
-        if !(mean <= self.tolerance) {
-            return Err(Error::invalid(
-                "rollout engine",
-                format!(
-                    "vllm engine at {} serves another model than this LoRA run's base: the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Serve the base model ([model] path) with --enable-lora (`fusegrpo engine vllm --model <[model] path> --adapter-rank R`)",
-                    self.engine.base(),
-                    self.probe.len(),
-                    self.tolerance
-                ),
-            ));
-        }
-        Ok((mean, max))
+        let ours = self.trainer_logprobs(base)?;
+        self.within_tolerance(&ours, "serves another model than this LoRA run's base: the log-probs", "Serve the base model ([model] path) with --enable-lora (`fusegrpo engine vllm --model <[model] path> --adapter-rank R`)")
     }
 
     /// The server still serves the synced weights (after the rollouts: a
@@ -151,13 +138,29 @@ impl EngineSync {
     }
 
     fn compare(&self, ours: &[f32]) -> Result<(f64, f64)> {
+        self.within_tolerance(
+            ours,
+            "does not serve the weights being trained: the log-probs",
+            "Was the server restarted or did it load other weights? Resume the run: the step is redone and the weights synced again. (A model that ties its embeddings must be served untied for whole-model sync, as `fusegrpo engine vllm` does: vLLM's in-place reload keeps a tied head's old weights)",
+        )
+    }
+
+    /// The probe's log-probs under `model` (the first token's left out).
+    fn trainer_logprobs(&self, model: &CausalLm) -> Result<Vec<f32>> {
+        Ok(crate::logprobs::score_sequence(model, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect())
+    }
+
+    /// The server's probe log-probs against `ours`: mean and max |diff|, or
+    /// an error saying what `problem` is and `fix` when the mean exceeds the
+    /// tolerance.
+    fn within_tolerance(&self, ours: &[f32], problem: &str, fix: &str) -> Result<(f64, f64)> {
         let theirs = self.engine.prompt_logprobs(&self.probe).map_err(|e| Error::invalid("rollout engine", e.to_string()))?;
         let (mean, max) = mean_max_abs_diff(ours, &theirs);
         if !(mean <= self.tolerance) {
             return Err(Error::invalid(
                 "rollout engine",
                 format!(
-                    "vllm engine at {} does not serve the weights being trained: the log-probs of a {}-token probe differ from the trainer's by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Was the server restarted or did it load other weights? Resume the run: the step is redone and the weights synced again. (A model that ties its embeddings must be served untied for whole-model sync, as `fusegrpo engine vllm` does: vLLM's in-place reload keeps a tied head's old weights)",
+                    "vllm engine at {} {problem} of a {}-token probe differ from the trainer's by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). {fix}",
                     self.engine.base(),
                     self.probe.len(),
                     self.tolerance
