@@ -21,6 +21,13 @@ Writes under <out>/:
                     then TRL's _compute_loss with the correction on (loss,
                     d(loss)/d(logp)) and TRL's sampling/* metrics.
                     `--only tis` writes just this file.
+  clip-edges.json   on-policy (mu == 1: the ratio is exactly 1) with an
+                    epsilon of 0 on one side or both, where the ratio sits on
+                    the clip range's end: torch.clamp passes the gradient at
+                    its ends and torch.min halves it on ties, so the gradient
+                    is A per token as elsewhere. Per loss_type x beta x
+                    (eps_low, eps_high): the loss and d(loss)/d(logp).
+                    `--only clip-edges` writes just this file.
   optim.safetensors / optim.json
                     torch.optim.AdamW (weight decay) over 3 steps with
                     clip_grad_norm_ before each: parameters, gradients, norms,
@@ -233,6 +240,45 @@ def tis_cases():
     return out
 
 
+def clip_edges_cases():
+    torch.manual_seed(2)
+    b, t = 3, 7
+    mask = torch.zeros(b, t)
+    for i, n in enumerate([6, 3, 5]):
+        mask[i, 1 : 1 + n] = 1.0
+    mask[2, 2] = 0.0
+    logp = -torch.rand(b, t) * 3.0
+    logp[:, 0] = 0.0
+    ref = logp + 0.3 * torch.randn(b, t)
+    advantages = torch.tensor([1.3, -0.6, 0.0])
+    entropies = torch.rand(b, t)
+    max_completion_length = 8
+    out = {
+        "trl_version": trl.__version__,
+        "logp": tolist(logp), "ref_logp": tolist(ref), "advantages": tolist(advantages), "mask": tolist(mask),
+        "max_completion_length": max_completion_length, "cases": [],
+    }
+    for eps_low, eps_high in [(0.0, 0.28), (0.2, 0.0), (0.0, 0.0)]:
+        for loss_type in ["grpo", "bnpo", "dr_grpo", "dapo"]:
+            for beta in [0.0, 0.04]:
+                leaf = logp.clone().requires_grad_(True)
+                s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
+                inputs = {
+                    "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
+                    "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
+                    "advantages": advantages, "num_items_in_batch": mask.sum(),
+                }
+                if beta != 0.0:
+                    inputs["ref_per_token_logps"] = ref
+                loss = GRPOTrainer._compute_loss(s, None, inputs)
+                loss.backward()
+                out["cases"].append({
+                    "loss_type": loss_type, "beta": beta, "eps_low": eps_low, "eps_high": eps_high,
+                    "loss": loss.item(), "grad_logp": tolist(leaf.grad),
+                })
+    return out
+
+
 # ---------------------------------------------------------------- optimizer
 def optim_case():
     torch.manual_seed(1)
@@ -341,14 +387,23 @@ def update_case(model_dir):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a not in ("--only", "tis")]
-    only_tis = "--only" in sys.argv[1:]
+    only = None
+    args = sys.argv[1:]
+    if "--only" in args:
+        i = args.index("--only")
+        only = args[i + 1] if i + 1 < len(args) else ""
+        args = args[:i] + args[i + 2 :]
     out = args[0] if args else "trainer/tests/fixtures/grpo"
+    small = {"tis": tis_cases, "clip-edges": clip_edges_cases}
+    if only is not None and only not in small:
+        sys.exit(f"--only {only}: expected one of {', '.join(small)}")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "tis.json"), "w") as f:
-        json.dump(tis_cases(), f, indent=1)
-    if only_tis:
-        print("wrote", os.path.join(out, "tis.json"))
+    for name, make in small.items():
+        if only in (None, name):
+            with open(os.path.join(out, name + ".json"), "w") as f:
+                json.dump(make(), f, indent=1)
+    if only is not None:
+        print("wrote", os.path.join(out, only + ".json"))
         return
     with open(os.path.join(out, "advantages.json"), "w") as f:
         json.dump(advantages_cases(), f, indent=1)

@@ -2,6 +2,8 @@
 //! `fusegrpo` binary (built by `cargo build --bin fusegrpo`, which the
 //! README's test command runs first) as a user would.
 
+pub mod module_graph;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 pub const FORMAT_VERSION: u32 = 1;
 pub const DONE_FILE: &str = "DONE";
 pub const STATE_FILE: &str = "state.json";
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub use crate::optim::OPTIMIZER_FILE;
 const TMP_PREFIX: &str = ".tmp-";
 
 /// A ChaCha8 stream position, enough to continue it exactly.
@@ -73,41 +73,7 @@ pub struct TrainState {
 
 /// FNV-1a 64 of a value's canonical JSON (keys sorted), as hex.
 pub fn config_hash(value: &serde_json::Value) -> String {
-    fn canonical(v: &serde_json::Value) -> serde_json::Value {
-        match v {
-            serde_json::Value::Object(m) => {
-                let mut keys: Vec<_> = m.keys().collect();
-                keys.sort();
-                let mut out = serde_json::Map::new();
-                for k in keys {
-                    out.insert(k.clone(), canonical(&m[k]));
-                }
-                serde_json::Value::Object(out)
-            }
-            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(canonical).collect()),
-            other => other.clone(),
-        }
-    }
-    let text = canonical(value).to_string();
-    let mut h = crate::fnv::Fnv1a::default();
-    h.eat(text.as_bytes());
-    h.hex()
-}
-
-/// Hash of the fields of a model config that determine its weights (the
-/// architecture enters only when it is not Qwen3, so Qwen3 checkpoints of
-/// earlier versions keep their hash).
-pub fn arch_hash(cfg: &ModelConfig) -> String {
-    let mut fields = serde_json::json!({
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim,
-        "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": cfg.attention_bias,
-    });
-    if cfg.architecture != crate::config::Architecture::Qwen3 {
-        fields["model_type"] = cfg.architecture.model_type().into();
-    }
-    config_hash(&fields)
+    crate::fnv::json_hash(value)
 }
 
 /// `step_00000100`.

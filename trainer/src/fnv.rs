@@ -29,6 +29,29 @@ impl Fnv1a {
     }
 }
 
+/// FNV-1a 64 of a value's canonical JSON (keys sorted), as hex.
+pub fn json_hash(value: &serde_json::Value) -> String {
+    fn canonical(v: &serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut keys: Vec<_> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), canonical(&m[k]));
+                }
+                serde_json::Value::Object(out)
+            }
+            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    let text = canonical(value).to_string();
+    let mut h = Fnv1a::default();
+    h.eat(text.as_bytes());
+    h.hex()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

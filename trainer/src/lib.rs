@@ -20,7 +20,10 @@
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
 //! - [`train::Trainer`]: one GRPO step top to bottom (`Trainer::step`).
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
-//!   and its aggregations, micro-batched gradient accumulation.
+//!   and its aggregations in one function (`grpo::grpo_loss`), micro-batched
+//!   gradient accumulation.
+//! - [`backward`]: what GRPO and SFT share: the log-prob passes (plain and
+//!   folded with a linear loss) and one micro-batch's forward and backward.
 //! - [`packing`]: micro-batches as a token budget (several sequences per row, no padding).
 //! - [`malloc`]: glibc allocator settings for training's large, short-lived tensors.
 //! - [`dist`]: data parallelism over MPI ranks (gradients summed in rank
@@ -28,10 +31,12 @@
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 //! - [`lora`]: LoRA adapters (a value the model takes), saved and loaded in PEFT's layout.
 
+pub mod backward;
 pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod dist;
+pub mod dist_check;
 pub mod error;
 pub mod generate;
 pub mod fnv;

@@ -15,7 +15,7 @@
 use serde_json::json;
 
 use super::error::{ChatError, Result};
-use super::tokenizer::{ChatRequest, ChatTokenizer};
+use super::request::ChatRequest;
 
 /// Placeholders that no template writes on its own.
 const PROBE_ASSISTANT: &str = "\u{E000}probe-assistant\u{E000}";
@@ -32,18 +32,19 @@ pub struct ResponseLayout {
 }
 
 impl ResponseLayout {
-    /// The layout `tok`'s template renders (with `enable_thinking`, as the
-    /// episode's prompt was rendered). Errors name what did not fit: a
-    /// template that refuses tool messages, or one whose layout is not a
-    /// repetition of the outputs.
-    pub fn probe(tok: &ChatTokenizer, enable_thinking: Option<bool>) -> Result<Self> {
+    /// The layout a chat template renders (`render`, with `enable_thinking`,
+    /// as the episode's prompt was rendered), whose assistant turns end with
+    /// `end_of_turn`. Errors name what did not fit: a template that refuses
+    /// tool messages, or one whose layout is not a repetition of the outputs.
+    pub fn probe(render: impl Fn(&ChatRequest) -> Result<String>, end_of_turn: &str, enable_thinking: Option<bool>) -> Result<Self> {
         let outs = OUTPUTS;
-        let two = tail(tok, &outs[..2], enable_thinking)?;
+        let tail = |outputs: &[&str]| tail(&render, end_of_turn, outputs, enable_thinking);
+        let two = tail(&outs[..2])?;
         let (prefix, rest) = split_once(&two, outs[0])?;
         let (between, suffix) = split_once(rest, outs[1])?;
         let layout = ResponseLayout { prefix: prefix.into(), between: between.into(), suffix: suffix.into() };
         for n in [1, 3] {
-            let want = tail(tok, &outs[..n], enable_thinking)?;
+            let want = tail(&outs[..n])?;
             let got = layout.render(&outs[..n]);
             if got != want {
                 return Err(ChatError::Request(format!(
@@ -71,7 +72,7 @@ impl ResponseLayout {
 
 /// The rendering of a probe conversation after the assistant's end-of-turn
 /// marker: `n` tool messages and the generation prompt.
-fn tail(tok: &ChatTokenizer, outputs: &[&str], enable_thinking: Option<bool>) -> Result<String> {
+fn tail(render: impl Fn(&ChatRequest) -> Result<String>, end: &str, outputs: &[&str], enable_thinking: Option<bool>) -> Result<String> {
     let mut messages = vec![
         json!({"role": "user", "content": "probe"}),
         json!({"role": "assistant", "content": PROBE_ASSISTANT, "tool_calls": [
@@ -80,8 +81,7 @@ fn tail(tok: &ChatTokenizer, outputs: &[&str], enable_thinking: Option<bool>) ->
     ];
     messages.extend(outputs.iter().map(|o| json!({"role": "tool", "content": o})));
     let req = ChatRequest { messages, tools: None, add_generation_prompt: true, enable_thinking };
-    let text = tok.render(&req)?;
-    let end = tok.end_of_turn_text();
+    let text = render(&req)?;
     let at = text
         .find(PROBE_ASSISTANT)
         .ok_or_else(|| ChatError::Request("the chat template dropped the assistant message's content".into()))?;

@@ -21,6 +21,7 @@
 mod error;
 mod format;
 mod pyjson;
+mod request;
 mod small;
 mod template;
 mod tokenizer;
@@ -32,6 +33,5 @@ pub use small::{
     max_small_vocab, write_small_tokenizer, write_small_tokenizer_with, QWEN3_ADDED_TOKENS, QWEN3_CHAT_TEMPLATE,
     QWEN3_SPLIT_REGEX, SMALL_VOCAB_MIN,
 };
-pub use tokenizer::{
-    ChatRequest, ChatTokenizer, SpecialTokens, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
-};
+pub use request::ChatRequest;
+pub use tokenizer::{ChatTokenizer, SpecialTokens, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};

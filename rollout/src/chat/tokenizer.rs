@@ -10,6 +10,7 @@ use tokenizers::Tokenizer;
 
 use super::error::{ChatError, Result};
 use super::format::ResponseLayout;
+use super::request::ChatRequest;
 use super::template::ChatTemplate;
 use std::sync::OnceLock;
 
@@ -18,26 +19,6 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// The config file that holds the chat template and special tokens.
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 
-/// A conversation to render, in the transformers message format.
-///
-/// Messages are JSON objects with a `role` (system/user/assistant/tool) and
-/// `content`; assistant messages may carry `tool_calls`
-/// (`[{"type": "function", "function": {"name": .., "arguments": {..} or ".."}}]`)
-/// and `reasoning_content`, or put their thinking inline in `<think>...</think>`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ChatRequest {
-    /// The conversation, oldest first.
-    pub messages: Vec<Json>,
-    /// Tool (function) JSON schemas declared to the model, if any.
-    #[serde(default)]
-    pub tools: Option<Vec<Json>>,
-    /// Append the header of a new assistant turn (`<|im_start|>assistant\n`).
-    #[serde(default)]
-    pub add_generation_prompt: bool,
-    /// Qwen3's switch: `Some(false)` pre-fills an empty think block.
-    #[serde(default)]
-    pub enable_thinking: Option<bool>,
-}
 
 /// Ids of the special tokens the chat format is built from. ChatML's turn
 /// markers must be single tokens; the tool-call and thinking markers are
@@ -201,7 +182,7 @@ impl ChatTokenizer {
         if let Some(l) = slot.get() {
             return Ok(l);
         }
-        let probed = ResponseLayout::probe(self, enable_thinking)?;
+        let probed = ResponseLayout::probe(|req| self.render(req), self.end_of_turn_text(), enable_thinking)?;
         Ok(slot.get_or_init(|| probed))
     }
 

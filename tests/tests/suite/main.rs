@@ -16,6 +16,7 @@ mod cli_scaling;
 mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_train;
+mod module_cycles;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod serve_http;

@@ -64,7 +64,7 @@ pub fn load_model(spec: &str, adapter: Option<&Path>, on: &RunOn) -> Result<(Cau
     let device = on.open()?;
     let spec = trainer::lora::resolve(spec, adapter)?;
     let t0 = std::time::Instant::now();
-    let model = trainer::lora::load_model(&spec, on.dtype.into(), &device)?;
+    let model = trainer::model::load::load_model(&spec, on.dtype.into(), &device)?;
     let adapter = spec.adapter.as_ref().map_or("none".to_string(), |a| a.display().to_string());
     tracing::info!(model = %spec.base.display(), %adapter, params = trainer::params::parameter_count(model.config()), secs = t0.elapsed().as_secs_f64(), "loaded");
     Ok((model, device))

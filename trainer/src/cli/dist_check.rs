@@ -9,7 +9,8 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use trainer::dist::{self, check};
+use trainer::dist;
+use trainer::dist_check as check;
 use trainer::run_config::RunConfig;
 use trainer::weights::load_weights;
 use trainer::ModelConfig;

@@ -18,7 +18,8 @@ use rollout::tasks::Task;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use trainer::pipeline::{stats, PipelineSection, Report, StageReport, SynthSection, TaskSource, Teacher};
+use trainer::pipeline::{stats, Report, StageReport, TaskSource};
+use trainer::run_config::{PipelineSection, SynthSection, Teacher};
 use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]

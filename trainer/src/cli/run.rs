@@ -412,7 +412,7 @@ impl Run {
         let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
         // The checkpoint against this run's model and config, before anything large loads.
         if let (Some(ckpt), Some(state)) = (&resume_dir, &resume_state) {
-            checkpoint::check_compatible(ckpt, state, &checkpoint::arch_hash(&model_cfg), &cfg_json, opts.allow_config_change)?;
+            checkpoint::check_compatible(ckpt, state, &model_cfg.arch_hash(), &cfg_json, opts.allow_config_change)?;
             check_model_path(state, cfg, ckpt)?;
         }
         let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;
@@ -504,7 +504,7 @@ impl Run {
             data,
             config: self.cfg_json.clone(),
             config_hash: self.cfg_hash.clone(),
-            arch_hash: checkpoint::arch_hash(&self.model_cfg),
+            arch_hash: self.model_cfg.arch_hash(),
         };
         let dir = match &self.lora {
             None => checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Model(&self.model_cfg, model), &state, self.keep_last)?,

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor};
 use trainer::run_config::RunConfig;
 use trainer::sft::batches::{batch_at, heldout_split, total_steps};
-use trainer::sft::config::OpeningPhase;
+use trainer::run_config::OpeningPhase;
 use trainer::sft::{heldout_loss, SftBatch, SftTrainer};
 
 #[derive(clap::Args)]

@@ -234,3 +234,21 @@ fn config_err(path: &Path, key: &str, message: &str) -> Error {
     Error::Config { path: path.into(), key: key.into(), message: message.into() }
 }
 
+impl ModelConfig {
+    /// Hash of the fields that determine the weights' names and shapes (the
+    /// architecture enters only when it is not Qwen3, so Qwen3 checkpoints
+    /// of earlier versions keep their hash): checkpoints and adapters record
+    /// it and check it against the model they are loaded onto.
+    pub fn arch_hash(&self) -> String {
+        let mut fields = serde_json::json!({
+            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers, "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads, "head_dim": self.head_dim,
+            "tie_word_embeddings": self.tie_word_embeddings, "attention_bias": self.attention_bias,
+        });
+        if self.architecture != Architecture::Qwen3 {
+            fields["model_type"] = self.architecture.model_type().into();
+        }
+        crate::fnv::json_hash(&fields)
+    }
+}

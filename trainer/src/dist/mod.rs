@@ -10,10 +10,12 @@
 //! - [`reduce`]: sums on top of the all-gather, always added in rank order,
 //!   so every rank gets the same bits (gradients in flat f32 buckets).
 //! - [`launch`]: how the binary finds out it was started by `mpirun`/`srun`.
-//! - [`check`]: the data-parallel update against one process's on the same
-//!   episodes (`fusegrpo dist-check`).
+//! - [`zero`]: ZeRO-1, the optimizer state sharded by a [`partition::Partition`].
+//!
+//! The data-parallel update is checked against one process's by
+//! [`crate::dist_check`] (`fusegrpo dist-check`).
 
-pub mod check;
+pub mod partition;
 pub mod launch;
 pub mod local;
 #[cfg(feature = "mpi")]

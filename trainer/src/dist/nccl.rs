@@ -110,7 +110,7 @@ pub fn self_check(dist: &dyn Collective, device: &CudaDevice, n: usize) -> Resul
 /// ZeRO-1's all-gather of updated weights on the GPU: each parameter is
 /// broadcast by NCCL from its owner into every rank's `Var` (true), or
 /// false when the weights are not on a GPU (the MPI path then runs).
-pub fn broadcast_parameters(dist: &dyn Collective, partition: &super::zero::Partition, params: &BTreeMap<String, Var>) -> Result<bool> {
+pub fn broadcast_parameters(dist: &dyn Collective, partition: &super::partition::Partition, params: &BTreeMap<String, Var>) -> Result<bool> {
     let Some(Device::Cuda(device)) = params.values().next().map(|v| v.device().clone()) else { return Ok(false) };
     let group = group(dist, &device)?.lock().map_err(|_| Error::invalid("NCCL", "the communicator's lock was poisoned"))?;
     for (name, var) in params {

@@ -116,7 +116,7 @@ fn flatten(params: &BTreeMap<String, Var>, bucket: &[&String], grads: &Gradients
 /// reduce-scatter of each bucket (the same additions in the same order,
 /// so the same bits as the all-reduce). On a GPU with feature `nccl` the
 /// buckets are all-reduced by NCCL and the others' parameters dropped.
-pub fn reduce_scatter_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, partition: &super::zero::Partition, grads: &mut Gradients) -> Result<()> {
+pub fn reduce_scatter_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, partition: &super::partition::Partition, grads: &mut Gradients) -> Result<()> {
     let world = dist.world();
     if world == 1 {
         return Ok(());

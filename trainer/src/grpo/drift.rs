@@ -17,6 +17,9 @@ use crate::error::Result;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
+/// TRL's default `vllm_importance_sampling_cap`.
+pub const DEFAULT_TIS_CAP: f64 = 3.0;
+
 /// What is done about the drift (`[grpo] rollout_correction`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

@@ -1,10 +1,13 @@
-//! The GRPO loss on per-token log-probabilities, in small pure stages:
-//! [`per_token_loss`] (clipped surrogate + k3 KL), then [`aggregate`] (one of
-//! the [`LossAggregation`] variants), then [`LossSums`] for the metrics.
+//! The GRPO loss on per-token log-probabilities: [`grpo_loss`], one function
+//! from the log-probs to the (micro-)batch's share of the loss and its metric
+//! sums ([`LossSums`]), aggregated as one of the [`LossAggregation`]
+//! variants; [`linear_coefficients`], its gradient in closed form where it is
+//! linear in the log-probs.
 //!
 //! Followed: TRL 1.16.0, `trl/trainer/grpo_trainer.py`,
 //! `GRPOTrainer._compute_loss` (importance_sampling_level = "token",
-//! no delta clamp, no vLLM importance-sampling correction, no entropy mask):
+//! no delta clamp, no entropy mask; the vLLM importance-sampling correction
+//! is `rollout_correction = "tis"`):
 //!
 //! ```text
 //! r        = exp(logp - logp_old)                 (logp_old = logp.detach() when mu == 1)
@@ -18,10 +21,11 @@
 //! policy's own tokens and 0 elsewhere (prompt, tool responses, padding, and
 //! always column 0, which nothing predicts).
 
+use crate::backward::EntropyMetric;
 use crate::error::{Error, Result};
 use crate::model::recompute::Recompute;
 use crate::packing::Padding;
-use super::drift::{DriftMetrics, DriftSums, RolloutCorrection};
+use super::drift::{Drift, DriftMetrics, DriftSums, RolloutCorrection, DEFAULT_TIS_CAP};
 use candle_core::{DType, Tensor, D};
 use serde::{Deserialize, Serialize};
 
@@ -62,17 +66,6 @@ pub struct ClipRange {
     pub high: f64,
 }
 
-/// Whether the mean token entropy is computed for the metrics (one extra
-/// softmax over the vocabulary, on detached logits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntropyMetric {
-    /// Compute `entropy` (TRL always logs it).
-    Compute,
-    /// Skip it; [`GrpoMetrics::entropy`] is `None`.
-    Skip,
-}
-
 /// Everything the loss needs besides the data.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GrpoLossConfig {
@@ -109,7 +102,7 @@ pub struct GrpoLossConfig {
 }
 
 fn default_tis_cap() -> f64 {
-    crate::train::config::DEFAULT_TIS_CAP
+    DEFAULT_TIS_CAP
 }
 
 fn yes() -> bool {
@@ -117,6 +110,26 @@ fn yes() -> bool {
 }
 
 impl GrpoLossConfig {
+    /// The loss of `aggregation` with clip range `clip`, KL coefficient
+    /// `beta` and `max_completion_length`, the rest at TRL's defaults:
+    /// temperature 1, no entropy metric, no recomputation, no rollout
+    /// correction (cap 2), zero-advantage rows skipped, the linear loss folded.
+    pub fn new(aggregation: LossAggregation, clip: ClipRange, beta: f64, max_completion_length: usize) -> Self {
+        GrpoLossConfig {
+            clip,
+            beta,
+            temperature: 1.0,
+            aggregation,
+            max_completion_length,
+            entropy: EntropyMetric::Skip,
+            recompute: Recompute::Off,
+            rollout_correction: RolloutCorrection::None,
+            tis_cap: default_tis_cap(),
+            skip_zero_advantage: true,
+            fold_linear_loss: true,
+        }
+    }
+
     /// Checks the ranges: clip epsilons in [0, 1) and >= 0, beta >= 0,
     /// temperature > 0, max_completion_length > 0.
     pub fn validate(&self) -> Result<()> {
@@ -169,99 +182,176 @@ impl BatchTotals {
     }
 }
 
-/// Output of [`per_token_loss`]: all `[b, t]` f32.
-#[derive(Debug, Clone)]
-pub struct PerTokenLoss {
-    /// `-min(r·A, clip(r)·A) + beta·kl` (differentiable).
-    pub loss: Tensor,
-    /// The ratio `r` (detached).
-    pub ratio: Tensor,
-    /// `kl_k3` (detached), when beta != 0.
-    pub kl: Option<Tensor>,
+/// One (micro-)batch's inputs to [`grpo_loss`]: `[b, t]` f32 aligned with
+/// the tokens, except the advantages. Values of `old`, `reference` and
+/// `rollout` where `mask` is 0 are never read into the loss (padding can
+/// never produce inf or NaN).
+#[derive(Debug, Clone, Copy)]
+pub struct LossInputs<'a> {
+    /// The policy's log-probs (differentiable).
+    pub logp: &'a Tensor,
+    /// `logp_old`; `None` on-policy (mu = 1): the detached `logp`, as TRL.
+    pub old: Option<&'a Tensor>,
+    /// The reference model's log-probs (required when beta != 0).
+    pub reference: Option<&'a Tensor>,
+    /// The log-probs the rollout sampled with: the drift metrics, and the
+    /// importance weights of `rollout_correction = "tis"` ([`super::drift`]).
+    pub rollout: Option<&'a Tensor>,
+    /// `[b]` (one per row) or `[b, t]` (one per token: packed rows hold
+    /// several episodes).
+    pub advantages: &'a Tensor,
+    /// 1 on the policy's own tokens, 0 elsewhere.
+    pub mask: &'a Tensor,
+    /// The detached per-token entropy, summed for the metrics.
+    pub entropy: Option<&'a Tensor>,
 }
 
-/// Per-token GRPO loss. `logp` is differentiable; `old_logp` and `ref_logp`
-/// are treated as constants (detached here). `advantages` is `[b]` (one per
-/// row) or `[b, t]` (one per token: packed rows hold several episodes). Values of
-/// `old_logp` / `ref_logp` where `mask` is 0 are ignored (replaced by the
-/// current log-prob, so padding can never produce inf or NaN).
-pub fn per_token_loss(
-    logp: &Tensor,
-    old_logp: &Tensor,
-    ref_logp: Option<&Tensor>,
-    advantages: &Tensor,
-    mask: &Tensor,
-    clip: ClipRange,
-    beta: f64,
-) -> Result<PerTokenLoss> {
-    per_token_loss_weighted(logp, old_logp, ref_logp, advantages, mask, clip, beta, None)
+/// How a (micro-)batch's per-token losses `l` become its share of the
+/// optimizer batch's loss.
+#[derive(Debug, Clone, Copy)]
+pub enum Aggregate<'a> {
+    /// Right-padded rows, one sequence each: `aggregation`'s own formula over
+    /// the optimizer batch of `totals` ([`LossAggregation`]).
+    Rows { aggregation: LossAggregation, totals: BatchTotals, max_completion_length: usize },
+    /// `Σ w·l` with each token's weight `w` `[b, t]` (0 off the mask; packed
+    /// rows, where a row is no sequence: [`token_weight`]).
+    Weights(&'a Tensor),
 }
 
-/// [`per_token_loss`] with the surrogate of each token weighted by
-/// `is_weight` `[b, t]` (detached; truncated importance sampling against the
-/// rollout, [`super::drift`]), before the KL is added, as TRL does.
-#[allow(clippy::too_many_arguments)]
-pub fn per_token_loss_weighted(
-    logp: &Tensor,
-    old_logp: &Tensor,
-    ref_logp: Option<&Tensor>,
-    advantages: &Tensor,
-    mask: &Tensor,
-    clip: ClipRange,
-    beta: f64,
-    is_weight: Option<&Tensor>,
-) -> Result<PerTokenLoss> {
-    let (b, t) = logp.dims2()?;
-    for (name, x) in [("old log-probs", old_logp), ("mask", mask)] {
-        if x.dims() != [b, t] {
-            return Err(Error::invalid(
-                "grpo loss",
-                format!("{name} are {:?}, log-probs are [{b}, {t}]", x.dims()),
-            ));
-        }
+impl Aggregate<'_> {
+    /// The rows' formula of `cfg.aggregation` over the batch of `totals`.
+    pub fn rows(cfg: &GrpoLossConfig, totals: BatchTotals) -> Aggregate<'static> {
+        Aggregate::Rows { aggregation: cfg.aggregation, totals, max_completion_length: cfg.max_completion_length }
     }
-    let adv = per_token_advantages(advantages, b, t)?;
-    let on = mask.gt(0.0)?;
-    let current = logp.detach();
-    let old = on.where_cond(&old_logp.detach(), &current)?;
-    let ratio = (logp - &old)?.exp()?;
-    let clipped = ratio.clamp(1.0 - clip.low, 1.0 + clip.high)?;
-    let surrogate = ratio
-        .broadcast_mul(&adv)?
-        .minimum(&clipped.broadcast_mul(&adv)?)?
-        .neg()?;
-    let surrogate = match is_weight {
-        Some(w) => (surrogate * w.detach())?,
-        None => surrogate,
-    };
-    let (loss, kl) = match ref_logp {
-        Some(r) if beta != 0.0 => {
-            if r.dims() != [b, t] {
-                return Err(Error::invalid(
-                    "grpo loss",
-                    format!(
-                        "reference log-probs are {:?}, expected [{b}, {t}]",
-                        r.dims()
-                    ),
-                ));
+
+    /// The scalar share of the loss of per-token losses `l` `[b, t]`.
+    pub fn apply(&self, l: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (aggregation, totals, max_len) = match *self {
+            Aggregate::Weights(w) => return Ok((l * w)?.sum_all()?),
+            Aggregate::Rows { aggregation, totals, max_completion_length } => (aggregation, totals, max_completion_length),
+        };
+        let masked = (l * mask)?;
+        Ok(match aggregation {
+            LossAggregation::Grpo => {
+                let lens = mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
+                (masked.sum(D::Minus1)?.div(&lens)?.sum_all()? / totals.rows as f64)?
             }
-            let diff = (on.where_cond(&r.detach(), &current)? - logp)?;
-            let kl = ((diff.exp()? - &diff)? - 1.0)?;
-            ((surrogate + (&kl * beta)?)?, Some(kl.detach()))
+            LossAggregation::Bnpo | LossAggregation::Dapo => (masked.sum_all()? / totals.tokens.max(1.0))?,
+            LossAggregation::DrGrpo => (masked.sum_all()? / (totals.rows * max_len) as f64)?,
+        })
+    }
+
+    /// `d(share) / d(l)` `[b, t]`: each token's weight, computed as the
+    /// backward pass of [`Aggregate::apply`] computes it (same bits).
+    pub fn weights(&self, mask: &Tensor) -> Result<Tensor> {
+        let (aggregation, totals, max_len) = match *self {
+            Aggregate::Weights(w) => return Ok(w.clone()),
+            Aggregate::Rows { aggregation, totals, max_completion_length } => (aggregation, totals, max_completion_length),
+        };
+        let (b, _) = mask.dims2()?;
+        // The scalar's own gradient, as Candle's `x / s` (an affine map) passes it back.
+        let scale = |s: f64| Tensor::full(s as f32, b, mask.device());
+        let per_row = match aggregation {
+            LossAggregation::Grpo => scale(1.0 / totals.rows as f64)?.div(&mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?)?,
+            LossAggregation::Bnpo | LossAggregation::Dapo => scale(1.0 / totals.tokens.max(1.0))?,
+            LossAggregation::DrGrpo => scale(1.0 / (totals.rows * max_len) as f64)?,
+        };
+        Ok(mask.broadcast_mul(&per_row.unsqueeze(1)?)?)
+    }
+}
+
+/// What [`grpo_loss`] returns.
+#[derive(Debug, Clone)]
+pub struct Loss {
+    /// The (micro-)batch's share of the loss (differentiable).
+    pub loss: Tensor,
+    /// Its metric sums, to be added over the micro-batches and ranks.
+    pub sums: LossSums,
+}
+
+/// The GRPO loss of one (micro-)batch, TRL's `GRPOTrainer._compute_loss`
+/// (`importance_sampling_level = "token"`) step by step: the ratio, the
+/// clipped surrogate, the truncated importance weights, the k3 KL, the
+/// aggregation, and the metric sums. Both micro-batch layouts call it; when
+/// the loss is linear in the log-probs its gradient is taken in closed form
+/// instead ([`linear_coefficients`]).
+pub fn grpo_loss(x: LossInputs<'_>, aggregate: Aggregate<'_>, cfg: &GrpoLossConfig) -> Result<Loss> {
+    let (b, t) = x.logp.dims2()?;
+    x.check(b, t, cfg)?;
+    let adv = per_token_advantages(x.advantages, b, t)?;
+    let on = x.mask.gt(0.0)?;
+    let current = x.logp.detach();
+    // logp_old: stored before the first of mu updates, or the current one.
+    let old = x.old.map_or_else(|| current.clone(), Tensor::detach);
+    // Rollout drift; with "tis", the truncated importance weights.
+    let tis = cfg.rollout_correction == RolloutCorrection::Tis;
+    let drift = x.rollout.map(|r| Drift::of(&old, r, x.mask, tis.then_some(cfg.tis_cap))).transpose()?;
+    // coef_1 = exp(logp - logp_old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    let ratio = (x.logp - on.where_cond(&old, &current)?)?.exp()?;
+    let clipped = clamp_ratio(&ratio, cfg.clip)?;
+    // per_token_loss = -min(coef_1 * A, coef_2 * A), times the TIS weight
+    let mut per_token = ratio.broadcast_mul(&adv)?.minimum(&clipped.broadcast_mul(&adv)?)?.neg()?;
+    if let (true, Some(d)) = (tis, &drift) {
+        per_token = (per_token * d.ratio.detach())?;
+    }
+    // + beta * (exp(ref - logp) - (ref - logp) - 1)
+    let mut kl = None;
+    if let (Some(r), true) = (x.reference, cfg.beta != 0.0) {
+        let diff = (on.where_cond(&r.detach(), &current)? - x.logp)?;
+        let k3 = ((diff.exp()? - &diff)? - 1.0)?;
+        per_token = (per_token + (&k3 * cfg.beta)?)?;
+        kl = Some(k3.detach());
+    }
+    let loss = aggregate.apply(&per_token, x.mask)?;
+    let mut sums = LossSums::of(&loss, &ratio.detach(), kl.as_ref(), x.entropy, &adv, x.mask, cfg.clip)?;
+    if let Some(d) = drift {
+        sums.drift = d.sums;
+    }
+    Ok(Loss { loss, sums })
+}
+
+/// `clamp(ratio, 1 - low, 1 + high)` with torch.clamp's gradient: 1 strictly
+/// inside the range, 0 outside it and at its ends (Candle's clamp would
+/// pass half at an end). The on-policy ratio is exactly 1, which is an end
+/// when an epsilon is 0.
+fn clamp_ratio(ratio: &Tensor, clip: ClipRange) -> Result<Tensor> {
+    let (lo, hi) = (1.0 - clip.low, 1.0 + clip.high);
+    let inside = ratio.gt(lo)?.mul(&ratio.lt(hi)?)?;
+    Ok(inside.where_cond(ratio, &ratio.clamp(lo, hi)?.detach())?)
+}
+
+/// The coefficients `c` `[b, t]` of the loss as `Σ c·logp` plus a constant,
+/// where it is linear in the log-probs: on-policy (mu = 1, the ratio is 1 in
+/// value and never clipped), no KL and no TIS. Each policy token's gradient
+/// is `-A·w` (`w` its aggregation weight), halved when 1 is an end of the
+/// clip range (an epsilon of 0: torch.clamp passes nothing there and
+/// torch.min halves a tie, as TRL computes it). Equal, bit for bit, to the
+/// gradient [`grpo_loss`]'s autograd gives (a test checks it).
+pub fn linear_coefficients(advantages: &Tensor, mask: &Tensor, aggregate: Aggregate<'_>, clip: ClipRange) -> Result<Tensor> {
+    let (b, t) = mask.dims2()?;
+    let adv = per_token_advantages(advantages, b, t)?;
+    let c = aggregate.weights(mask)?.broadcast_mul(&adv)?.neg()?;
+    let one_inside = ((1.0 - clip.low) as f32) < 1.0 && ((1.0 + clip.high) as f32) > 1.0;
+    Ok(if one_inside { c } else { (c * 0.5)? })
+}
+
+impl LossInputs<'_> {
+    fn check(&self, b: usize, t: usize, cfg: &GrpoLossConfig) -> Result<()> {
+        let bad = |msg: String| Err(Error::invalid("grpo loss", msg));
+        let named = [("old log-probs", self.old), ("mask", Some(self.mask)), ("reference log-probs", self.reference), ("rollout log-probs", self.rollout)];
+        for (name, x) in named {
+            if let Some(x) = x.filter(|x| x.dims() != [b, t]) {
+                return bad(format!("{name} are {:?}, log-probs are [{b}, {t}]", x.dims()));
+            }
         }
-        None if beta != 0.0 => {
-            return Err(Error::invalid(
-                "grpo loss",
-                format!("beta is {beta} but no reference log-probs were given"),
-            ))
+        if cfg.beta != 0.0 && self.reference.is_none() {
+            return bad(format!("beta is {} but no reference log-probs were given", cfg.beta));
         }
-        _ => (surrogate, None),
-    };
-    Ok(PerTokenLoss {
-        loss,
-        ratio: ratio.detach(),
-        kl,
-    })
+        if cfg.rollout_correction == RolloutCorrection::Tis && self.rollout.is_none() {
+            return bad("rollout_correction = \"tis\" needs the rollout's log-probs".into());
+        }
+        Ok(())
+    }
 }
 
 /// Advantages `[b]` (per row) or `[b, t]` (per token) as a tensor that
@@ -276,40 +366,14 @@ fn per_token_advantages(advantages: &Tensor, b: usize, t: usize) -> Result<Tenso
 
 /// The weight of each policy token of one sequence in the loss of
 /// `aggregation` over the batch of `totals`, for a sequence with
-/// `sequence_tokens` policy tokens: `Σ_{i,t} w_i·m·l` equals [`aggregate`]'s
-/// formula. Packed rows use it, where a row is no sequence.
+/// `sequence_tokens` policy tokens: `Σ_{i,t} w_i·m·l` equals the rows'
+/// formula ([`Aggregate::Rows`]). Packed rows use it, where a row is no sequence.
 pub fn token_weight(aggregation: LossAggregation, totals: BatchTotals, max_completion_length: usize, sequence_tokens: f64) -> f64 {
     match aggregation {
         LossAggregation::Grpo => 1.0 / (sequence_tokens.max(1.0) * totals.rows as f64),
         LossAggregation::Bnpo | LossAggregation::Dapo => 1.0 / totals.tokens.max(1.0),
         LossAggregation::DrGrpo => 1.0 / (totals.rows * max_completion_length) as f64,
     }
-}
-
-/// The scalar loss of one (micro-)batch: its share of `aggregation` over the
-/// optimizer batch described by `totals`. With `totals` of the batch itself
-/// this is the plain TRL loss; summed over the micro-batches of a split it is
-/// the same number, and so is the gradient.
-pub fn aggregate(
-    per_token: &Tensor,
-    mask: &Tensor,
-    aggregation: LossAggregation,
-    totals: BatchTotals,
-    max_completion_length: usize,
-) -> Result<Tensor> {
-    let masked = (per_token * mask)?;
-    Ok(match aggregation {
-        LossAggregation::Grpo => {
-            let lens = mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
-            (masked.sum(D::Minus1)?.div(&lens)?.sum_all()? / totals.rows as f64)?
-        }
-        LossAggregation::Bnpo | LossAggregation::Dapo => {
-            (masked.sum_all()? / totals.tokens.max(1.0))?
-        }
-        LossAggregation::DrGrpo => {
-            (masked.sum_all()? / (totals.rows * max_completion_length) as f64)?
-        }
-    })
 }
 
 /// Masked sums of one micro-batch, added up over the micro-batches and turned
@@ -334,29 +398,22 @@ pub struct LossSums {
 impl LossSums {
     /// Sums for one micro-batch: `is_low_clipped = r < 1 - low and A < 0`,
     /// `is_high_clipped = r > 1 + high and A > 0`, region = either (TRL).
-    pub fn of(
-        loss: &Tensor,
-        per_token: &PerTokenLoss,
-        entropy: Option<&Tensor>,
-        advantages: &Tensor,
-        mask: &Tensor,
-        clip: ClipRange,
-    ) -> Result<Self> {
+    /// `ratio`, `kl`, `entropy` and `mask` are `[b, t]`, `adv` broadcasts to it.
+    pub fn of(loss: &Tensor, ratio: &Tensor, kl: Option<&Tensor>, entropy: Option<&Tensor>, adv: &Tensor, mask: &Tensor, clip: ClipRange) -> Result<Self> {
         let msum = |x: &Tensor| -> Result<f64> {
             Ok((x.to_dtype(DType::F32)? * mask)?
                 .to_dtype(DType::F64)?
                 .sum_all()?
                 .to_scalar::<f64>()?)
         };
-        let (b, t) = per_token.ratio.dims2()?;
-        let adv = per_token_advantages(advantages, b, t)?.broadcast_as((b, t))?;
-        let low = per_token.ratio.lt(1.0 - clip.low)?.mul(&adv.lt(0.0)?)?;
-        let high = per_token.ratio.gt(1.0 + clip.high)?.mul(&adv.gt(0.0)?)?;
+        let adv = adv.broadcast_as(ratio.shape())?;
+        let low = ratio.lt(1.0 - clip.low)?.mul(&adv.lt(0.0)?)?;
+        let high = ratio.gt(1.0 + clip.high)?.mul(&adv.gt(0.0)?)?;
         let region = low.maximum(&high)?;
         Ok(LossSums {
             loss: loss.to_dtype(DType::F64)?.to_scalar::<f64>()?,
             tokens: mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?,
-            kl: per_token.kl.as_ref().map(msum).transpose()?,
+            kl: kl.map(msum).transpose()?,
             entropy: entropy.map(msum).transpose()?,
             clip_low: msum(&low)?,
             clip_high: msum(&high)?,

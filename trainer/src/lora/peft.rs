@@ -25,7 +25,7 @@ pub fn is_adapter_dir(dir: &Path) -> bool {
 /// The identity of a base model: what an adapter records and checks.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BaseIdentity {
-    /// [`crate::checkpoint::arch_hash`] of its config.json.
+    /// [`ModelConfig::arch_hash`] of its config.json.
     pub arch_hash: String,
     /// Its weight files (`*.safetensors`): name, size in bytes, and a
     /// fingerprint of their contents ([`fingerprint`]).
@@ -41,13 +41,13 @@ impl BaseIdentity {
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let path = entry.map_err(|e| Error::io(dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-            if name.ends_with(".safetensors") && name != WEIGHTS_FILE && name != crate::checkpoint::OPTIMIZER_FILE {
+            if name.ends_with(".safetensors") && name != WEIGHTS_FILE && name != crate::optim::OPTIMIZER_FILE {
                 let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
                 weights.push((name, bytes, fingerprint(&path)?));
             }
         }
         weights.sort();
-        Ok(BaseIdentity { arch_hash: crate::checkpoint::arch_hash(cfg), weights, path: dir.display().to_string() })
+        Ok(BaseIdentity { arch_hash: cfg.arch_hash(), weights, path: dir.display().to_string() })
     }
 }
 
@@ -219,7 +219,7 @@ fn check_base(dir: &Path, model: &ModelConfig, base_dir: Option<&Path>) -> Resul
     }
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     let recorded: BaseIdentity = serde_json::from_str(&text).map_err(|source| Error::Json { path: path.clone(), source })?;
-    let arch = crate::checkpoint::arch_hash(model);
+    let arch = model.arch_hash();
     if recorded.arch_hash != arch {
         return Err(config_err(&path, "arch_hash", format!("the adapter was trained on a base of another architecture ({}), not this model's", recorded.path)));
     }

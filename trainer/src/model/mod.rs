@@ -9,6 +9,7 @@
 //! independent of hidden_size, SwiGLU, and tied or untied embeddings.
 
 pub mod cache;
+pub mod load;
 pub mod ops;
 pub mod recompute;
 pub mod rope;

@@ -10,6 +10,19 @@ pub use adamw::{AdamW, AdamWConfig, WeightDecayScope};
 pub use schedule::LrSchedule;
 
 use crate::error::{Error, Result};
+
+/// The optimizer state's file in a checkpoint folder.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+
+/// What one optimizer update did (`dist::zero::Sharding::update`: clip,
+/// finite check, AdamW; GRPO and SFT both make their updates through it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Update {
+    /// The global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// The norm or the loss was NaN/inf: the weights did not move.
+    pub skipped: bool,
+}
 use candle_core::{DType, Tensor};
 use std::collections::BTreeMap;
 

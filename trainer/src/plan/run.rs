@@ -4,7 +4,7 @@ use super::footprint::{elem, head_activation_bytes, kv_bytes_per_slot, layer_act
 use super::{MemoryPlan, Part, Phase, PhaseKind};
 use crate::config::ModelConfig;
 use crate::device::DeviceKind;
-use crate::dist::zero::Partition;
+use crate::dist::partition::Partition;
 use crate::model::recompute::Recompute;
 use crate::params::parameter_shapes;
 use crate::packing::MicroBatching;

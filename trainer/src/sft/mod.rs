@@ -8,16 +8,15 @@
 //! are summed over ranks before the same AdamW step everywhere.
 
 pub mod batches;
-pub mod config;
 
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
-use crate::grpo::{backward_micro_batch, micro_batches, used_columns, EntropyMetric, LinearLoss, LogprobPass};
+use crate::backward::{backward_micro_batch, micro_batches, sequence_logprobs, used_columns, EntropyMetric, LinearLoss, LogprobPass};
 use crate::model::cache::Positions;
 use crate::model::recompute::Recompute;
 use crate::packing::{plan, trained_lengths, MicroBatching};
 use crate::model::CausalLm;
-use crate::optim::{AdamW, AdamWConfig, Gradients};
+use crate::optim::{AdamW, AdamWConfig, Gradients, Update};
 use crate::run_config::RunConfig;
 use crate::weights::TensorMap;
 use candle_core::{DType, Device, Tensor, Var};
@@ -156,7 +155,7 @@ fn heldout_sums(model: &CausalLm, examples: &[SftExample], rows: &[usize], micro
     for chunk in rows.chunks(chunk) {
         let batch = SftBatch::of(examples, chunk, model.device())?;
         for (tokens, positions, mask) in batch.micro_batches(micro)? {
-            let (lp, _) = crate::grpo::sequence_logprobs(model, &tokens, &positions, 1.0, EntropyMetric::Skip)?;
+            let (lp, _) = sequence_logprobs(model, &tokens, &positions, 1.0, EntropyMetric::Skip)?;
             nll -= (lp.detach() * &mask)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         }
         count += batch.policy_tokens()?;
@@ -203,7 +202,7 @@ impl SftTrainer {
     /// `run_steps` is the run's length in updates (all epochs), which a
     /// schedule with `total_steps = 0` runs over.
     pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, adapter: Option<&crate::lora::Adapter>, run_steps: u64) -> Result<Self> {
-        let (model, vars) = crate::lora::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
+        let (model, vars) = crate::model::load::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
         let dist = dist::current();
         let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
@@ -241,11 +240,14 @@ impl SftTrainer {
     /// batch's policy tokens, summed over ranks.
     pub fn gradients(&self, batch: &SftBatch) -> Result<(Gradients, f64)> {
         let total = batch.policy_tokens()?;
-        let (mut grads, loss) = match batch.share(&*self.dist)? {
-            Some(mine) if self.dist.world() > 1 => sft_share_gradients(&self.model, &self.vars, &mine, self.micro, self.recompute, total)?,
-            Some(_) => sft_gradients(&self.model, &self.vars, batch, self.micro, self.recompute)?,
-            None if total == 0.0 => return Err(Error::invalid("sft batch", "no policy tokens to learn from")),
-            None => (Gradients::default(), 0.0),
+        let (mut grads, loss) = if self.dist.world() == 1 {
+            sft_gradients(&self.model, &self.vars, batch, self.micro, self.recompute)?
+        } else {
+            match batch.share(&*self.dist)? {
+                Some(mine) => sft_share_gradients(&self.model, &self.vars, &mine, self.micro, self.recompute, total)?,
+                None if total == 0.0 => return Err(Error::invalid("sft batch", "no policy tokens to learn from")),
+                None => (Gradients::default(), 0.0),
+            }
         };
         self.sharding.sum_gradients(&*self.dist, &self.vars, &mut grads)?;
         let mut loss = [loss];
@@ -259,7 +261,8 @@ impl SftTrainer {
     pub fn step(&mut self, batch: &SftBatch, epoch: u64) -> Result<SftStepMetrics> {
         let t0 = Instant::now();
         let (grads, loss) = self.gradients(batch)?;
-        let (grad_norm, lr, skipped) = self.apply(grads, loss)?;
+        let lr = self.lr();
+        let Update { grad_norm, skipped } = self.apply(grads, loss)?;
         self.step += 1;
         let (b, t) = batch.tokens.dims2()?;
         Ok(SftStepMetrics {
@@ -276,12 +279,15 @@ impl SftTrainer {
         })
     }
 
+    /// The learning rate of the next step (the schedule at this step).
+    pub fn lr(&self) -> f64 {
+        self.lr * self.schedule.factor(self.step)
+    }
+
     /// Clip (or measure) the gradients, then AdamW at this step's learning
-    /// rate, unless the loss or the norm is NaN/inf. Returns the norm before
-    /// clipping, the learning rate and whether the update was skipped.
-    pub fn apply(&mut self, grads: Gradients, loss: f64) -> Result<(f64, f64, bool)> {
-        let lr = self.lr * self.schedule.factor(self.step);
-        let u = self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.max_grad_norm, loss, lr)?;
-        Ok((u.grad_norm, lr, u.skipped))
+    /// rate ([`SftTrainer::lr`]), unless the loss or the norm is NaN/inf.
+    pub fn apply(&mut self, grads: Gradients, loss: f64) -> Result<Update> {
+        let lr = self.lr();
+        self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.max_grad_norm, loss, lr)
     }
 }

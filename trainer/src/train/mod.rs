@@ -9,18 +9,17 @@
 //! and every rank applies the same AdamW step.
 
 pub mod batch;
-pub mod config;
 pub mod engine;
 pub mod sampler;
 
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
+use crate::backward::{detached_logprobs, EntropyMetric};
 use crate::grpo::{
-    accumulate_share, detached_logprobs, group_advantages, Advantages, BatchTotals, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig, GrpoMetrics,
-    OldLogprobs,
+    accumulate_share, group_advantages, Advantages, BatchTotals, ClipRange, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
 };
-use crate::optim::Gradients;
+use crate::optim::{Gradients, Update};
 use crate::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
@@ -150,7 +149,7 @@ impl Trainer {
         sampling_rng: ChaCha8Rng,
     ) -> Result<Self> {
         let lora = cfg.lora();
-        let (model, vars) = crate::lora::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
+        let (model, vars) = crate::model::load::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
         let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
         let sampler_view = match &lora {
             None => CausalLm::new(model_cfg, &detached)?,
@@ -219,11 +218,11 @@ impl Trainer {
         let g = &self.cfg.grpo;
         let adv = group_advantages(&rewards, self.cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
-        let (m, grad_norm, skipped) = if adv.kept_rows.is_empty() {
+        let (m, Update { grad_norm, skipped }) = if adv.kept_rows.is_empty() {
             // Every group had equal rewards and `zero_std_groups = "drop"`
             // removed them all: nothing to learn from, the weights stay.
             tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
-            (GrpoMetrics::empty(), 0.0, false)
+            (GrpoMetrics::empty(), Update { grad_norm: 0.0, skipped: false })
         } else {
             self.update(&episodes, &adv, lr)?
         };
@@ -281,16 +280,16 @@ impl Trainer {
     /// step's, every rank's): clipped loss (+KL) over this rank's share of
     /// the rows with the whole batch's totals, gradients accumulated over
     /// micro-batches and summed over ranks, clip, AdamW, `num_iterations`
-    /// times. Returns the last iteration's metrics, its gradient norm and
-    /// whether it was skipped as non-finite.
-    pub fn update(&mut self, episodes: &[rollout::episode::Episode], adv: &Advantages, lr: f64) -> Result<(GrpoMetrics, f64, bool)> {
+    /// times. Returns the last iteration's metrics and update (its gradient
+    /// norm, and whether it was skipped as non-finite).
+    pub fn update(&mut self, episodes: &[rollout::episode::Episode], adv: &Advantages, lr: f64) -> Result<(GrpoMetrics, Update)> {
         let (batch, totals) = self.own_batch(episodes, adv)?;
         let mut last = None;
         for _ in 0..self.cfg.grpo.num_iterations.max(1) {
             let (grads, metrics) = self.gradients(&batch, totals)?;
-            let (norm, skipped) = self.apply(grads, metrics.loss, lr)?;
-            last = Some((metrics, norm, skipped));
-            if skipped {
+            let update = self.apply(grads, metrics.loss, lr)?;
+            last = Some((metrics, update));
+            if update.skipped {
                 break;
             }
         }
@@ -298,11 +297,9 @@ impl Trainer {
     }
 
     /// Clip (or measure) the gradients, then AdamW, unless the loss or the
-    /// norm is NaN/inf. Returns the norm before clipping and whether the
-    /// update was skipped.
-    pub fn apply(&mut self, grads: Gradients, loss: f64, lr: f64) -> Result<(f64, bool)> {
-        let u = self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.cfg.optim.max_grad_norm, loss, lr)?;
-        Ok((u.grad_norm, u.skipped))
+    /// norm is NaN/inf.
+    pub fn apply(&mut self, grads: Gradients, loss: f64, lr: f64) -> Result<Update> {
+        self.sharding.update(&*self.dist, &mut self.optimizer, &self.vars, grads, self.cfg.optim.max_grad_norm, loss, lr)
     }
 
     /// This rank's rows of the step's batch (with reference and old

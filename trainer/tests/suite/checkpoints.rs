@@ -30,7 +30,7 @@ fn optimizer() -> TensorMap {
 #[test]
 fn save_resume_and_retention() {
     let (cfg, w) = common::load("untied");
-    let arch = arch_hash(&cfg);
+    let arch = cfg.arch_hash();
     let run = tempfile::tempdir().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let run_cfg = serde_json::json!({"lr": 1e-6, "group": 8});
@@ -74,20 +74,20 @@ fn mismatches_are_refused_unless_allowed() {
     let run = tempfile::tempdir().unwrap();
     let rng = ChaCha8Rng::seed_from_u64(0);
     let run_cfg = serde_json::json!({"lr": 1e-6});
-    let dir = save(run.path(), &cfg, &w, &optimizer(), &state(1, &rng, run_cfg.clone(), &arch_hash(&cfg)), 0).unwrap();
+    let dir = save(run.path(), &cfg, &w, &optimizer(), &state(1, &rng, run_cfg.clone(), &cfg.arch_hash()), 0).unwrap();
     let st = load_state(&dir).unwrap();
-    check_compatible(&dir, &st, &arch_hash(&cfg), &run_cfg, false).unwrap();
-    let e = check_compatible(&dir, &st, &arch_hash(&other), &run_cfg, true).unwrap_err().to_string();
+    check_compatible(&dir, &st, &cfg.arch_hash(), &run_cfg, false).unwrap();
+    let e = check_compatible(&dir, &st, &other.arch_hash(), &run_cfg, true).unwrap_err().to_string();
     assert!(e.contains("arch_hash") && e.contains("state.json"), "{e}");
     let changed = serde_json::json!({"lr": 2e-6});
-    let e = check_compatible(&dir, &st, &arch_hash(&cfg), &changed, false).unwrap_err().to_string();
+    let e = check_compatible(&dir, &st, &cfg.arch_hash(), &changed, false).unwrap_err().to_string();
     assert!(e.contains("--allow-config-change"), "{e}");
-    check_compatible(&dir, &st, &arch_hash(&cfg), &changed, true).unwrap();
+    check_compatible(&dir, &st, &cfg.arch_hash(), &changed, true).unwrap();
     // `[pipeline]` does not enter a training run: a change there alone resumes.
     let recipe = serde_json::json!({"lr": 1e-6, "pipeline": {"difficulty": {"tasks": 128}}});
-    check_compatible(&dir, &st, &arch_hash(&cfg), &recipe, false).unwrap();
+    check_compatible(&dir, &st, &cfg.arch_hash(), &recipe, false).unwrap();
     let both = serde_json::json!({"lr": 2e-6, "pipeline": {"difficulty": {"tasks": 128}}});
-    let e = check_compatible(&dir, &st, &arch_hash(&cfg), &both, false).unwrap_err().to_string();
+    let e = check_compatible(&dir, &st, &cfg.arch_hash(), &both, false).unwrap_err().to_string();
     assert!(e.contains("lr (1e-6 -> 2e-6)") || e.contains("lr (0.000001 -> 0.000002)"), "{e}");
     // Key order does not change the hash.
     assert_eq!(config_hash(&serde_json::json!({"a": 1, "b": 2})), config_hash(&serde_json::json!({"b": 2, "a": 1})));
@@ -98,7 +98,7 @@ fn defect_1_pruning_keeps_the_checkpoint_just_written_and_leaves_later_ones() {
     // Issue 37: a run writing step 1 into a folder with an older run's step 2
     // pruned the step it had just written (keep_last counted step 2).
     let (cfg, w) = common::load("untied");
-    let arch = arch_hash(&cfg);
+    let arch = cfg.arch_hash();
     let run = tempfile::tempdir().unwrap();
     let rng = ChaCha8Rng::seed_from_u64(0);
     let steps = || complete_checkpoints(run.path()).unwrap().into_iter().map(|(s, _)| s).collect::<Vec<_>>();

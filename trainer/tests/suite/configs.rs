@@ -51,8 +51,8 @@ fn qwen3_4b_recipe_is_a_pipeline_config() {
     let (p, tasks) = trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_or_else(|e| panic!("{e}"));
     let trainer::pipeline::TaskSource::File(tasks) = tasks else { panic!("the recipe reads a task file: {tasks:?}") };
     assert!(tasks.ends_with("configs/../data/tasks.jsonl"), "{}", tasks.display());
-    assert!(matches!(p.teacher, trainer::pipeline::Teacher::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
-    assert_ne!(cfg.sft, trainer::sft::config::SftSection::default(), "[sft] is missing");
+    assert!(matches!(p.teacher, trainer::run_config::Teacher::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
+    assert_ne!(cfg.sft, trainer::run_config::SftSection::default(), "[sft] is missing");
     let f = &cfg.sft.filter;
     assert_eq!((f.min_f1, f.min_e, f.min_calls_per_turn, f.max_calls_per_turn), (0.5, 0.2, 2.0, 8.0));
     assert!(f.max_truncation_ratio > 0.0 && f.max_tokens == cfg.episode.max_total_tokens);

@@ -7,7 +7,8 @@ use crate::common;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use trainer::grpo::{aggregate, hidden_logprobs, per_token_loss, BatchTotals, ClipRange, EntropyMetric, LossAggregation};
+use trainer::backward::{hidden_logprobs, EntropyMetric};
+use trainer::grpo::{Aggregate, BatchTotals, ClipRange, GrpoLossConfig, LossAggregation, LossInputs};
 use trainer::logprobs::token_logprobs_unfused;
 use trainer::model::cache::Positions;
 use trainer::CausalLm;
@@ -39,9 +40,10 @@ fn unfused_logprobs(model: &CausalLm, hidden: &Tensor, tokens: &Tensor) -> Tenso
 fn grpo_loss(logp: &Tensor, old: &Tensor, reference: &Tensor, mask: &Tensor) -> Tensor {
     let adv = Tensor::new(&[0.9f32, -1.2, 0.5], &Device::Cpu).unwrap();
     let clip = ClipRange { low: 0.2, high: 0.28 };
-    let per = per_token_loss(logp, old, Some(reference), &adv, mask, clip, 0.04).unwrap();
+    let cfg = GrpoLossConfig::new(LossAggregation::Dapo, clip, 0.04, 16);
     let totals = BatchTotals::of_mask(mask).unwrap();
-    aggregate(&per.loss, mask, LossAggregation::Dapo, totals, 16).unwrap()
+    let x = LossInputs { logp, old: Some(old), reference: Some(reference), rollout: None, advantages: &adv, mask, entropy: None };
+    trainer::grpo::grpo_loss(x, Aggregate::rows(&cfg, totals), &cfg).unwrap().loss
 }
 
 fn max_abs(t: &Tensor) -> f64 {

@@ -6,10 +6,20 @@ use candle_core::{Device, Tensor, Var};
 use serde_json::Value;
 use std::path::PathBuf;
 use trainer::grpo::drift::Drift;
+use trainer::grpo::linear_coefficients;
+use trainer::grpo::loss::token_weight;
 use trainer::grpo::{
-    aggregate, group_advantages, per_token_loss, per_token_loss_weighted, AdvantageScaling, BatchTotals, ClipRange,
-    LossAggregation, LossSums, ZeroStdGroups,
+    group_advantages, grpo_loss, Aggregate, AdvantageScaling, BatchTotals, ClipRange, GrpoLossConfig, Loss,
+    LossAggregation, LossInputs, RolloutCorrection, ZeroStdGroups,
 };
+
+/// The loss of `logp` (on-policy when `old` is `None`), aggregated over the
+/// rows of `mask` as one optimizer batch.
+#[allow(clippy::too_many_arguments)]
+fn loss_of(logp: &Tensor, old: Option<&Tensor>, reference: Option<&Tensor>, rollout: Option<&Tensor>, adv: &Tensor, mask: &Tensor, cfg: &GrpoLossConfig) -> trainer::Result<Loss> {
+    let totals = BatchTotals::of_mask(mask).unwrap();
+    grpo_loss(LossInputs { logp, old, reference, rollout, advantages: adv, mask, entropy: None }, Aggregate::rows(cfg, totals), cfg)
+}
 
 fn fixture(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -140,7 +150,6 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
         high: f["eps_high"].as_f64().unwrap(),
     };
     let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
-    let totals = BatchTotals::of_mask(&mask).unwrap();
     let cases = f["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 12);
     let (mut max_loss, mut max_grad, mut max_metric) = (0f64, 0f64, 0f64);
@@ -149,15 +158,11 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
         let agg = aggregation(case["loss_type"].as_str().unwrap());
         let beta = case["beta"].as_f64().unwrap();
         let logp = Var::from_tensor(&logp0).unwrap();
-        let old_used = if case["old"] == "current" {
-            logp.as_tensor().detach()
-        } else {
-            old.clone()
-        };
+        let old_used = (case["old"] != "current").then_some(&old);
         let refp = (beta != 0.0).then_some(&reference);
-        let pt =
-            per_token_loss(logp.as_tensor(), &old_used, refp, &adv, &mask, clip, beta).unwrap();
-        let loss = aggregate(&pt.loss, &mask, agg, totals, max_len).unwrap();
+        let cfg = GrpoLossConfig::new(agg, clip, beta, max_len);
+        let out = loss_of(logp.as_tensor(), old_used, refp, None, &adv, &mask, &cfg).unwrap();
+        let loss = out.loss;
         let grads = loss.backward().unwrap();
         let grad = grads
             .get(logp.as_tensor())
@@ -180,9 +185,7 @@ fn loss_and_gradient_match_trl_for_every_aggregation() {
                 );
             }
         }
-        let m = LossSums::of(&loss, &pt, None, &adv, &mask, clip)
-            .unwrap()
-            .metrics();
+        let m = out.sums.metrics();
         for (got, key) in [
             (m.clip_ratio_low_mean, "clip_ratio/low_mean"),
             (m.clip_ratio_high_mean, "clip_ratio/high_mean"),
@@ -226,18 +229,8 @@ fn padding_values_cannot_poison_the_loss() {
         low: 0.2,
         high: 0.2,
     };
-    let pt = per_token_loss(
-        logp.as_tensor(),
-        &old,
-        Some(&reference),
-        &adv,
-        &mask,
-        clip,
-        0.1,
-    )
-    .unwrap();
-    let totals = BatchTotals::of_mask(&mask).unwrap();
-    let loss = aggregate(&pt.loss, &mask, LossAggregation::Dapo, totals, 4).unwrap();
+    let cfg = GrpoLossConfig::new(LossAggregation::Dapo, clip, 0.1, 4);
+    let loss = loss_of(logp.as_tensor(), Some(&old), Some(&reference), None, &adv, &mask, &cfg).unwrap().loss;
     let g = loss
         .backward()
         .unwrap()
@@ -249,7 +242,8 @@ fn padding_values_cannot_poison_the_loss() {
     assert!(g[0].iter().all(|x| x.is_finite()), "{g:?}");
     assert_eq!((g[0][0], g[0][3]), (0.0, 0.0));
     // beta > 0 without reference log-probs is an error
-    assert!(per_token_loss(logp.as_tensor(), &old, None, &adv, &mask, clip, 0.1).is_err());
+    let err = loss_of(logp.as_tensor(), Some(&old), None, None, &adv, &mask, &cfg).unwrap_err().to_string();
+    assert!(err.contains("no reference log-probs"), "{err}");
 }
 
 #[test]
@@ -265,7 +259,6 @@ fn truncated_importance_sampling_matches_trl() {
     let clip = ClipRange { low: f["eps_low"].as_f64().unwrap(), high: f["eps_high"].as_f64().unwrap() };
     let cap = f["cap"].as_f64().unwrap();
     let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
-    let totals = BatchTotals::of_mask(&mask).unwrap();
     let drift = Drift::of(&old, &sampling, &mask, Some(cap)).unwrap();
     let m = drift.sums.metrics().unwrap();
     for (got, key) in [
@@ -287,8 +280,9 @@ fn truncated_importance_sampling_matches_trl() {
         let beta = case["beta"].as_f64().unwrap();
         let logp = Var::from_tensor(&logp0).unwrap();
         let refp = (beta != 0.0).then_some(&reference);
-        let pt = per_token_loss_weighted(logp.as_tensor(), &old, refp, &adv, &mask, clip, beta, Some(&drift.ratio)).unwrap();
-        let loss = aggregate(&pt.loss, &mask, agg, totals, max_len).unwrap();
+        let plain_cfg = GrpoLossConfig::new(agg, clip, beta, max_len);
+        let cfg = GrpoLossConfig { rollout_correction: RolloutCorrection::Tis, tis_cap: cap, ..plain_cfg };
+        let loss = loss_of(logp.as_tensor(), Some(&old), refp, Some(&sampling), &adv, &mask, &cfg).unwrap().loss;
         let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
         let want_loss = case["loss"].as_f64().unwrap();
         assert!(rel_diff(got_loss, want_loss) < 1e-5, "{case:?}: loss {got_loss} vs TRL {want_loss}");
@@ -301,9 +295,109 @@ fn truncated_importance_sampling_matches_trl() {
             }
         }
         // Without the correction the loss differs: the test can fail.
-        let plain = per_token_loss(logp.as_tensor(), &old, refp, &adv, &mask, clip, beta).unwrap();
-        let plain_loss = aggregate(&plain.loss, &mask, agg, totals, max_len).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let plain = loss_of(logp.as_tensor(), Some(&old), refp, Some(&sampling), &adv, &mask, &plain_cfg).unwrap().loss;
+        let plain_loss = plain.to_scalar::<f32>().unwrap() as f64;
         assert!(rel_diff(plain_loss, want_loss) > 1e-3, "TIS changes the loss ({plain_loss} vs {want_loss})");
     }
     println!("TIS vs TRL {}: worst gradient |diff| {worst:.3e}", f["trl_version"]);
+}
+
+/// The gradient of `loss` with respect to `logp`, as `[b, t]` rows.
+fn grad_rows(loss: &Tensor, logp: &Var) -> Vec<Vec<f32>> {
+    loss.backward().unwrap().get(logp.as_tensor()).expect("gradient reaches logp").to_vec2::<f32>().unwrap()
+}
+
+#[test]
+fn an_epsilon_of_zero_matches_trl_on_policy() {
+    // On-policy the ratio is exactly 1: with an epsilon of 0 it sits on an end
+    // of the clip range, where torch.clamp passes no gradient and torch.min
+    // halves the tie, so TRL's gradient is -A*w/2 (Candle's own clamp would
+    // give 3/4 of it). Both the autograd path (beta > 0) and the closed form
+    // of the folded head (beta = 0) must give TRL's numbers.
+    let f = fixture("clip-edges.json");
+    let logp0 = tensor2(&f["logp"]);
+    let reference = tensor2(&f["ref_logp"]);
+    let mask = tensor2(&f["mask"]);
+    let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
+    let totals = BatchTotals::of_mask(&mask).unwrap();
+    let cases = f["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 24);
+    let mut worst = 0f64;
+    for case in cases {
+        let clip = ClipRange { low: case["eps_low"].as_f64().unwrap(), high: case["eps_high"].as_f64().unwrap() };
+        let beta = case["beta"].as_f64().unwrap();
+        let cfg = GrpoLossConfig::new(aggregation(case["loss_type"].as_str().unwrap()), clip, beta, max_len);
+        let logp = Var::from_tensor(&logp0).unwrap();
+        let out = loss_of(logp.as_tensor(), None, (beta != 0.0).then_some(&reference), None, &adv, &mask, &cfg).unwrap();
+        let want_loss = case["loss"].as_f64().unwrap();
+        assert!((out.loss.to_scalar::<f32>().unwrap() as f64 - want_loss).abs() < 1e-6, "{case:?}: loss");
+        let want = matrix(&case["grad_logp"]);
+        let mut check = |got: &[Vec<f32>], what: &str| {
+            for (gr, wr) in got.iter().zip(&want) {
+                for (g, w) in gr.iter().zip(wr) {
+                    let d = (*g as f64 - w).abs();
+                    worst = worst.max(d);
+                    assert!(d < 1e-6 + 1e-5 * w.abs(), "{what} {}: {g} vs TRL {w}", case["loss_type"]);
+                }
+            }
+        };
+        check(&grad_rows(&out.loss, &logp), "autograd");
+        if beta == 0.0 {
+            let c = linear_coefficients(&adv, &mask, Aggregate::rows(&cfg, totals), clip).unwrap();
+            check(&c.to_vec2::<f32>().unwrap(), "closed form");
+        }
+    }
+    println!("epsilon 0 vs TRL {}: worst gradient |diff| {worst:.3e}", f["trl_version"]);
+}
+
+#[test]
+fn the_folded_heads_closed_form_equals_autograd_exactly() {
+    // The folded head (on-policy, beta = 0, no TIS) takes its coefficients
+    // from the closed form; they must be the very numbers autograd gives
+    // through grpo_loss, for every aggregation, both micro-batch layouts
+    // (a row's formula, and per-token weights as packed rows use) and clip
+    // ranges with and without an epsilon of 0.
+    let dev = Device::Cpu;
+    let (b, t) = (5, 9);
+    let lens = [8usize, 3, 6, 1, 5];
+    let mut mask = vec![0f32; b * t];
+    for (i, &n) in lens.iter().enumerate() {
+        for j in 1..=n {
+            mask[i * t + j] = if (i + j) % 5 == 4 { 0.0 } else { 1.0 };
+        }
+    }
+    let mask = Tensor::from_vec(mask, (b, t), &dev).unwrap();
+    let logp0 = Tensor::from_vec((0..b * t).map(|i| -0.1 - (i % 7) as f32 * 0.37).collect::<Vec<_>>(), (b, t), &dev).unwrap();
+    let adv_rows = [1.37f32, -0.61, 0.0, 2.9, -1.113];
+    let adv = Tensor::new(&adv_rows, &dev).unwrap();
+    let adv_tokens = adv.unsqueeze(1).unwrap().broadcast_as((b, t)).unwrap().contiguous().unwrap();
+    let totals = BatchTotals::of_mask(&mask).unwrap();
+    let mask_rows = mask.to_vec2::<f32>().unwrap();
+    let mut compared = 0;
+    for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        let weights: Vec<f32> = mask_rows
+            .iter()
+            .flat_map(|row| {
+                let w = token_weight(agg, totals, 12, row.iter().map(|&m| m as f64).sum());
+                row.iter().map(move |&m| (m as f64 * w) as f32)
+            })
+            .collect();
+        let weights = Tensor::from_vec(weights, (b, t), &dev).unwrap();
+        for (low, high) in [(0.2, 0.28), (0.0, 0.28), (0.2, 0.0), (0.0, 0.0)] {
+            let clip = ClipRange { low, high };
+            let cfg = GrpoLossConfig::new(agg, clip, 0.0, 12);
+            for (aggregate, advantages) in [(Aggregate::rows(&cfg, totals), &adv), (Aggregate::Weights(&weights), &adv_tokens)] {
+                let logp = Var::from_tensor(&logp0).unwrap();
+                let x = LossInputs { logp: logp.as_tensor(), old: None, reference: None, rollout: None, advantages, mask: &mask, entropy: None };
+                let auto = grad_rows(&grpo_loss(x, aggregate, &cfg).unwrap().loss, &logp);
+                let closed = linear_coefficients(advantages, &mask, aggregate, clip).unwrap().to_vec2::<f32>().unwrap();
+                assert_eq!(closed, auto, "{agg:?} {clip:?} {aggregate:?}");
+                assert!(auto.iter().flatten().any(|&g| g != 0.0));
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 32);
 }

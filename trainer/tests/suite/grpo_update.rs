@@ -9,10 +9,9 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
-use trainer::grpo::{
-    accumulate_gradients, detached_logprobs, hidden_logprobs, hidden_weighted_logprobs, ClipRange, EntropyMetric, GrpoBatch,
-    GrpoLossConfig, LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
-};
+use trainer::backward::{detached_logprobs, hidden_logprobs, hidden_weighted_logprobs, EntropyMetric};
+use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, RolloutCorrection};
+use trainer::model::recompute::Recompute;
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
 use trainer::{CausalLm, ModelConfig};

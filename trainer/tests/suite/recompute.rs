@@ -11,13 +11,14 @@ use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
+use trainer::backward::{detached_logprobs, EntropyMetric};
 use trainer::grpo::{
-    accumulate_gradients, detached_logprobs, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig,
-    LossAggregation, OldLogprobs, Recompute, RolloutCorrection,
+    accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, RolloutCorrection,
 };
+use trainer::model::recompute::Recompute;
 use trainer::model::cache::Positions;
 use trainer::optim::Gradients;
-use trainer::train::config::TrainSection;
+use trainer::run_config::TrainSection;
 use trainer::weights::TensorMap;
 use trainer::{CausalLm, ModelConfig};
 

@@ -52,7 +52,7 @@ pub fn run(a: Args) -> Result<()> {
         data: DataCursor::default(),
         config: serde_json::json!({}),
         config_hash: String::new(),
-        arch_hash: checkpoint::arch_hash(&cfg),
+        arch_hash: cfg.arch_hash(),
     };
     let exported = optimizer.export_state()?;
     let state_bytes: usize = exported.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum();

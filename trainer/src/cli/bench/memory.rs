@@ -8,7 +8,9 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::process::Command;
 use std::time::Instant;
-use trainer::grpo::{accumulate_gradients, ClipRange, EntropyMetric, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, Recompute};
+use trainer::backward::EntropyMetric;
+use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs};
+use trainer::model::recompute::Recompute;
 use trainer::{CausalLm, ModelConfig};
 
 /// The recomputation mode of a child run.

@@ -10,7 +10,7 @@ use super::{median, minor_faults, rss_kib, set_threads};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Tensor};
 use std::time::Instant;
-use trainer::grpo::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
+use trainer::backward::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
 use trainer::optim::Gradients;
 use trainer::CausalLm;
 
@@ -99,8 +99,8 @@ pub fn run(a: Args) -> Result<()> {
         temperature: 1.0,
         entropy: EntropyMetric::Skip,
         recompute: match a.recompute {
-            Recompute::Off => trainer::grpo::Recompute::Off,
-            Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
+            Recompute::Off => trainer::model::recompute::Recompute::Off,
+            Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
         },
     };
     let positions = trainer::model::cache::Positions::sequential(a.rows, a.tokens);
@@ -170,8 +170,8 @@ pub fn run(a: Args) -> Result<()> {
     // The memory planner's figure for this step, beside the measured peak.
     let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
     let recompute = match a.recompute {
-        Recompute::Off => trainer::grpo::Recompute::Off,
-        Recompute::PerLayer => trainer::grpo::Recompute::PerLayer,
+        Recompute::Off => trainer::model::recompute::Recompute::Off,
+        Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
     };
     let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
     let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;

@@ -5,7 +5,7 @@
 //! magnitude of one process's). `fusegrpo dist-check` runs it under mpirun;
 //! the tests run it with ranks as threads.
 
-use super::{Collective, Dist, Single};
+use crate::dist::{Collective, Dist, Single};
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
 use crate::grpo::{group_advantages, LossAggregation};
@@ -72,7 +72,7 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
         c.grpo.aggregation = agg;
         let name = serde_json::to_value(agg).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let ranks = grpo_update(dist.clone(), &c, model_cfg, weights, episodes)?;
-        super::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
+        crate::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
         if dist.rank() == 0 {
             let one = grpo_update(Arc::new(Single), &c, model_cfg, weights, episodes)?;
             cases.push(compare(name, weights, &ranks, &one)?);
@@ -83,7 +83,7 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
     let mut c = cfg.clone();
     c.sft.schedule = crate::optim::LrSchedule::Constant;
     let ranks = sft_update(dist.clone(), &c, model_cfg, weights, &batch)?;
-    super::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
+    crate::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
     if dist.rank() == 0 {
         let one = sft_update(Arc::new(Single), &c, model_cfg, weights, &batch)?;
         cases.push(compare("sft".into(), weights, &ranks, &one)?);
@@ -112,11 +112,11 @@ fn zero_cases(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &T
         ("sft_zero1", sft_update(dist.clone(), &replicated, model_cfg, weights, batch)?, sft_update(dist.clone(), &zero, model_cfg, weights, batch)?),
     ];
     for (name, rep, sharded) in runs {
-        let (h_rep, h_zero) = (super::reduce::parameter_hash(&rep.1)?, super::reduce::parameter_hash(&sharded.1)?);
+        let (h_rep, h_zero) = (crate::dist::reduce::parameter_hash(&rep.1)?, crate::dist::reduce::parameter_hash(&sharded.1)?);
         if h_rep != h_zero {
             return Err(Error::invalid("dist-check", format!("{name}: rank {}'s weights after the ZeRO-1 update differ from the replicated update's (hash {h_zero:016x} vs {h_rep:016x})", dist.rank())));
         }
-        super::reduce::check_same_parameters(&**dist, &sharded.1, 1)?;
+        crate::dist::reduce::check_same_parameters(&**dist, &sharded.1, 1)?;
         if dist.rank() == 0 {
             let one = if name == "sft_zero1" { sft_update(Arc::new(Single), &replicated, model_cfg, weights, batch)? } else { grpo_update(Arc::new(Single), &replicated, model_cfg, weights, episodes)? };
             let mut shard = one.0.clone();

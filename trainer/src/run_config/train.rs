@@ -1,12 +1,10 @@
-//! The training sections of a run config: `[train]`, `[grpo]`, `[optim]`.
+//! `[train]` and `[grpo]`: what GRPO trains on, how often it saves, and its objective.
 
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
-use crate::grpo::drift::RolloutCorrection;
+use crate::grpo::drift::{RolloutCorrection, DEFAULT_TIS_CAP};
 use crate::grpo::loss::LossAggregation;
 use crate::model::recompute::Recompute;
 use crate::packing::MicroBatching;
-use crate::optim::adamw::WeightDecayScope;
-use crate::optim::schedule::LrSchedule;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -81,9 +79,6 @@ fn is_default_tis_cap(c: &f64) -> bool {
     *c == DEFAULT_TIS_CAP
 }
 
-/// TRL's default `vllm_importance_sampling_cap`.
-pub const DEFAULT_TIS_CAP: f64 = 3.0;
-
 impl Default for GrpoSection {
     fn default() -> Self {
         GrpoSection {
@@ -96,53 +91,6 @@ impl Default for GrpoSection {
             num_iterations: 1,
             rollout_correction: RolloutCorrection::None,
             tis_cap: DEFAULT_TIS_CAP,
-        }
-    }
-}
-
-/// AdamW, clipping and the learning-rate schedule.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OptimSection {
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    pub decay_scope: WeightDecayScope,
-    /// Global gradient-norm clip (0 = off).
-    pub max_grad_norm: f64,
-    pub schedule: LrSchedule,
-    /// ZeRO stage over data-parallel ranks: 0 keeps the whole optimizer
-    /// state on every rank; 1 keeps on each rank the f32 masters and AdamW
-    /// moments of its shard of the parameters only ([`crate::dist::zero`]).
-    /// Left out of the config's JSON (and so its hash) at 0.
-    #[serde(skip_serializing_if = "is_zero_u8")]
-    pub zero_stage: u8,
-}
-
-impl From<&OptimSection> for crate::optim::AdamWConfig {
-    fn from(o: &OptimSection) -> Self {
-        crate::optim::AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, decay_scope: o.decay_scope }
-    }
-}
-
-fn is_zero_u8(x: &u8) -> bool {
-    *x == 0
-}
-
-impl Default for OptimSection {
-    fn default() -> Self {
-        OptimSection {
-            lr: 1e-6,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decay_scope: WeightDecayScope::SkipBiasesAndNorms,
-            max_grad_norm: 1.0,
-            schedule: LrSchedule::Constant,
-            zero_stage: 0,
         }
     }
 }

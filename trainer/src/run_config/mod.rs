@@ -1,184 +1,32 @@
 //! Run configuration: raw TOML (unknown keys rejected, by name) -> a
 //! validated [`RunConfig`]. Every section has defaults, so a preset only
-//! states what differs. Training sections join this file with issue 5.
+//! states what differs. One file per section; the value enums they hold
+//! stay with their algorithms (`grpo::LossAggregation`, ...), and nothing
+//! here depends on the code that runs a config.
 
-use crate::device::{DTypeKind, DeviceKind};
+mod env;
+mod model;
+mod optim;
+mod pipeline;
+mod rollout;
+mod sampling;
+mod sft;
+mod train;
+
+pub use env::EnvSection;
+pub use model::ModelSection;
+pub use optim::OptimSection;
+pub use pipeline::{DifficultySection, PilotSection, PipelineSection, SynthSection, TasksFrom, Teacher};
+pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
+pub use sampling::SamplingSection;
+pub use sft::{OpeningPhase, SftSection};
+pub use train::{GrpoSection, TrainSection};
+
 use crate::error::{Error, Result};
-use crate::sampling::SamplerConfig;
-use rollout::episode::EpisodeConfig;
-use rollout::reward::RewardConfig;
-use rollout::tools::ToolConfig;
+use ::rollout::episode::EpisodeConfig;
+use ::rollout::reward::RewardConfig;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// The model a run starts from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSection {
-    /// A folder (config.json + safetensors + tokenizer) or a hub id.
-    pub path: String,
-    /// Tokenizer folder (default: the model folder).
-    #[serde(default)]
-    pub tokenizer: Option<PathBuf>,
-    /// A Jinja chat template that replaces the tokenizer's own (relative to
-    /// the config file): e.g. `configs/chatml-tools.jinja` declares the tools
-    /// and the `<tool_call>` format to a ChatML model whose template has none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chat_template: Option<PathBuf>,
-    /// A LoRA adapter applied to the model (relative to the config file):
-    /// PEFT's folder or a LoRA run's checkpoint. With `[lora]`, training
-    /// starts from it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adapter: Option<PathBuf>,
-    #[serde(default)]
-    pub dtype: DTypeKind,
-    #[serde(default)]
-    pub device: DeviceKind,
-    /// The fused CUDA kernels on a GPU: `auto` (on once scripts/gpu-check
-    /// has passed for this build), `on` or `off` (`crate::gpu_check`).
-    #[serde(default, skip_serializing_if = "crate::gpu_check::CudaKernels::is_auto")]
-    pub cuda_kernels: crate::gpu_check::CudaKernels,
-}
-
-/// Where tasks' repositories are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EnvSection {
-    /// Folder of `<owner>__<name>[.git]` repositories.
-    pub repos_dir: PathBuf,
-    #[serde(default)]
-    pub tools: ToolConfig,
-}
-
-/// Sampling of rollouts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SamplingSection {
-    /// 0 = greedy.
-    pub temperature: f64,
-    pub top_p: f64,
-    /// 0 = off.
-    pub top_k: usize,
-    pub seed: u64,
-}
-
-impl Default for SamplingSection {
-    fn default() -> Self {
-        SamplingSection { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 0 }
-    }
-}
-
-impl SamplingSection {
-    pub fn sampler(&self) -> SamplerConfig {
-        SamplerConfig { temperature: self.temperature, top_p: self.top_p, top_k: self.top_k }
-    }
-}
-
-/// Shape of rollouts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RolloutSection {
-    /// Episodes per task (G).
-    pub group: usize,
-    /// Bound on rows x (tokens + new tokens) in one generation batch.
-    pub max_batch_tokens: usize,
-    /// Bound on KV slots held at once (parked caches and the decoding
-    /// batch's, left padding included); episodes whose parked cache does not
-    /// fit are prefilled again at their next turn. At least 2 x
-    /// `[episode] max_total_tokens`. Unset: unbounded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_kv_tokens: Option<usize>,
-    /// Bound on tokens in one prefill forward (longer prefills are split).
-    #[serde(skip_serializing_if = "is_default_prefill")]
-    pub max_prefill_tokens: usize,
-    /// What generates the model's turns: our own decoding (`builtin`) or a
-    /// vLLM server (`vllm`, `[rollout.vllm]`).
-    #[serde(skip_serializing_if = "is_builtin")]
-    pub engine: Engine,
-    /// The vLLM server when `engine = "vllm"`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vllm: Option<VllmSection>,
-}
-
-/// `[rollout] engine`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    #[default]
-    Builtin,
-    Vllm,
-}
-
-fn is_builtin(e: &Engine) -> bool {
-    *e == Engine::Builtin
-}
-
-/// `[rollout.vllm]`: where the vLLM server is and how to talk to it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct VllmSection {
-    /// The server, `http://host:port`.
-    pub url: String,
-    /// The name vLLM serves the model (or the LoRA adapter) under.
-    pub served_model: String,
-    /// Requests in flight at most (vLLM batches them).
-    pub max_concurrency: usize,
-    /// Whole-request timeout, seconds.
-    pub timeout_s: f64,
-    /// Retries of a failed request (no connection, 408/429/5xx), with
-    /// exponential backoff from 0.5 s up to 30 s.
-    pub max_retries: u32,
-    /// Largest mean |difference| between the engine's log-probs of a probe
-    /// text and this config's model's, checked at start: the server must
-    /// serve the same weights. f32 on both sides agrees to ~1e-5; bf16 on
-    /// either side needs ~0.02.
-    pub probe_tolerance: f64,
-    /// When the server does not serve this config's model: false (the
-    /// default) stops with an error; true loads it onto the server (the
-    /// adapter under a name of its own, or the weights in place), as
-    /// `pipeline` needs for its stages' models.
-    pub load_model: bool,
-}
-
-impl Default for VllmSection {
-    fn default() -> Self {
-        VllmSection {
-            url: "http://127.0.0.1:8000".into(),
-            served_model: String::new(),
-            max_concurrency: 64,
-            timeout_s: 600.0,
-            max_retries: 5,
-            probe_tolerance: 1e-3,
-            load_model: false,
-        }
-    }
-}
-
-/// Tokens per prefill forward unless set.
-pub const DEFAULT_MAX_PREFILL_TOKENS: usize = 16_384;
-
-fn is_default_prefill(n: &usize) -> bool {
-    *n == DEFAULT_MAX_PREFILL_TOKENS
-}
-
-impl RolloutSection {
-    pub fn limits(&self) -> crate::policy::RolloutLimits {
-        crate::policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens }
-    }
-}
-
-impl Default for RolloutSection {
-    fn default() -> Self {
-        RolloutSection {
-            group: 4,
-            max_batch_tokens: 262_144,
-            max_kv_tokens: None,
-            max_prefill_tokens: DEFAULT_MAX_PREFILL_TOKENS,
-            engine: Engine::Builtin,
-            vllm: None,
-        }
-    }
-}
 
 /// A whole run's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,17 +45,17 @@ pub struct RunConfig {
     #[serde(default)]
     pub rollout: RolloutSection,
     #[serde(default)]
-    pub train: crate::train::config::TrainSection,
+    pub train: TrainSection,
     #[serde(default)]
-    pub grpo: crate::train::config::GrpoSection,
+    pub grpo: GrpoSection,
     #[serde(default)]
-    pub optim: crate::train::config::OptimSection,
+    pub optim: OptimSection,
     /// Supervised fine-tuning (`fusegrpo sft`, the pipeline's SFT stage).
-    #[serde(default, skip_serializing_if = "crate::sft::config::SftSection::is_default")]
-    pub sft: crate::sft::config::SftSection,
+    #[serde(default, skip_serializing_if = "SftSection::is_default")]
+    pub sft: SftSection,
     /// The whole recipe (`fusegrpo pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pipeline: Option<crate::pipeline::PipelineSection>,
+    pub pipeline: Option<PipelineSection>,
     /// Train a LoRA adapter instead of every weight (`train`, `sft`, `pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<crate::lora::LoraSection>,
@@ -503,8 +351,8 @@ impl RunConfig {
 
     /// The run's chat tokenizer: [`RunConfig::tokenizer_dir`]'s, with
     /// `[model] chat_template` in place of its own template when given.
-    pub fn chat_tokenizer(&self, model_dir: &Path) -> std::result::Result<rollout::chat::ChatTokenizer, rollout::chat::ChatError> {
-        rollout::chat::ChatTokenizer::from_dir_with_template(self.tokenizer_dir(model_dir), self.model.chat_template.as_deref())
+    pub fn chat_tokenizer(&self, model_dir: &Path) -> std::result::Result<::rollout::chat::ChatTokenizer, ::rollout::chat::ChatError> {
+        ::rollout::chat::ChatTokenizer::from_dir_with_template(self.tokenizer_dir(model_dir), self.model.chat_template.as_deref())
     }
 }
 

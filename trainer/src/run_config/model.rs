@@ -1,0 +1,34 @@
+//! `[model]`: the model a run starts from.
+
+use crate::device::{DTypeKind, DeviceKind};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The model a run starts from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// A folder (config.json + safetensors + tokenizer) or a hub id.
+    pub path: String,
+    /// Tokenizer folder (default: the model folder).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template that replaces the tokenizer's own (relative to
+    /// the config file): e.g. `configs/chatml-tools.jinja` declares the tools
+    /// and the `<tool_call>` format to a ChatML model whose template has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<PathBuf>,
+    /// A LoRA adapter applied to the model (relative to the config file):
+    /// PEFT's folder or a LoRA run's checkpoint. With `[lora]`, training
+    /// starts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
+    #[serde(default)]
+    pub dtype: DTypeKind,
+    #[serde(default)]
+    pub device: DeviceKind,
+    /// The fused CUDA kernels on a GPU: `auto` (on once scripts/gpu-check
+    /// has passed for this build), `on` or `off` (`crate::gpu_check`).
+    #[serde(default, skip_serializing_if = "crate::gpu_check::CudaKernels::is_auto")]
+    pub cuda_kernels: crate::gpu_check::CudaKernels,
+}
