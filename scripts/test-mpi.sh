@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The data-parallel tests (README, "Several processes"): installs OpenMPI and
+# The data-parallel tests (docs/data-parallel.md): installs OpenMPI and
 # libclang from Debian when missing (root, as on CI), builds `fusegrpo` with
 # `--features mpi`, then runs the e2e tests of tests/tests/suite/mpi.rs,
 # which start it under `mpirun -n 2 --oversubscribe`. .ci/run calls it after

@@ -200,7 +200,7 @@ impl VllmEngine {
         let message = match f {
             Failure::Status { status, tries, message } => format!("{what}: HTTP {status} after {tries} tries: {message}"),
             Failure::Transport { tries, message } => {
-                format!("{what}: no answer after {tries} tries ({message}); is vLLM running there? (start it with `vllm serve`: README, section Rollouts on vLLM)")
+                format!("{what}: no answer after {tries} tries ({message}); is vLLM running there? (start it with `vllm serve`: docs/vllm.md)")
             }
             Failure::NotJson { message } => format!("{what}: {message}"),
         };

@@ -1,4 +1,4 @@
-//! README's GPU table, planned: every row's `fusegrpo plan` command runs as
+//! docs/gpu.md's GPU table, planned: every row's `fusegrpo plan` command runs as
 //! written (from the repository root) and must say "fits"; the shipped 4B
 //! config without the CUDA kernels must not fit, naming the switch.
 
@@ -10,11 +10,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The `fusegrpo plan ...` commands in the rows of README's "A config per
+/// The `fusegrpo plan ...` commands in the rows of docs/gpu.md's "A config per
 /// GPU size" table.
 fn table_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let section = readme.split("### 4. A config per GPU size").nth(1).expect("README has the GPU table section");
+    let readme = std::fs::read_to_string(root().join("docs/gpu.md")).unwrap();
+    let section = readme.split("## 4. A config per GPU size").nth(1).expect("docs/gpu.md has the GPU table section");
     let section = section.split("\n### ").next().unwrap();
     section
         .lines()

@@ -133,7 +133,7 @@ fn kill_9_or_sigterm_then_resume_matches_the_straight_run() {
     assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), final_metrics);
 
     // SIGTERM: the run saves where it is and exits with 130, as on SIGINT
-    // (README, "When something goes wrong").
+    // (docs/troubleshooting.md).
     let termed = tmp.path().join("termed");
     let child = spawn_train(cfg, &termed, &["--save-every", "100"]);
     wait_for(&termed.join("metrics.jsonl"));

@@ -27,7 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = (args.device, args.bench, args.seed);
     anyhow::bail!(
         "fusegrpo selftest --device cuda: this binary was built without CUDA kernels; \
-         rebuild with `cargo build --release --features cuda` (see README, CUDA)"
+         rebuild with `cargo build --release --features cuda` (docs/gpu.md, 'The CUDA build')"
     )
 }
 

@@ -50,7 +50,7 @@ pub fn init() -> Result<Launch> {
                 "data parallelism",
                 format!(
                     "started by a launcher as one of {n} ranks, but this fusegrpo was built without MPI: \
-                     rebuild with `cargo build --release --features mpi` (README, \"Several processes\"), \
+                     rebuild with `cargo build --release --features mpi` (docs/data-parallel.md), \
                      or run one process"
                 ),
             )),

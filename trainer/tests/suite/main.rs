@@ -21,3 +21,4 @@ mod optim;
 mod parity;
 mod recompute;
 mod sft;
+mod config_reference;
