@@ -9,10 +9,10 @@ use crate::dist::{Collective, Dist, Single};
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
 use crate::grpo::{group_advantages, LossAggregation};
+use crate::trainers::{grpo, sft};
 use crate::optim::Gradients;
 use crate::run_config::RunConfig;
-use crate::sft::{SftBatch, SftTrainer};
-use crate::train::Trainer;
+use crate::sft::SftBatch;
 use crate::weights::TensorMap;
 use crate::ModelConfig;
 use candle_core::{DType, Tensor};
@@ -137,7 +137,7 @@ fn weights_device(weights: &TensorMap) -> candle_core::Device {
 /// The summed gradient (before clipping) and the weights after one GRPO
 /// update with the group `dist`.
 fn grpo_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, episodes: &[Episode]) -> Result<(Gradients, TensorMap)> {
-    let mut t = Trainer::new(cfg.clone(), model_cfg, weights, None, None, ChaCha8Rng::seed_from_u64(0))?;
+    let mut t = grpo::Trainer::new(cfg.clone(), model_cfg, weights, None, None, ChaCha8Rng::seed_from_u64(0))?;
     t.set_dist(dist)?;
     let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&cfg.reward)).collect();
     let g = &cfg.grpo;
@@ -159,7 +159,7 @@ fn sft_batch(episodes: &[Episode], device: &candle_core::Device) -> Result<SftBa
 
 /// The summed gradient and the weights after one SFT step with the group `dist`.
 fn sft_update(dist: Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &TensorMap, batch: &SftBatch) -> Result<(Gradients, TensorMap)> {
-    let mut t = SftTrainer::new(cfg, model_cfg, weights, None, 1)?;
+    let mut t = sft::Trainer::new(cfg, model_cfg, weights, None, 1)?;
     t.set_dist(dist, cfg.optim.zero_stage)?;
     let (grads, loss) = t.gradients(batch)?;
     t.apply(grads.clone(), loss)?;

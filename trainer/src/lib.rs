@@ -18,10 +18,11 @@
 //! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
-//! - [`train::Trainer`]: one GRPO step top to bottom (`Trainer::step`).
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
 //!   and its aggregations in one function (`grpo::grpo_loss`), micro-batched
 //!   gradient accumulation.
+//! - [`trainers`]: `trainers::grpo::Trainer` (one GRPO step top to bottom,
+//!   `Trainer::step`) and `trainers::sft::Trainer`, side by side.
 //! - [`backward`]: what GRPO and SFT share: the log-prob passes (plain and
 //!   folded with a linear loss) and one micro-batch's forward and backward.
 //! - [`packing`]: micro-batches as a token budget (several sequences per row, no padding).
@@ -60,9 +61,9 @@ pub mod safetensors_stream;
 pub mod sampling;
 pub mod serve;
 pub mod sft;
-pub mod train;
 pub mod weights;
 pub mod threads;
+pub mod trainers;
 
 pub use config::ModelConfig;
 pub use error::{Error, Result};

@@ -285,3 +285,42 @@ pub fn interrupt_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>>
     .context("installing the SIGINT/SIGTERM handler")?;
     Ok(FLAG.get_or_init(|| flag).clone())
 }
+
+/// How a command reaches an OpenAI-compatible endpoint that plays a teacher,
+/// a localizer or a judge: flattened into every command that talks to one
+/// (`rollout`, `eval`, `synth`, `tasks synth`), and made from `[pipeline]`
+/// for the pipeline's teacher.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HttpTeacherArgs {
+    /// Model name sent to an HTTP teacher.
+    #[arg(long, default_value = "teacher")]
+    pub teacher_model: String,
+    /// Environment variable holding the HTTP teacher's API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Bound on requests per second to an HTTP teacher.
+    #[arg(long)]
+    pub requests_per_second: Option<f64>,
+}
+
+impl Default for HttpTeacherArgs {
+    fn default() -> Self {
+        HttpTeacherArgs { teacher_model: "teacher".into(), api_key_env: None, requests_per_second: None }
+    }
+}
+
+impl HttpTeacherArgs {
+    /// `[pipeline]`'s `teacher_model`, `api_key_env` and `requests_per_second`.
+    pub fn of_pipeline(p: &trainer::run_config::PipelineSection) -> Self {
+        HttpTeacherArgs { teacher_model: p.teacher_model.clone(), api_key_env: p.api_key_env.clone(), requests_per_second: p.requests_per_second }
+    }
+
+    /// The client settings for the endpoint at `url` (the rest at their defaults).
+    pub fn config(&self, url: &str) -> rollout::teacher::http::HttpTeacherConfig {
+        let mut c = rollout::teacher::http::HttpTeacherConfig::new(url.to_string(), self.teacher_model.clone());
+        c.api_key_env = self.api_key_env.clone();
+        c.requests_per_second = self.requests_per_second;
+        c
+    }
+}
+

@@ -5,7 +5,7 @@
 //! from their newest checkpoint, so an interrupted pipeline continues where
 //! it stopped.
 
-use super::rollout::{run_policy_resumable, with_env, PolicyChoice, TeacherOpts};
+use super::rollout::{run_policy_resumable, with_env, HttpTeacherArgs, PolicyChoice, TeacherOpts};
 use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, ScalingRow};
 use super::run::{RunEnd, RunOptions};
@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use trainer::pipeline::{stats, Report, StageReport, TaskSource};
-use trainer::run_config::{PipelineSection, SynthSection, Teacher};
+use trainer::run_config::{PipelineSection, SynthSection};
 use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
@@ -156,16 +156,8 @@ fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: 
     }
     let repo = s.repo.as_deref().context("pipeline.synth.repo is not set")?;
     eprintln!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit);
-    let teacher = match &s.teacher {
-        Teacher::Scripted => PolicyChoice::Scripted,
-        Teacher::Http(url) => PolicyChoice::Http(url.clone()),
-    };
-    let http = super::tasks_synth::HttpOpts {
-        teacher_model: p.teacher_model.clone(),
-        api_key_env: p.api_key_env.clone(),
-        requests_per_second: p.requests_per_second,
-        ..Default::default()
-    };
+    let teacher = s.teacher.clone();
+    let http = super::tasks_synth::HttpOpts { endpoint: HttpTeacherArgs::of_pipeline(p), ..Default::default() };
     let job = super::tasks_synth::SynthRun {
         repos_dir: &cfg.env.repos_dir,
         repo,
@@ -201,16 +193,7 @@ fn split_tasks(all: &[Task], p: &PipelineSection) -> Result<(Vec<Task>, Vec<Task
 }
 
 fn teacher_of(p: &PipelineSection, seed: u64) -> (PolicyChoice, TeacherOpts) {
-    let opts = TeacherOpts {
-        model: p.teacher_model.clone(),
-        api_key_env: p.api_key_env.clone(),
-        requests_per_second: p.requests_per_second,
-        vary_scripted: Some(seed),
-    };
-    match &p.teacher {
-        Teacher::Scripted => (PolicyChoice::Scripted, opts),
-        Teacher::Http(url) => (PolicyChoice::Http(url.clone()), opts),
-    }
+    (p.teacher.clone(), TeacherOpts { http: HttpTeacherArgs::of_pipeline(p), vary_scripted: Some(seed) })
 }
 
 /// A training stage: skipped when `<dir>/complete.json` names its

@@ -16,32 +16,10 @@ use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tasks::Task;
 use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use trainer::policy::ModelPolicy;
+pub use super::common::HttpTeacherArgs;
+pub use trainer::run_config::PolicyChoice;
 use trainer::run_config::{Engine, RunConfig};
-
-/// Which policy writes the assistant turns.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PolicyChoice {
-    /// The config's model, sampled with the config's sampling settings.
-    Model,
-    /// The scripted teacher (no model).
-    Scripted,
-    /// An OpenAI-compatible chat-completions endpoint (base URL).
-    Http(String),
-}
-
-impl FromStr for PolicyChoice {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "model" => Ok(PolicyChoice::Model),
-            "scripted" => Ok(PolicyChoice::Scripted),
-            url if url.starts_with("http://") || url.starts_with("https://") => Ok(PolicyChoice::Http(url.into())),
-            other => Err(format!("`{other}`: expected model, scripted or an http(s):// URL")),
-        }
-    }
-}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -79,15 +57,8 @@ pub struct Args {
     /// Use only the first N tasks.
     #[arg(long)]
     pub max_tasks: Option<usize>,
-    /// Model name sent to an HTTP teacher.
-    #[arg(long, default_value = "teacher")]
-    pub teacher_model: String,
-    /// Environment variable holding the HTTP teacher's API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-    /// Bound on requests per second to an HTTP teacher.
-    #[arg(long)]
-    pub requests_per_second: Option<f64>,
+    #[command(flatten)]
+    pub http: HttpTeacherArgs,
     #[command(flatten)]
     pub scaling: super::scaling::ScalingArgs,
     #[command(flatten)]
@@ -97,12 +68,8 @@ pub struct Args {
 /// How to reach (and vary) a teacher policy.
 #[derive(Debug, Clone, Default)]
 pub struct TeacherOpts {
-    /// Model name sent to an HTTP teacher.
-    pub model: String,
-    /// Environment variable holding the HTTP teacher's API key.
-    pub api_key_env: Option<String>,
-    /// Bound on requests per second to an HTTP teacher.
-    pub requests_per_second: Option<f64>,
+    /// The endpoint of an HTTP teacher.
+    pub http: HttpTeacherArgs,
     /// Vary the scripted teacher per episode with this seed (synth).
     pub vary_scripted: Option<u64>,
 }
@@ -132,12 +99,7 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
-    let teacher = TeacherOpts {
-        model: args.teacher_model.clone(),
-        api_key_env: args.api_key_env.clone(),
-        requests_per_second: args.requests_per_second,
-        vary_scripted: None,
-    };
+    let teacher = TeacherOpts { http: args.http.clone(), vary_scripted: None };
     Ok((cfg, tasks, teacher))
 }
 
@@ -295,14 +257,14 @@ pub fn vllm_engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
 }
 
 /// GRPO's rollouts on the vLLM engine of `[rollout.vllm]`, kept in step
-/// with the weights being trained (`trainer::train::engine`): each sync's
+/// with the weights being trained (`trainer::grpo::engine`): each sync's
 /// folder goes under `run_dir/engine-weights` (the server must read it).
-pub fn vllm_training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<trainer::train::engine::EngineSync> {
+pub fn vllm_training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<trainer::trainers::grpo::engine::EngineSync> {
     let (engine, probe) = vllm_connect(cfg, tok)?;
     let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
     let dir = std::path::absolute(run_dir.join("engine-weights")).with_context(|| format!("{}", run_dir.display()))?;
     eprintln!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display());
-    Ok(trainer::train::engine::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
+    Ok(trainer::trainers::grpo::engine::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
 }
 
 /// The vLLM engine of `[rollout.vllm]`, its model listed and its log-probs
@@ -346,10 +308,10 @@ fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result
     let ours: Vec<f32> = trainer::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
     drop(model);
     let v = cfg.rollout.vllm.as_ref().context("[rollout.vllm]")?;
-    let (mut mean, mut max) = trainer::train::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+    let (mut mean, mut max) = trainer::trainers::grpo::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     if mean > v.probe_tolerance && v.load_model {
         load_config_model(cfg, engine)?;
-        (mean, max) = trainer::train::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+        (mean, max) = trainer::trainers::grpo::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     }
     anyhow::ensure!(
         mean <= v.probe_tolerance,
@@ -401,11 +363,9 @@ pub fn http_teacher(cfg: &RunConfig, url: &str, teacher: &TeacherOpts) -> Result
 
 /// The settings of an HTTP teacher at `url`.
 pub fn http_teacher_config(cfg: &RunConfig, url: &str, teacher: &TeacherOpts) -> HttpTeacherConfig {
-    let mut tcfg = HttpTeacherConfig::new(url.to_string(), teacher.model.clone());
+    let mut tcfg = teacher.http.config(url);
     tcfg.temperature = Some(cfg.sampling.temperature);
     tcfg.seed = Some(cfg.sampling.seed);
-    tcfg.api_key_env = teacher.api_key_env.clone();
-    tcfg.requests_per_second = teacher.requests_per_second;
     tcfg
 }
 

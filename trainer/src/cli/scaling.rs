@@ -136,7 +136,8 @@ pub fn run(
         let bar = progress_bar((tasks.len() * (sc.attempts + refines)) as u64, "episodes");
         let mut http = match &judge {
             JudgeSpec::Http(url) => {
-                let opts = TeacherOpts { model: args.judge_model.clone(), ..teacher.clone() };
+                let http = super::common::HttpTeacherArgs { teacher_model: args.judge_model.clone(), ..teacher.http.clone() };
+                let opts = TeacherOpts { http, ..teacher.clone() };
                 Some(http_judge(cfg, url, &opts)?)
             }
             _ => None,

@@ -18,7 +18,8 @@ use trainer::checkpoint::{self, DataCursor};
 use trainer::run_config::RunConfig;
 use trainer::sft::batches::{batch_at, heldout_split, total_steps};
 use trainer::run_config::OpeningPhase;
-use trainer::sft::{heldout_loss, SftBatch, SftTrainer};
+use trainer::sft::{heldout_loss, SftBatch};
+use trainer::trainers::sft;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -152,7 +153,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
 
     let (run, weights, adapter) = Run::open(cfg, run_dir, opts, s.keep_last, super::run::Stage::Sft)?;
     let device = run.device.clone();
-    let mut trainer = SftTrainer::new(cfg, &run.model_cfg, &weights, adapter.as_ref(), run_steps)?;
+    let mut trainer = sft::Trainer::new(cfg, &run.model_cfg, &weights, adapter.as_ref(), run_steps)?;
     drop((weights, adapter));
     trainer::malloc::release_free_memory();
     let mut cursor = DataCursor::default();
@@ -164,7 +165,7 @@ fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOpt
     let mut rank_log = run.rank_log(trainer.step)?;
     let stop = super::common::interrupt_flag()?;
     let save_every = opts.save_every.unwrap_or(s.save_every).max(1);
-    let save = |trainer: &SftTrainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &super::train::trained(&trainer.vars), &trainer.optimizer, &trainer.sharding);
+    let save = |trainer: &sft::Trainer, cursor: DataCursor| run.save(trainer.step, Default::default(), cursor, &super::train::trained(&trainer.vars), &trainer.optimizer, &trainer.sharding);
     let bar = super::rollout::progress_bar(total, "sft steps");
     if trainer.dist.rank() > 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

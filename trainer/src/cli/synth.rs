@@ -31,15 +31,8 @@ pub struct Args {
     /// Use only the first N tasks.
     #[arg(long)]
     pub max_tasks: Option<usize>,
-    /// Model name sent to an HTTP teacher.
-    #[arg(long, default_value = "teacher")]
-    pub teacher_model: String,
-    /// Environment variable holding the HTTP teacher's API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-    /// Bound on requests per second to an HTTP teacher.
-    #[arg(long)]
-    pub requests_per_second: Option<f64>,
+    #[command(flatten)]
+    pub http: super::common::HttpTeacherArgs,
     #[command(flatten)]
     pub tasks_check: super::common::TaskCheckArgs,
 }
@@ -53,12 +46,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
-    let teacher = TeacherOpts {
-        model: args.teacher_model.clone(),
-        api_key_env: args.api_key_env.clone(),
-        requests_per_second: args.requests_per_second,
-        vary_scripted: Some(cfg.sampling.seed),
-    };
+    let teacher = TeacherOpts { http: args.http.clone(), vary_scripted: Some(cfg.sampling.seed) };
     synth(&cfg, &tasks, &args.teacher, args.samples, &teacher, &args.out)?;
     Ok(())
 }

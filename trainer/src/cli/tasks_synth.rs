@@ -65,15 +65,8 @@ pub struct Args {
 /// How to reach an HTTP teacher or localizer.
 #[derive(clap::Args, Clone, Debug)]
 pub struct HttpOpts {
-    /// Model name sent to an HTTP teacher.
-    #[arg(long, default_value = "teacher")]
-    pub teacher_model: String,
-    /// Environment variable holding the HTTP teacher's API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-    /// Bound on requests per second to an HTTP teacher.
-    #[arg(long)]
-    pub requests_per_second: Option<f64>,
+    #[command(flatten)]
+    pub endpoint: super::common::HttpTeacherArgs,
     /// Retries of a failed request (408, 429, 5xx, transport).
     #[arg(long, default_value_t = 5)]
     pub max_retries: u32,
@@ -87,15 +80,13 @@ pub struct HttpOpts {
 
 impl Default for HttpOpts {
     fn default() -> Self {
-        HttpOpts { teacher_model: "teacher".into(), api_key_env: None, requests_per_second: None, max_retries: 5, concurrency: 8, max_tokens: 512 }
+        HttpOpts { endpoint: Default::default(), max_retries: 5, concurrency: 8, max_tokens: 512 }
     }
 }
 
 impl HttpOpts {
     fn config(&self, url: &str, seed: u64) -> HttpTeacherConfig {
-        let mut c = HttpTeacherConfig::new(url, self.teacher_model.clone());
-        c.api_key_env = self.api_key_env.clone();
-        c.requests_per_second = self.requests_per_second;
+        let mut c = self.endpoint.config(url);
         c.max_retries = self.max_retries;
         c.concurrency = self.concurrency;
         c.seed = Some(seed);

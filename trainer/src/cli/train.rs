@@ -10,7 +10,7 @@ use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
 use trainer::checkpoint::{self, DataCursor, RngState};
 use trainer::run_config::RunConfig;
-use trainer::train::{sampler::TaskSampler, Trainer};
+use trainer::trainers::grpo::{sampler::TaskSampler, Trainer};
 use trainer::weights::load_weights;
 
 #[derive(clap::Args)]

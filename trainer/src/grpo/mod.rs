@@ -8,6 +8,9 @@
 //! - [`accumulate`]: split an optimizer batch ([`GrpoBatch`]) into
 //!   micro-batches and accumulate gradients that equal the one-big-batch ones
 //!   (the forward and backward come from [`crate::backward`], shared with SFT).
+//!
+//! The trainer that runs a GRPO step is `trainers::grpo::Trainer`: it
+//! depends on the run config, which holds this module's value enums.
 
 pub mod accumulate;
 pub mod advantages;

@@ -16,7 +16,7 @@ mod train;
 pub use env::EnvSection;
 pub use model::ModelSection;
 pub use optim::OptimSection;
-pub use pipeline::{DifficultySection, PilotSection, PipelineSection, SynthSection, TasksFrom, Teacher};
+pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
 pub use sampling::SamplingSection;
 pub use sft::{OpeningPhase, SftSection};

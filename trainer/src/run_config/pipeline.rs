@@ -4,32 +4,47 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// Who writes the SFT trajectories.
+/// Which policy writes the assistant turns: `"model"` (the config's
+/// model), `"scripted"` (the scripted teacher) or an OpenAI-compatible
+/// chat-completions endpoint `"http(s)://host:port"`. The same string in a
+/// config (`pipeline.teacher`) and on a command line (`--policy`,
+/// `--teacher`, `--localizer`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub enum Teacher {
-    /// The scripted teacher, varied per episode (no model).
+pub enum PolicyChoice {
+    /// The config's model, sampled with the config's sampling settings.
+    Model,
+    /// The scripted teacher (no model).
     Scripted,
     /// An OpenAI-compatible chat-completions endpoint (base URL).
     Http(String),
 }
 
-impl TryFrom<String> for Teacher {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        match s.as_str() {
-            "scripted" => Ok(Teacher::Scripted),
-            url if url.starts_with("http://") || url.starts_with("https://") => Ok(Teacher::Http(s)),
-            other => Err(format!("teacher `{other}`: expected `scripted` or an http(s):// URL")),
+impl std::str::FromStr for PolicyChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "model" => Ok(PolicyChoice::Model),
+            "scripted" => Ok(PolicyChoice::Scripted),
+            url if url.starts_with("http://") || url.starts_with("https://") => Ok(PolicyChoice::Http(url.into())),
+            other => Err(format!("`{other}`: expected model, scripted or an http(s):// URL")),
         }
     }
 }
 
-impl From<Teacher> for String {
-    fn from(t: Teacher) -> String {
-        match t {
-            Teacher::Scripted => "scripted".into(),
-            Teacher::Http(url) => url,
+impl TryFrom<String> for PolicyChoice {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<PolicyChoice> for String {
+    fn from(p: PolicyChoice) -> String {
+        match p {
+            PolicyChoice::Model => "model".into(),
+            PolicyChoice::Scripted => "scripted".into(),
+            PolicyChoice::Http(url) => url,
         }
     }
 }
@@ -59,7 +74,7 @@ pub struct SynthSection {
     /// Seed of the draw, the instructions and the phrasing.
     pub seed: u64,
     /// Who writes the issues (`pipeline.teacher_model` / `api_key_env` reach an HTTP one).
-    pub teacher: Teacher,
+    pub teacher: PolicyChoice,
     /// Localize each issue with the scripted localizer and keep the recall.
     pub verify: bool,
     /// Drop verified tasks whose recall is below this (0: keep all).
@@ -68,7 +83,7 @@ pub struct SynthSection {
 
 impl Default for SynthSection {
     fn default() -> Self {
-        SynthSection { repo: None, commit: "HEAD".into(), count: 32, seed: 0, teacher: Teacher::Scripted, verify: false, min_recall: 0.0 }
+        SynthSection { repo: None, commit: "HEAD".into(), count: 32, seed: 0, teacher: PolicyChoice::Scripted, verify: false, min_recall: 0.0 }
     }
 }
 
@@ -141,7 +156,7 @@ pub struct PipelineSection {
     pub pilot: PilotSection,
     /// Seed of the split.
     pub split_seed: u64,
-    pub teacher: Teacher,
+    pub teacher: PolicyChoice,
     /// Model name sent to an HTTP teacher.
     pub teacher_model: String,
     /// Environment variable holding an HTTP teacher's API key.
@@ -176,7 +191,7 @@ impl Default for PipelineSection {
             difficulty: DifficultySection::default(),
             pilot: PilotSection::default(),
             split_seed: 0,
-            teacher: Teacher::Scripted,
+            teacher: PolicyChoice::Scripted,
             teacher_model: "teacher".into(),
             api_key_env: None,
             requests_per_second: None,
@@ -192,6 +207,11 @@ impl Default for PipelineSection {
 impl PipelineSection {
     /// Range checks; the error names the key (below `pipeline.`).
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        for (key, teacher) in [("teacher", &self.teacher), ("synth.teacher", &self.synth.teacher)] {
+            if *teacher == PolicyChoice::Model {
+                return Err((key, "\"model\" cannot teach itself: expected \"scripted\" or an http(s):// URL".into()));
+            }
+        }
         if self.samples == 0 {
             return Err(("samples", "must be at least 1".into()));
         }

@@ -51,7 +51,7 @@ fn qwen3_4b_recipe_is_a_pipeline_config() {
     let (p, tasks) = trainer::pipeline::pipeline_inputs(&cfg, &path).unwrap_or_else(|e| panic!("{e}"));
     let trainer::pipeline::TaskSource::File(tasks) = tasks else { panic!("the recipe reads a task file: {tasks:?}") };
     assert!(tasks.ends_with("configs/../data/tasks.jsonl"), "{}", tasks.display());
-    assert!(matches!(p.teacher, trainer::run_config::Teacher::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
+    assert!(matches!(p.teacher, trainer::run_config::PolicyChoice::Http(ref url) if url.starts_with("http://")), "{:?}", p.teacher);
     assert_ne!(cfg.sft, trainer::run_config::SftSection::default(), "[sft] is missing");
     let f = &cfg.sft.filter;
     assert_eq!((f.min_f1, f.min_e, f.min_calls_per_turn, f.max_calls_per_turn), (0.5, 0.2, 2.0, 8.0));
@@ -209,4 +209,31 @@ fn vllm_engine_settings_are_checked() {
         assert!(matches!(e, trainer::Error::Config { key: ref k, .. } if k == key), "{key}: {e}");
     }
     assert!(with("engine = \"sglang\"\n", "").unwrap_err().to_string().contains("sglang"));
+}
+
+/// The teacher is a policy choice, one parser for configs and command
+/// lines: scripted or a URL parse; the model teaching itself is refused
+/// naming the key, and an unknown word names what is expected.
+#[test]
+fn the_pipeline_teacher_is_a_policy_choice() {
+    use trainer::run_config::PolicyChoice;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("teacher.toml");
+    let with = |teacher: &str, key: &str| {
+        let text = format!("name = \"t\"\n[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n[pipeline]\ntasks = \"t.jsonl\"\n{key} = \"{teacher}\"\n");
+        std::fs::write(&path, text).unwrap();
+        RunConfig::from_file(&path)
+    };
+    let cfg = with("http://localhost:8000", "teacher").unwrap();
+    assert_eq!(cfg.pipeline.unwrap().teacher, PolicyChoice::Http("http://localhost:8000".into()));
+    assert_eq!(with("scripted", "teacher").unwrap().pipeline.unwrap().teacher, PolicyChoice::Scripted);
+    let e = with("model", "teacher").unwrap_err().to_string();
+    assert!(e.contains("pipeline.teacher") && e.contains("cannot teach itself"), "{e}");
+    std::fs::write(&path, "name = \"t\"\n[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n[pipeline]\ntasks = \"t.jsonl\"\n[pipeline.synth]\nteacher = \"model\"\n").unwrap();
+    let e = RunConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("pipeline.synth.teacher"), "{e}");
+    let e = with("gpt", "teacher").unwrap_err().to_string();
+    assert!(e.contains("expected model, scripted or an http(s):// URL"), "{e}");
+    assert_eq!("model".parse::<PolicyChoice>(), Ok(PolicyChoice::Model));
+    assert_eq!(String::from(PolicyChoice::Http("https://x".into())), "https://x");
 }

@@ -1,4 +1,4 @@
-//! GRPO's weight sync to a vLLM server (`trainer::train::engine`), against
+//! GRPO's weight sync to a vLLM server (`trainer::grpo::engine`), against
 //! a stand-in server that checks what it is sent and answers the probe
 //! with log-probs it is given: each sync writes a loadable folder and has
 //! the server load it (whole model: pause, reload_weights, resume; LoRA: a
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trainer::logprobs::score_sequence;
 use trainer::lora::peft;
-use trainer::train::engine::{EngineSync, Upload};
+use trainer::trainers::grpo::engine::{EngineSync, Upload};
 use trainer::CausalLm;
 
 /// A vLLM stand-in: the dev and LoRA endpoints answer OK after checking the

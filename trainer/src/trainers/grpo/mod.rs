@@ -1,4 +1,4 @@
-//! GRPO training: one step reads top to bottom in [`Trainer::step`]:
+//! The GRPO trainer: one step reads top to bottom in [`Trainer::step`]:
 //! sample tasks -> rollouts -> rewards -> advantages -> batch -> gradients
 //! (micro-batched) -> clip -> AdamW -> metrics.
 //!
