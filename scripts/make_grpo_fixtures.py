@@ -138,6 +138,22 @@ def stand_in(loss_type, beta, logp, entropies, max_completion_length, eps_low, e
     return s
 
 
+def trl_inputs(mask, advantages, old=None, ref=None, **extra):
+    """The batch TRL's _compute_loss reads, for `mask`'s [b, t] completions."""
+    b, t = mask.shape
+    inputs = {
+        "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
+        "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
+        "advantages": advantages, "num_items_in_batch": mask.sum(),
+    }
+    if old is not None:
+        inputs["old_per_token_logps"] = old
+    if ref is not None:
+        inputs["ref_per_token_logps"] = ref
+    inputs.update(extra)
+    return inputs
+
+
 def loss_cases():
     torch.manual_seed(0)
     b, t = 4, 9
@@ -166,15 +182,7 @@ def loss_cases():
         for beta, mu1 in [(0.0, False), (0.04, False), (0.04, True)]:
             leaf = logp.clone().requires_grad_(True)
             s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
-            inputs = {
-                "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
-                "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-                "advantages": advantages, "num_items_in_batch": mask.sum(),
-            }
-            if not mu1:
-                inputs["old_per_token_logps"] = old
-            if beta != 0.0:
-                inputs["ref_per_token_logps"] = ref
+            inputs = trl_inputs(mask, advantages, old=None if mu1 else old, ref=ref if beta != 0.0 else None)
             loss = GRPOTrainer._compute_loss(s, None, inputs)
             loss.backward()
             m = s._metrics["train"]
@@ -226,14 +234,7 @@ def tis_cases():
             s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
             s.use_vllm = True
             s.vllm_importance_sampling_correction = True
-            inputs = {
-                "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
-                "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-                "advantages": advantages, "num_items_in_batch": mask.sum(),
-                "old_per_token_logps": old, "importance_sampling_ratio": ratio,
-            }
-            if beta != 0.0:
-                inputs["ref_per_token_logps"] = ref
+            inputs = trl_inputs(mask, advantages, old=old, ref=ref if beta != 0.0 else None, importance_sampling_ratio=ratio)
             loss = GRPOTrainer._compute_loss(s, None, inputs)
             loss.backward()
             out["cases"].append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "grad_logp": tolist(leaf.grad)})
@@ -263,13 +264,7 @@ def clip_edges_cases():
             for beta in [0.0, 0.04]:
                 leaf = logp.clone().requires_grad_(True)
                 s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high)
-                inputs = {
-                    "prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1),
-                    "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-                    "advantages": advantages, "num_items_in_batch": mask.sum(),
-                }
-                if beta != 0.0:
-                    inputs["ref_per_token_logps"] = ref
+                inputs = trl_inputs(mask, advantages, ref=ref if beta != 0.0 else None)
                 loss = GRPOTrainer._compute_loss(s, None, inputs)
                 loss.backward()
                 out["cases"].append({
