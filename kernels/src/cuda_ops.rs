@@ -6,11 +6,11 @@
 //! contiguous here, except attention's (its kernels take strided q, k, v).
 
 use crate::attention::Visibility;
-use crate::logprobs_cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
-use crate::norm_cuda::{rms_norm_bwd_cuda, rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
-use crate::rope_cuda::{rope_bwd_cuda, rope_fwd_cuda, rope_op_cuda};
+use crate::logprobs::cuda::{token_logprobs_bwd_cuda, token_logprobs_fwd_cuda};
+use crate::norm::cuda::{rms_norm_bwd_cuda, rms_norm_bwd_dw_cuda, rms_norm_bwd_dx_cuda, rms_norm_fwd_cuda};
+use crate::rope::cuda::{rope_bwd_cuda, rope_fwd_cuda, rope_op_cuda};
 use crate::sampling::SampleMode;
-use crate::sampling_cuda::sample_cuda;
+use crate::sampling::cuda::sample_cuda;
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, Layout, Result, Shape, Storage, Tensor};

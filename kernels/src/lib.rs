@@ -99,21 +99,9 @@ mod cuda_util;
 #[cfg(feature = "cuda")]
 pub mod cuda_ops;
 
-// The CUDA launchers, mounted by path beside their ops' CPU code; each op's
-// `cuda_fwd` is one call into them. With the kernels off (`[model]
-// cuda_kernels`, off until scripts/gpu-check has passed for the build) the
-// public functions use their references on CUDA, and only `fusegrpo
-// selftest --device cuda` (through `cuda_ops` and the ops' `cuda_fwd`) runs
-// the kernels.
-#[cfg(feature = "cuda")]
-#[path = "logprobs/cuda.rs"]
-mod logprobs_cuda;
-#[cfg(feature = "cuda")]
-#[path = "norm/cuda.rs"]
-mod norm_cuda;
-#[cfg(feature = "cuda")]
-#[path = "rope/cuda.rs"]
-mod rope_cuda;
-#[cfg(feature = "cuda")]
-#[path = "sampling/cuda.rs"]
-mod sampling_cuda;
+// Each op's CUDA launchers are its child module `cuda` (`<op>/cuda.rs`,
+// beside its CPU code); the op's `cuda_fwd` is one call into them. With the
+// kernels off (`[model] cuda_kernels`, off until scripts/gpu-check has
+// passed for the build) the public functions use their references on
+// CUDA, and only `fusegrpo selftest --device cuda` (through `cuda_ops` and
+// the ops' `cuda_fwd`) runs the kernels.

@@ -6,6 +6,9 @@
 //! - [`rms_norm_reference`]: the stock-op composition it matches.
 //! - [`RmsNormOp`] / [`RmsNormBackward`]: the custom ops (CPU: rayon over rows).
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+
 use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -63,7 +66,7 @@ impl CustomOp2 for RmsNormOp {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::norm_cuda::rms_norm_fwd_cuda(self.eps, s1, l1, s2, l2)
+        cuda::rms_norm_fwd_cuda(self.eps, s1, l1, s2, l2)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
@@ -107,7 +110,7 @@ impl CustomOp3 for RmsNormBackward {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::norm_cuda::rms_norm_bwd_cuda(self.eps, s1, l1, s2, l2, s3, l3)
+        cuda::rms_norm_bwd_cuda(self.eps, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {

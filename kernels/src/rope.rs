@@ -10,6 +10,9 @@
 //! - [`RopeOp`]: the custom op; its backward is the inverse rotation, the same
 //!   op with `inverse` flipped.
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+
 use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -66,7 +69,7 @@ impl CustomOp3 for RopeOp {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::rope_cuda::rope_op_cuda(self.inverse, s1, l1, s2, l2, s3, l3)
+        cuda::rope_op_cuda(self.inverse, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {

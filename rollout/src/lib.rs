@@ -18,7 +18,8 @@
 //!   [`reward::Score`] (F1_file, F1_func, F1, e, R).
 //! - [`tasks`]: [`tasks::Task`] JSONL rows, [`tasks::gold::derive_gold`] from a
 //!   patch, [`tasks::history::tasks_from_history`], synthetic tasks
-//!   ([`tasks::synth::synthesize`]: random functions, an issue written about each).
+//!   ([`synth::synthesize`]: random functions, an issue written about each; above
+//!   tasks, episodes and teachers, since it runs episodes to verify them).
 //! - [`practice`]: [`practice::generate`]`(repos_dir, &PracticeConfig)`, a
 //!   seeded Python repository with an issue-like history to make tasks from.
 //!
@@ -48,6 +49,7 @@ pub mod repo;
 pub mod reward;
 pub mod scaling;
 pub mod spans;
+pub mod synth;
 pub mod tasks;
 pub mod testutil;
 pub mod teacher;

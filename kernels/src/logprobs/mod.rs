@@ -21,6 +21,8 @@
 //! one matrix-product pass fewer than the forward and backward above.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 mod folded;
 mod folded_cpu;
 
@@ -183,7 +185,7 @@ impl CustomOp3 for TokenLogprobsOp {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::logprobs_cuda::token_logprobs_fwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
+        cuda::token_logprobs_fwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {
@@ -236,7 +238,7 @@ impl CustomOp3 for TokenLogprobsBackward {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::logprobs_cuda::token_logprobs_bwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
+        cuda::token_logprobs_bwd_cuda(self.temperature, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<(CpuStorage, Shape)> {

@@ -26,6 +26,8 @@
 //! CPU op runs there: what sampling did before the op.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 
 use crate::storage::contiguous_slice;
 use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Result, Shape, Tensor};
@@ -139,7 +141,7 @@ impl CustomOp2 for SampleOp {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::sampling_cuda::sample_cuda(self.mode, s1, l1, s2, l2)
+        cuda::sample_cuda(self.mode, s1, l1, s2, l2)
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {

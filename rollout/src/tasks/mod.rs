@@ -6,7 +6,6 @@ pub mod gold;
 pub mod history;
 pub mod import;
 pub mod patch;
-pub mod synth;
 
 use std::path::{Path, PathBuf};
 

@@ -8,12 +8,6 @@
 
 /// Known cycles, as the test reports them.
 const KNOWN: &[&str] = &[
-    // The CUDA launchers of sampling are mounted from lib.rs by #[path].
-    "kernels/src/lib.rs: files sampling -> sampling_cuda, sampling_cuda -> sampling",
-    "kernels/src/lib.rs: top-level modules sampling -> sampling_cuda, sampling_cuda -> sampling",
-    // Synthetic tasks (tasks::synth) run episodes with a teacher; the
-    // scripted teacher reads scaling's refine prompt and the gold paths.
-    "rollout/src/lib.rs: top-level modules episode -> tasks, scaling -> episode, scaling -> tasks, tasks -> episode, tasks -> teacher, teacher -> scaling, teacher -> tasks",
     // The application in the binary: policy and environment setup in
     // cli::rollout, shared by the commands (to move into the library).
     "trainer/src/main.rs: files cli::rollout -> cli::scaling, cli::rollout -> cli::sft, cli::scaling -> cli::rollout, cli::sft -> cli::rollout, cli::sft -> cli::train, cli::train -> cli::rollout",

@@ -165,7 +165,7 @@ fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: 
         teacher: &teacher,
         localizer: s.verify.then_some(&PolicyChoice::Scripted),
         http: &http,
-        config: rollout::tasks::synth::SynthConfig { count: s.count, seed: s.seed, min_recall: s.min_recall, ..Default::default() },
+        config: rollout::synth::SynthConfig { count: s.count, seed: s.seed, min_recall: s.min_recall, ..Default::default() },
     };
     super::tasks_synth::make_tasks_to(&job, &out)?;
     Ok(out)

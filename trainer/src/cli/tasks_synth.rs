@@ -1,5 +1,5 @@
 //! `fusegrpo tasks synth`: synthetic tasks of a repository at a commit,
-//! without history or tests (SERA-style; `rollout::tasks::synth`):
+//! without history or tests (SERA-style; `rollout::synth`):
 //! functions drawn at random, an issue written about each by the scripted
 //! writer or an OpenAI-compatible teacher, gold = that function and its
 //! file; `--verify` adds the recall of a localizer that sees only the issue.
@@ -14,11 +14,11 @@ use super::rollout::PolicyChoice;
 use anyhow::{bail, Context, Result};
 use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
-use rollout::tasks::synth::http::HttpIssueWriter;
-use rollout::tasks::synth::scripted::ScriptedIssueWriter;
-use rollout::tasks::synth::summary::RecallSummary;
-use rollout::tasks::synth::writer::IssueWriter;
-use rollout::tasks::synth::{synthesize, SynthConfig, SynthReport, SynthTask};
+use rollout::synth::http::HttpIssueWriter;
+use rollout::synth::scripted::ScriptedIssueWriter;
+use rollout::synth::summary::RecallSummary;
+use rollout::synth::writer::IssueWriter;
+use rollout::synth::{synthesize, SynthConfig, SynthReport, SynthTask};
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
