@@ -278,7 +278,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
 
 /// `[pipeline.pilot]`: a GRPO run per learning rate into
 /// `<run>/pilot/lr-<lr>` (resumable stages), and the rate whose run had the
-/// highest mean training reward after its first step.
+/// highest mean reward R (the rollouts' R, not `train_reward`) after its first step.
 fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>) -> Result<Option<serde_json::Value>> {
     if p.pilot.lrs.is_empty() {
         return Ok(None);
@@ -298,7 +298,7 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         // Step 1 rolls out before any update: the same for every rate.
         let after_first = if rewards.len() > 1 { &rewards[1..] } else { &rewards[..] };
         let mean = after_first.iter().sum::<f64>() / after_first.len().max(1) as f64;
-        eprintln!("pilot {name}: mean training reward {mean:.4} over steps 2-{}", rewards.len());
+        eprintln!("pilot {name}: mean reward R {mean:.4} (R of the rollouts, without the answer term) over steps 2-{}", rewards.len());
         means.insert(format!("{lr:e}"), serde_json::json!({"mean_reward": mean, "rewards": rewards}));
         if best.is_none_or(|(_, m)| mean > m) {
             best = Some((lr, mean));

@@ -96,7 +96,7 @@ pub struct Report {
     /// The difficulty filter: tasks probed, kept, the probe's mean reward.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<serde_json::Value>,
-    /// The pilot: each learning rate's mean training reward, and the chosen one.
+    /// The pilot: each learning rate's mean reward R after its first step, and the chosen one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pilot: Option<serde_json::Value>,
 }
