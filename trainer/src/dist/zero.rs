@@ -54,6 +54,15 @@ impl Sharding {
         Sharding::Zero1(Partition::of(params, dist.world()))
     }
 
+    /// The sharding of `params` over `dist`'s ranks (ZeRO `stage` 0 or 1)
+    /// and this rank's AdamW over its share: how both trainers set up their
+    /// optimizer.
+    pub fn with_optimizer(stage: u8, params: &BTreeMap<String, Var>, dist: &dyn Collective, cfg: AdamWConfig) -> Result<(Sharding, AdamW)> {
+        let sharding = Sharding::new(stage, params, dist);
+        let optimizer = sharding.optimizer(params, cfg, dist.rank())?;
+        Ok((sharding, optimizer))
+    }
+
     /// The optimizer for this rank: every parameter's state, or its shard's.
     pub fn optimizer(&self, params: &BTreeMap<String, Var>, cfg: AdamWConfig, rank: usize) -> Result<AdamW> {
         match self {

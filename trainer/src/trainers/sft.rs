@@ -61,12 +61,7 @@ impl Trainer {
         let (model, vars) = crate::model::load::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
         let dist = dist::current();
-        let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
-        let optimizer = sharding.optimizer(
-            &vars,
-            AdamWConfig::from(o),
-            dist.rank(),
-        )?;
+        let (sharding, optimizer) = dist::zero::Sharding::with_optimizer(o.zero_stage, &vars, &*dist, AdamWConfig::from(o))?;
         Ok(Trainer {
             vars,
             model,
@@ -85,8 +80,7 @@ impl Trainer {
     /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
     /// the optimizer is rebuilt, sharded for them under ZeRO-1 (`zero_stage`).
     pub fn set_dist(&mut self, dist: Dist, zero_stage: u8) -> Result<()> {
-        self.sharding = dist::zero::Sharding::new(zero_stage, &self.vars, &*dist);
-        self.optimizer = self.sharding.optimizer(&self.vars, *self.optimizer.config(), dist.rank())?;
+        (self.sharding, self.optimizer) = dist::zero::Sharding::with_optimizer(zero_stage, &self.vars, &*dist, *self.optimizer.config())?;
         self.dist = dist;
         Ok(())
     }

@@ -166,14 +166,8 @@ impl Trainer {
                 Some(CausalLm::new(model_cfg, &frozen)?)
             }
         };
-        let o = &cfg.optim;
         let dist = dist::current();
-        let sharding = dist::zero::Sharding::new(o.zero_stage, &vars, &*dist);
-        let optimizer = sharding.optimizer(
-            &vars,
-            AdamWConfig::from(o),
-            dist.rank(),
-        )?;
+        let (sharding, optimizer) = dist::zero::Sharding::with_optimizer(cfg.optim.zero_stage, &vars, &*dist, AdamWConfig::from(&cfg.optim))?;
         let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
         Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist, engine: None })
     }
@@ -181,8 +175,7 @@ impl Trainer {
     /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
     /// the optimizer is rebuilt, sharded for them under ZeRO-1.
     pub fn set_dist(&mut self, dist: Dist) -> Result<()> {
-        self.sharding = dist::zero::Sharding::new(self.cfg.optim.zero_stage, &self.vars, &*dist);
-        self.optimizer = self.sharding.optimizer(&self.vars, *self.optimizer.config(), dist.rank())?;
+        (self.sharding, self.optimizer) = dist::zero::Sharding::with_optimizer(self.cfg.optim.zero_stage, &self.vars, &*dist, *self.optimizer.config())?;
         self.dist = dist;
         Ok(())
     }
