@@ -26,7 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
 [ -n "${FUSEGRPO_BIN:-}" ] || cargo build --release --bin fusegrpo
-source="${REPO_SOURCE:-https://github.com/{owner}/{name}.git}"
+# (The default in a variable: a `}` inside ${VAR:-...} would end the expansion.)
+github='https://github.com/{owner}/{name}.git'
+source="${REPO_SOURCE:-$github}"
 real=checkpoints/real
 repos=$real/repos
 mkdir -p "$real/corpus/history" "$real/corpus/synth"
