@@ -91,3 +91,19 @@ impl From<DTypeKind> for DType {
         }
     }
 }
+
+/// Where and in which precision a model runs: the device, the dtype its
+/// weights are converted to, and the fused CUDA kernels' switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub device: DeviceKind,
+    pub dtype: DTypeKind,
+    pub cuda_kernels: crate::gpu_check::CudaKernels,
+}
+
+impl Placement {
+    /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
+    pub fn open(&self) -> Result<Device> {
+        open_with_kernels(self.device, self.cuda_kernels)
+    }
+}

@@ -124,7 +124,7 @@ fn main() -> ExitCode {
     // An interrupt stops every rank at the same step (they agree on it); an
     // error on one rank ends them all.
     if let Err(e) = &result {
-        if e.downcast_ref::<cli::common::Interrupted>().is_none() {
+        if e.downcast_ref::<trainer::interrupt::Interrupted>().is_none() {
             launch.fail(e);
         }
     }
@@ -138,9 +138,9 @@ fn main() -> ExitCode {
 /// Prints `e` (with its causes) and picks the exit status: 130 for a run
 /// stopped by SIGINT/SIGTERM with its checkpoint saved, 1 otherwise.
 fn report(e: &anyhow::Error) -> ExitCode {
-    if let Some(stop) = e.downcast_ref::<cli::common::Interrupted>() {
+    if let Some(stop) = e.downcast_ref::<trainer::interrupt::Interrupted>() {
         eprintln!("{stop}");
-        return ExitCode::from(cli::common::EXIT_INTERRUPTED);
+        return ExitCode::from(trainer::interrupt::EXIT_INTERRUPTED);
     }
     eprintln!("Error: {e:?}");
     ExitCode::from(EXIT_FAILURE)

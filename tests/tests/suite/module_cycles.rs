@@ -1,17 +1,6 @@
 //! Dependencies run one way: no crate of the workspace has a cycle among
 //! its files' modules or among its top-level modules
 //! (`e2e::module_graph`: `use`, inline paths, re-exports resolved).
-//!
-//! The cycles below are known and being taken apart (issue 35): the test
-//! fails on any other cycle, and on a known one that is gone (remove it
-//! here), so the list only shrinks.
-
-/// Known cycles, as the test reports them.
-const KNOWN: &[&str] = &[
-    // The application in the binary: policy and environment setup in
-    // cli::rollout, shared by the commands (to move into the library).
-    "trainer/src/main.rs: files cli::rollout -> cli::scaling, cli::rollout -> cli::sft, cli::scaling -> cli::rollout, cli::sft -> cli::rollout, cli::sft -> cli::train, cli::train -> cli::rollout",
-];
 
 use e2e::module_graph::{crate_graph, cycles, display, top_level, workspace_roots};
 use std::path::Path;
@@ -43,10 +32,7 @@ fn no_crate_has_a_module_cycle() {
             problems.push(format!("{name}: top-level modules {}", edges.join(", ")));
         }
     }
-    println!("module graph: {} crate roots, {modules} modules, {} cycles ({} known)", roots.len(), problems.len(), KNOWN.len());
+    println!("module graph: {} crate roots, {modules} modules, {} cycles", roots.len(), problems.len());
     assert!(modules > 100, "only {modules} modules were read");
-    let new: Vec<&String> = problems.iter().filter(|p| !KNOWN.contains(&p.as_str())).collect();
-    let gone: Vec<&&str> = KNOWN.iter().filter(|k| !problems.iter().any(|p| p == **k)).collect();
-    assert!(new.is_empty(), "module cycles:\n  {}", new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "));
-    assert!(gone.is_empty(), "known cycles that are gone (remove them from KNOWN):\n  {}", gone.iter().map(|s| **s).collect::<Vec<_>>().join("\n  "));
+    assert!(problems.is_empty(), "module cycles:\n  {}", problems.join("\n  "));
 }

@@ -1,6 +1,8 @@
 //! `fusegrpo generate`: continue each input sequence, all rows in one batch.
 
-use super::common::{load_model, model_tokenizer, read_input_lines, write_json_lines, RunOn};
+use super::common::{model_tokenizer, read_input_lines, RunOn};
+use trainer::files::write_json_lines;
+use trainer::policy::load::load_model;
 use rand::SeedableRng;
 use std::path::PathBuf;
 use trainer::generate::{generate_each, GenerateConfig, Generation};
@@ -44,7 +46,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.temperature >= 0.0, "--temperature must be >= 0, got {}", args.temperature);
     anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p must be in (0, 1], got {}", args.top_p);
-    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;
     let tokenizer = model_tokenizer(&args.model)?;
     let prompts = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     for (n, ids) in prompts.iter().enumerate() {
@@ -71,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     // Rows are streamed as they finish, `{"row": i, ...}` lines in
     // OUTPUT.partial, which the ordered OUTPUT then replaces (atomically).
-    let mut stream = super::common::RowStream::create(&args.output)?;
+    let mut stream = trainer::files::RowStream::create(&args.output)?;
     let gens = generate_each(&model, &prompts, &cfg, &mut rng, |i, g| {
         let row = output_row(g, tokenizer.as_ref()).map_err(|e| trainer::Error::Invalid { what: "generate".into(), message: e.to_string() })?;
         stream.write(i, row).map_err(|e| trainer::Error::Invalid { what: args.output.display().to_string(), message: e.to_string() })

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let vocab = match (&args.tokenizer, args.small_vocab) {
         (Some(dir), _) => {
-            super::common::copy_tokenizer(dir, &args.out, true)?;
+            trainer::files::copy_tokenizer(dir, &args.out, true)?;
             QWEN3_VOCAB_ROWS
         }
         (None, Some(n)) => {

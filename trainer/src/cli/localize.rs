@@ -21,7 +21,8 @@ use rollout::spans::Language;
 use rollout::tasks::Task;
 use trainer::run_config::RunConfig;
 
-use super::rollout::{with_policy, PolicyChoice, TeacherOpts};
+use trainer::rollouts::{with_policy, TeacherOpts};
+use trainer::run_config::PolicyChoice;
 
 /// The localizer both `localize` and `mcp` load: a config and its model overrides.
 #[derive(clap::Args)]

@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::localize::{localize, Request};
-use super::rollout::{with_policy, TeacherOpts};
+use trainer::rollouts::{with_policy, TeacherOpts};
 
 /// `fusegrpo mcp`.
 #[derive(clap::Args)]

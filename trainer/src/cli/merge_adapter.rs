@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<()> {
     let bytes: usize = merged.values().map(|t: &candle_core::Tensor| t.elem_count() * t.dtype().size_in_bytes()).sum();
     let shards = if bytes <= SHARD_BYTES { ShardPolicy::Single } else { ShardPolicy::MaxBytes(SHARD_BYTES) };
     save_checkpoint(&tmp, &cfg, &merged, shards)?;
-    super::common::copy_tokenizer(&spec.base, &tmp, false)?;
+    trainer::files::copy_tokenizer(&spec.base, &tmp, false)?;
     if args.out.exists() {
         std::fs::remove_dir(&args.out).with_context(|| format!("replacing the empty {}", args.out.display()))?;
     }

@@ -3,8 +3,10 @@
 //! [`rollout::scaling::evaluate`], its table, and its output folder
 //! (attempts.jsonl, selection.jsonl, refine.jsonl, scaling.json, scaling.png).
 
-use super::common::write_json_lines;
-use super::rollout::{http_teacher_config, on_done, progress_bar, with_policy, write_episodes, PolicyChoice, TeacherOpts};
+use trainer::files::write_json_lines;
+use trainer::rollouts::episodes::write_episodes;
+use trainer::rollouts::{http_teacher_config, on_done, progress_bar, with_policy, TeacherOpts};
+use trainer::run_config::PolicyChoice;
 use anyhow::{bail, Context, Result};
 use rollout::scaling::{evaluate, JudgeChoice, ScalingConfig, ScalingRow, ScalingRun, Selector, SummarySource};
 use rollout::tasks::Task;
@@ -136,7 +138,7 @@ pub fn run(
         let bar = progress_bar((tasks.len() * (sc.attempts + refines)) as u64, "episodes");
         let mut http = match &judge {
             JudgeSpec::Http(url) => {
-                let http = super::common::HttpTeacherArgs { teacher_model: args.judge_model.clone(), ..teacher.http.clone() };
+                let http = trainer::rollouts::Endpoint { model: args.judge_model.clone(), ..teacher.http.clone() };
                 let opts = TeacherOpts { http, ..teacher.clone() };
                 Some(http_judge(cfg, url, &opts)?)
             }

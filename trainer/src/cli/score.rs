@@ -1,6 +1,8 @@
 //! `fusegrpo score`: per-token log-probs of each input sequence.
 
-use super::common::{load_model, model_tokenizer, read_input_lines, write_json_lines, RunOn};
+use super::common::{model_tokenizer, read_input_lines, RunOn};
+use trainer::files::write_json_lines;
+use trainer::policy::load::load_model;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -22,7 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;
     let tokenizer = model_tokenizer(&args.model)?;
     let rows = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     let mut out = Vec::with_capacity(rows.len());

@@ -2,7 +2,8 @@
 //! model folder (see `trainer::serve`). Prints `listening on http://ADDR` on
 //! stdout once bound (so `--port 0` can be used by scripts and tests).
 
-use super::common::{load_model, RunOn};
+use super::common::RunOn;
+use trainer::policy::load::load_model;
 use anyhow::{Context, Result};
 use rollout::chat::ChatTokenizer;
 use std::io::Write;
@@ -46,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         args.default_max_tokens >= 1,
         "--default-max-tokens must be at least 1"
     );
-    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on)?;
+    let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;
     let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
     let tok_dir = args.tokenizer.clone().unwrap_or_else(|| model_dir.clone());
     let tokenizer = ChatTokenizer::from_dir_with_template(&tok_dir, args.chat_template.as_deref())

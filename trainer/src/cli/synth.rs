@@ -3,7 +3,9 @@
 //! with retries and a rate limit), each scored: F1_file, F1_func, e, R and
 //! calls per turn. The output feeds `fusegrpo sft`.
 
-use super::rollout::{run_policy, write_episodes_atomic, PolicyChoice, TeacherOpts};
+use trainer::rollouts::episodes::write_episodes_atomic;
+use trainer::rollouts::{run_policy, TeacherOpts};
+use trainer::run_config::PolicyChoice;
 use anyhow::Result;
 use rollout::episode::summary::Summary;
 use rollout::episode::Episode;
@@ -42,11 +44,11 @@ pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
     let cfg = RunConfig::from_file(&args.config)?;
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
-    let mut tasks = super::common::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
+    let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
-    let teacher = TeacherOpts { http: args.http.clone(), vary_scripted: Some(cfg.sampling.seed) };
+    let teacher = TeacherOpts { http: args.http.endpoint(), vary_scripted: Some(cfg.sampling.seed) };
     synth(&cfg, &tasks, &args.teacher, args.samples, &teacher, &args.out)?;
     Ok(())
 }

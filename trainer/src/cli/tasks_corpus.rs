@@ -114,7 +114,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
     if !pairs.is_empty() {
         report.agreement = Some(Agreement::of(pairs.iter().map(|(a, b)| (a, b))));
     }
-    super::common::write_json_lines(&args.out, &tasks)?;
+    trainer::files::write_json_lines(&args.out, &tasks)?;
     eprintln!(
         "tasks import: {} of {} rows imported into {} ({} skipped)",
         report.imported,
@@ -201,8 +201,8 @@ pub fn split(args: SplitArgs) -> Result<()> {
     if swe_bench > 0 {
         eprintln!("tasks split: {swe_bench} tasks of SWE-bench's repositories left out of training");
     }
-    super::common::write_json_lines(&args.train, &train)?;
-    super::common::write_json_lines(&args.heldout, &heldout)?;
+    trainer::files::write_json_lines(&args.train, &train)?;
+    trainer::files::write_json_lines(&args.heldout, &heldout)?;
     eprintln!(
         "tasks split: {} training tasks from {} repositories -> {}; {} held-out tasks from {} repositories -> {}",
         train.len(),

@@ -2,6 +2,7 @@
 //! synth -> filter -> sft -> grpo -> eval (`fusegrpo pipeline`), and the
 //! report it writes (`<run>/report.json`).
 
+pub mod recipe;
 pub mod stats;
 
 use rollout::episode::summary::Summary;

@@ -22,6 +22,7 @@
 //! evictions change what it draws.
 
 pub mod limits;
+pub mod load;
 mod prefill;
 
 use crate::generate::{decode, DecodeStep, Draws, Generation};

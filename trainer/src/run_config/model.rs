@@ -32,3 +32,10 @@ pub struct ModelSection {
     #[serde(default, skip_serializing_if = "crate::gpu_check::CudaKernels::is_auto")]
     pub cuda_kernels: crate::gpu_check::CudaKernels,
 }
+
+impl ModelSection {
+    /// Where the model runs: `device`, `dtype`, `cuda_kernels`.
+    pub fn placement(&self) -> crate::device::Placement {
+        crate::device::Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
+    }
+}

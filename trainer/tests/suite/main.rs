@@ -20,5 +20,6 @@ mod model_rollout;
 mod optim;
 mod parity;
 mod recompute;
+mod runs;
 mod sft;
 mod config_reference;

@@ -9,7 +9,8 @@
 use super::shape::Shape;
 use super::step::merge;
 use super::{median, rss_kib, set_threads};
-use crate::cli::common::{load_model, write_json_lines, RunOn};
+use crate::cli::common::RunOn;
+use trainer::files::write_json_lines;
 use anyhow::{ensure, Result};
 use candle_core::DType;
 use rand::SeedableRng;
@@ -66,7 +67,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => load_model(m, a.adapter.as_deref(), &a.on)?.0,
+        Some(m) => trainer::policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;

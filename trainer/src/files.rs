@@ -1,0 +1,89 @@
+//! Files a run writes: JSON lines and bytes written atomically (through a
+//! `.partial` sibling renamed into place), rows streamed as they finish,
+//! and the tokenizer files a checkpoint carries.
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// Copy `tokenizer.json` and `tokenizer_config.json` from `from` into `to`.
+/// A missing file is an error naming it when `required` (init-tiny's
+/// `--tokenizer`), and skipped otherwise (a checkpoint of a model saved
+/// without one).
+pub fn copy_tokenizer(from: &Path, to: &Path, required: bool) -> Result<()> {
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        let src = from.join(f);
+        if required || src.exists() {
+            std::fs::copy(&src, to.join(f)).with_context(|| format!("copying {} into {}", src.display(), to.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Put `template`'s text in `dir/tokenizer_config.json` as its `chat_template`,
+/// so a checkpoint trained with `[model] chat_template` carries it.
+pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
+    let path = dir.join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
+    let src = std::fs::read_to_string(template).with_context(|| format!("reading the chat template {}", template.display()))?;
+    config["chat_template"] = src.into();
+    let tmp = dir.join("tokenizer_config.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Write one JSON value per line, atomically: into `path.partial`, then
+/// renamed over `path`, so a failure (or a run with nothing to write that
+/// fails before) never leaves `path` emptied or half-written.
+pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    write_through_partial(path, |w| {
+        for row in rows {
+            serde_json::to_writer(&mut *w, row)?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+}
+
+/// `bytes` into `path` through a temporary sibling renamed into place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_through_partial(path, |w| Ok(w.write_all(bytes)?))
+}
+
+/// `write` streams into `path.partial` (buffered), which is then renamed
+/// over `path`: a failure leaves `path` as it was.
+fn write_through_partial(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<()>) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.display()))?;
+    drop(w);
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// Rows of an output written as they finish, `{"row": i, ...}` lines in
+/// `<path>.partial`: [`write_json_lines`] to `path` later replaces that file
+/// with the ordered rows, so a run stopped midway leaves its finished rows
+/// there and `path` untouched.
+pub struct RowStream {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl RowStream {
+    pub fn create(path: &Path) -> Result<RowStream> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let path = std::path::PathBuf::from(partial);
+        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(RowStream { file, path })
+    }
+
+    pub fn write(&mut self, row: usize, mut value: serde_json::Value) -> Result<()> {
+        value["row"] = row.into();
+        writeln!(self.file, "{value}").and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
+    }
+}

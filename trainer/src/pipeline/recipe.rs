@@ -1,0 +1,434 @@
+//! The FuseSearch recipe, as `fusegrpo pipeline` runs it:
+//! split -> synth -> filter + sft -> grpo -> eval (base, sft, grpo on the
+//! held-out tasks) -> `<run>/report.json`. Each stage leaves its output in
+//! the run folder and is skipped when that output exists; SFT and GRPO resume
+//! from their newest checkpoint, so an interrupted pipeline continues where
+//! it stopped.
+
+use crate::rollouts::episodes::run_policy_resumable;
+use crate::rollouts::{with_env, Endpoint, TeacherOpts};
+use crate::run_config::PolicyChoice;
+use rollout::scaling::judge::EvidenceJudge;
+use rollout::scaling::{ScalingConfig, ScalingRow};
+use crate::run::{RunEnd, RunOptions};
+use anyhow::{Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rollout::episode::summary::Summary;
+use rollout::episode::Episode;
+use rollout::tasks::Task;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use super::{stats, Report, StageReport, TaskSource};
+use crate::run_config::{PipelineSection, SynthSection};
+use crate::run_config::RunConfig;
+
+/// The file a finished training stage leaves: `{"checkpoint": ".."}`.
+const COMPLETE: &str = "complete.json";
+
+/// The recipe of `cfg` (read from `config`, whose name its errors give)
+/// into `run_dir`: each stage skipped when its output exists, SFT and GRPO
+/// resumed from their newest checkpoint; `<run>/report.json` at the end,
+/// its table printed. `skip_bad` drops the tasks that cannot run instead of
+/// refusing the file.
+pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Result<Report> {
+    let cfg = cfg.clone();
+    let (p, source) = super::pipeline_inputs(&cfg, config)?;
+    crate::run::grpo::check_vllm_pipeline(&cfg)?;
+    let run_dir = run_dir.to_path_buf();
+    let tasks_path = match source {
+        TaskSource::File(path) => path.to_path_buf(),
+        TaskSource::Synth(s) => synth_tasks(&cfg, p, s, &run_dir)?,
+    };
+    let p = p.clone();
+    let all = crate::rollouts::checked_tasks(&tasks_path, &cfg, skip_bad)
+        .with_context(|| format!("the task file of {} (pipeline.tasks)", config.display()))?;
+    let (train, heldout) = match &p.heldout {
+        Some(path) => {
+            let held = crate::rollouts::checked_tasks(path, &cfg, skip_bad)
+                .with_context(|| format!("the held-out task file of {} (pipeline.heldout)", config.display()))?;
+            let ids: std::collections::BTreeSet<&str> = held.iter().map(|t| t.instance_id.as_str()).collect();
+            if let Some(t) = all.iter().find(|t| ids.contains(t.instance_id.as_str())) {
+                anyhow::bail!("task '{}' is both in {} and in the held-out file {}", t.instance_id, tasks_path.display(), path.display());
+            }
+            (all, held)
+        }
+        None => split_tasks(&all, &p)?,
+    };
+    eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
+    crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
+    crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?;
+    let mut seconds = BTreeMap::new();
+
+    let traj = run_dir.join("synth/trajectories.jsonl");
+    if traj.exists() {
+        eprintln!("== synth: {} exists, skipped", traj.display());
+    } else {
+        let t0 = Instant::now();
+        let (teacher, opts) = teacher_of(&p, cfg.sampling.seed);
+        let tasks = draw(&train, p.synth_tasks, p.split_seed);
+        eprintln!("== synth: {} teacher episodes on each of {} training tasks", p.samples, tasks.len());
+        let episodes = run_policy_resumable(&cfg, &tasks, &teacher, p.samples, &opts, p.chunk_tasks, &traj)?;
+        eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
+        seconds.insert("synth".to_string(), t0.elapsed().as_secs_f64());
+    }
+
+    let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
+        crate::run::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+    })?;
+
+    let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
+    let (grpo_tasks, difficulty) = difficulty_filter(&grpo_cfg, &p, &train, &run_dir)?;
+    let pilot = pilot(&grpo_cfg, &p, &grpo_tasks, &run_dir, &mut seconds)?;
+    if let Some(lr) = pilot.as_ref().and_then(|v| v["chosen_lr"].as_f64()) {
+        grpo_cfg.optim.lr = lr;
+    }
+    // The chosen pilot run's folder (named as `pilot` names it).
+    let extend = (p.pilot.extend && pilot.is_some()).then(|| run_dir.join("pilot").join(format!("lr-{:e}", grpo_cfg.optim.lr)));
+    let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
+        let mut opts = RunOptions { resume: Some("auto".into()), ..Default::default() };
+        if let Some(pilot_dir) = &extend {
+            opts.allow_config_change = extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir)?;
+        }
+        crate::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
+    })?;
+
+    let mut report = Report {
+        stages: BTreeMap::new(),
+        filter: serde_json::from_str(&std::fs::read_to_string(run_dir.join("sft/filter.json")).unwrap_or_else(|_| "null".into()))?,
+        stage_seconds: seconds,
+        train_tasks: train.len(),
+        heldout_tasks: heldout.len(),
+        paired: BTreeMap::new(),
+        difficulty,
+        pilot,
+    };
+    let mut per_task = BTreeMap::new();
+    let mut models = vec![("base", cfg.clone(), PolicyChoice::Model), ("sft", cfg.with_trained(&sft_ckpt), PolicyChoice::Model)];
+    if p.eval_teacher {
+        models.insert(1, ("teacher", cfg.clone(), PolicyChoice::Scripted));
+    }
+    models.push(("grpo", cfg.with_trained(&grpo_ckpt), PolicyChoice::Model));
+    for (name, model, policy) in models {
+        let t0 = Instant::now();
+        eprintln!("== eval {name}: {} held-out tasks", heldout.len());
+        let episodes = evaluate(&model, &p, &heldout, &policy, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
+        let rewards = stats::task_rewards(&episodes);
+        let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
+        row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
+        row.selected = selected(&cfg, &p, &heldout, &episodes)?;
+        report.stages.insert(name.to_string(), row);
+        per_task.insert(name, rewards);
+        report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
+    }
+    for (later, earlier) in [("sft", "base"), ("grpo", "sft"), ("grpo", "base"), ("grpo", "teacher")] {
+        if !per_task.contains_key(earlier) {
+            continue;
+        }
+        report.paired.insert(format!("{later}_vs_{earlier}"), stats::paired(&per_task[earlier], &per_task[later]));
+    }
+    std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    println!("{}", table(&report));
+    println!("report: {}", run_dir.join("report.json").display());
+    Ok(report)
+}
+
+/// `tasks_from = "synth"`: `<run>/tasks/synth.jsonl`, made once (as
+/// `fusegrpo tasks synth`) and skipped when it exists.
+fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: &Path) -> Result<PathBuf> {
+    let out = run_dir.join("tasks/synth.jsonl");
+    if out.exists() {
+        eprintln!("== tasks: {} exists, skipped", out.display());
+        return Ok(out);
+    }
+    let repo = s.repo.as_deref().context("pipeline.synth.repo is not set")?;
+    eprintln!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit);
+    let teacher = s.teacher.clone();
+    let http = crate::synth_tasks::HttpOpts { endpoint: Endpoint::of_pipeline(p), ..Default::default() };
+    let job = crate::synth_tasks::SynthRun {
+        repos_dir: &cfg.env.repos_dir,
+        repo,
+        commit: &s.commit,
+        teacher: &teacher,
+        localizer: s.verify.then_some(&PolicyChoice::Scripted),
+        http: &http,
+        config: rollout::synth::SynthConfig { count: s.count, seed: s.seed, min_recall: s.min_recall, ..Default::default() },
+    };
+    crate::synth_tasks::make_tasks_to(&job, &out)?;
+    Ok(out)
+}
+
+fn ensure_dir(dir: &Path) -> Result<&Path> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Held-out tasks: a seeded draw of `heldout_tasks`; the rest train.
+fn split_tasks(all: &[Task], p: &PipelineSection) -> Result<(Vec<Task>, Vec<Task>)> {
+    anyhow::ensure!(
+        all.len() > p.heldout_tasks,
+        "pipeline.heldout_tasks is {} but the task file has only {} tasks (some must remain to train on)",
+        p.heldout_tasks,
+        all.len()
+    );
+    let mut idx: Vec<usize> = (0..all.len()).collect();
+    idx.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(p.split_seed));
+    let mut held: Vec<usize> = idx[..p.heldout_tasks].to_vec();
+    held.sort();
+    let train = (0..all.len()).filter(|i| !held.contains(i)).map(|i| all[i].clone()).collect();
+    Ok((train, held.into_iter().map(|i| all[i].clone()).collect()))
+}
+
+fn teacher_of(p: &PipelineSection, seed: u64) -> (PolicyChoice, TeacherOpts) {
+    (p.teacher.clone(), TeacherOpts { http: Endpoint::of_pipeline(p), vary_scripted: Some(seed) })
+}
+
+/// A training stage: skipped when `<dir>/complete.json` names its
+/// checkpoint; otherwise run (resuming) and marked complete. `None` when it
+/// was interrupted (a checkpoint is saved; rerun the pipeline to continue).
+fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl FnOnce(&Path) -> Result<RunEnd>) -> Result<PathBuf> {
+    let marker = dir.join(COMPLETE);
+    if let Ok(text) = std::fs::read_to_string(&marker) {
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
+        let ckpt = PathBuf::from(v["checkpoint"].as_str().with_context(|| format!("{}: no `checkpoint`", marker.display()))?);
+        if ckpt.join("DONE").exists() {
+            eprintln!("== {name}: done ({}), skipped", ckpt.display());
+            return Ok(ckpt);
+        }
+        eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display());
+    }
+    eprintln!("== {name}");
+    let t0 = Instant::now();
+    match run(dir).with_context(|| format!("pipeline stage {name}"))? {
+        RunEnd::Done(ckpt) => {
+            std::fs::write(&marker, serde_json::json!({ "checkpoint": ckpt }).to_string())?;
+            seconds.insert(name.to_string(), t0.elapsed().as_secs_f64());
+            Ok(ckpt)
+        }
+        RunEnd::Interrupted(ckpt) => Err(crate::interrupt::Interrupted(format!(
+            "pipeline interrupted during {name}: checkpoint {} saved; run the same command again to continue",
+            ckpt.display()
+        ))
+        .into()),
+    }
+}
+
+/// Episodes of `policy` (`cfg`'s model, or the teacher) on the held-out
+/// tasks, resumable (read back when `out` exists).
+fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], policy: &PolicyChoice, out: &Path) -> Result<Vec<Episode>> {
+    let mut eval_cfg = cfg.clone();
+    eval_cfg.sampling.temperature = p.eval_temperature;
+    let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
+    run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)
+}
+
+/// A seeded draw of `n` of `tasks` in their file order (all when `n` is 0 or
+/// at least their number).
+fn draw(tasks: &[Task], n: usize, seed: u64) -> Vec<Task> {
+    if n == 0 || n >= tasks.len() {
+        return tasks.to_vec();
+    }
+    let mut idx: Vec<usize> = (0..tasks.len()).collect();
+    idx.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let mut picked = idx[..n].to_vec();
+    picked.sort();
+    picked.into_iter().map(|i| tasks[i].clone()).collect()
+}
+
+/// `[pipeline.difficulty]`: the tasks GRPO trains on, and the filter's
+/// figures. The probe's episodes are `<run>/difficulty/episodes.jsonl`.
+fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_dir: &Path) -> Result<(Vec<Task>, Option<serde_json::Value>)> {
+    let d = &p.difficulty;
+    if d.tasks == 0 {
+        return Ok((train.to_vec(), None));
+    }
+    let probe = draw(train, d.tasks, p.split_seed.wrapping_add(1));
+    eprintln!("== difficulty: {} episodes of the SFT model on each of {} training tasks", d.samples, probe.len());
+    let t0 = Instant::now();
+    let episodes = run_policy_resumable(cfg, &probe, &PolicyChoice::Model, d.samples, &TeacherOpts::default(), p.chunk_tasks, &run_dir.join("difficulty/episodes.jsonl"))?;
+    let mut rewards: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for e in &episodes {
+        rewards.entry(e.task_id.as_str()).or_default().push(e.training_reward(&cfg.reward));
+    }
+    let varies = |r: &[f64]| r.iter().any(|x| (x - r[0]).abs() > 1e-9);
+    let kept: Vec<Task> = probe.iter().filter(|t| rewards.get(t.instance_id.as_str()).is_some_and(|r| varies(r))).cloned().collect();
+    let all_zero = rewards.values().filter(|r| r.iter().all(|x| *x == 0.0)).count();
+    let summary = Summary::of(&episodes);
+    let (mean, answered) = (summary.reward, summary.answered);
+    eprintln!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered);
+    anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
+    crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?;
+    let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
+                                     "mean_reward": mean, "answered": answered, "seconds": t0.elapsed().as_secs_f64()});
+    Ok((kept, Some(figures)))
+}
+
+/// `[pipeline.pilot]`: a GRPO run per learning rate into
+/// `<run>/pilot/lr-<lr>` (resumable stages), and the rate whose run had the
+/// highest mean reward R (the rollouts' R, not `train_reward`) after its first step.
+fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>) -> Result<Option<serde_json::Value>> {
+    if p.pilot.lrs.is_empty() {
+        return Ok(None);
+    }
+    let mut means = serde_json::Map::new();
+    let mut best: Option<(f64, f64)> = None;
+    for &lr in &p.pilot.lrs {
+        let mut c = cfg.clone();
+        c.optim.lr = lr;
+        c.train.steps = p.pilot.steps;
+        let name = format!("lr-{lr:e}");
+        let dir = run_dir.join("pilot").join(&name);
+        stage(&dir, &format!("pilot {name}"), seconds, |dir| {
+            crate::run::grpo::grpo(&c, dir, tasks, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+        })?;
+        let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
+        // Step 1 rolls out before any update: the same for every rate.
+        let after_first = if rewards.len() > 1 { &rewards[1..] } else { &rewards[..] };
+        let mean = after_first.iter().sum::<f64>() / after_first.len().max(1) as f64;
+        eprintln!("pilot {name}: mean reward R {mean:.4} (R of the rollouts, without the answer term) over steps 2-{}", rewards.len());
+        means.insert(format!("{lr:e}"), serde_json::json!({"mean_reward": mean, "rewards": rewards}));
+        if best.is_none_or(|(_, m)| mean > m) {
+            best = Some((lr, mean));
+        }
+    }
+    let (lr, _) = best.expect("at least one pilot");
+    eprintln!("pilot: the long run takes lr {lr:e}");
+    Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
+}
+
+/// `[pipeline.pilot] extend`: the long run's folder starts as a copy of
+/// the chosen pilot run's (its checkpoints and metrics, not its completion
+/// marker), so the long run resumes at the pilot's last step. Returns
+/// whether resuming must accept a changed config: true while the latest
+/// checkpoint in `dir` is the pilot's, whose config differs from the long
+/// run's in `train.steps` alone (or `[pipeline]`, which no training run
+/// reads; anything else is refused).
+fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path) -> Result<bool> {
+    anyhow::ensure!(
+        cfg.train.steps > pilot_steps,
+        "[pipeline.pilot] extend: the long run's [train] steps ({}) must be more than the pilot's steps ({pilot_steps})",
+        cfg.train.steps
+    );
+    if crate::checkpoint::latest(dir)?.is_none() {
+        let from = crate::checkpoint::latest(pilot_dir)?
+            .with_context(|| format!("[pipeline.pilot] extend: the chosen pilot run {} has no checkpoint", pilot_dir.display()))?;
+        eprintln!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps);
+        copy_run(pilot_dir, dir)?;
+    }
+    let latest = crate::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
+    let state = crate::checkpoint::load_state(&latest)?;
+    let changed = crate::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
+    // `[pipeline]` does not enter a training run.
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k)).collect();
+    anyhow::ensure!(
+        others.is_empty(),
+        "[pipeline.pilot] extend: {} was made with another config than the long run's (besides train.steps): {}; \
+         remove {} to start the long run from the SFT model, or restore the config",
+        latest.display(),
+        others.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+        dir.display()
+    );
+    Ok(!changed.is_empty())
+}
+
+/// Copies a run folder's files (recursively), leaving out its completion
+/// marker; files are written under a temporary name and renamed, and
+/// checkpoint folders last, so an interrupted copy leaves no checkpoint
+/// that looks complete without its files.
+fn copy_run(from: &Path, to: &Path) -> Result<()> {
+    fn copy_dir(from: &Path, to: &Path, top: bool) -> Result<()> {
+        std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+        let mut entries: Vec<_> = std::fs::read_dir(from)
+            .with_context(|| format!("reading {}", from.display()))?
+            .collect::<std::io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            if top && name == COMPLETE {
+                continue;
+            }
+            let (src, dst) = (e.path(), to.join(&name));
+            if e.file_type()?.is_dir() {
+                let tmp = to.join(format!(".{}.copy", name.to_string_lossy()));
+                let _ = std::fs::remove_dir_all(&tmp);
+                copy_dir(&src, &tmp, false)?;
+                if dst.exists() {
+                    std::fs::remove_dir_all(&dst).with_context(|| format!("removing {}", dst.display()))?;
+                }
+                std::fs::rename(&tmp, &dst).with_context(|| format!("renaming {} to {}", tmp.display(), dst.display()))?;
+            } else {
+                std::fs::copy(&src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            }
+        }
+        Ok(())
+    }
+    copy_dir(from, to, true)
+}
+
+/// One field of every line of a metrics file.
+fn metric_column(path: &Path, key: &str) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            v[key].as_f64().with_context(|| format!("{}:{}: no number `{key}`", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// `eval_attempts`: the `eval_select` row at N over a stage's episodes
+/// (N per held-out task), tournaments judged by the evidence judge.
+fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[Episode]) -> Result<Option<ScalingRow>> {
+    if p.eval_attempts == 0 {
+        return Ok(None);
+    }
+    let sc = ScalingConfig::from_episodes(p.eval_attempts, p.eval_select, cfg.sampling.seed);
+    let summaries = rollout::scaling::summarize(episodes, sc.attempts);
+    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
+    Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
+}
+
+/// Share of tool calls that parsed and ran without a tool error.
+fn well_formed_calls(episodes: &[Episode]) -> f64 {
+    let calls: Vec<_> = episodes.iter().flat_map(|e| e.turns.iter().flat_map(|t| t.calls.iter())).collect();
+    if calls.is_empty() {
+        return 0.0;
+    }
+    calls.iter().filter(|c| c.name.is_some() && !c.error).count() as f64 / calls.len() as f64
+}
+
+/// The FuseSearch table of the report, one row per stage.
+pub fn table(r: &Report) -> String {
+    let mut out = String::from(
+        "stage    f1_file f1_func      e  reward  reward_95%_ci   turns calls/turn  tokens seconds answered well_formed\n",
+    );
+    for name in ["base", "teacher", "sft", "grpo"] {
+        if let Some(s) = r.stages.get(name) {
+            let ci = s.reward_ci95.map(|[lo, hi]| format!("[{lo:.3}, {hi:.3}]")).unwrap_or_default();
+            out += &format!(
+                "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {ci:>15} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
+                s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, s.well_formed_calls
+            );
+        }
+    }
+    for name in ["base", "sft", "grpo"] {
+        if let Some(sel) = r.stages.get(name).and_then(|s| s.selected) {
+            out += &format!(
+                "{name:<8} {} of {} attempts: f1_file {:.3}, f1_func {:.3}, reward {:.3}, {:.0} tokens per task\n",
+                sel.label(),
+                sel.attempts,
+                sel.f1_file,
+                sel.f1_func,
+                sel.reward,
+                sel.tokens
+            );
+        }
+    }
+    for (name, p) in &r.paired {
+        out += &format!("{name:<12} reward difference {:+.3}, 95% CI [{:+.3}, {:+.3}] over {} tasks\n", p.mean, p.ci95[0], p.ci95[1], p.tasks);
+    }
+    out
+}

@@ -1,0 +1,160 @@
+//! Episode files: written atomically with their derived fields spelled out,
+//! read back with errors that name the line, and rolled out resumably in
+//! chunks (the recipe's long evaluations survive an interruption).
+
+use super::{on_done, progress_bar, with_policy, TeacherOpts};
+use crate::files::write_json_lines;
+use crate::run_config::{PolicyChoice, RunConfig};
+use anyhow::{Context, Result};
+use rollout::episode::driver::run_episodes;
+use rollout::episode::Episode;
+use rollout::tasks::Task;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+/// [`write_episodes`] to `path` with its folders created. Atomic (through
+/// `path.partial`): a stage's output never exists half-written, so "the
+/// file exists" means "the stage finished".
+pub fn write_episodes_atomic(path: &Path, episodes: &[Episode]) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_episodes(path, episodes)
+}
+
+/// Episodes as JSONL (atomically, [`write_json_lines`]), with their stop reason, policy tokens, tool calls
+/// and mean calls per tool turn spelled out.
+pub fn write_episodes(path: &Path, episodes: &[Episode]) -> Result<()> {
+    let rows: Vec<serde_json::Value> = episodes.iter().map(episode_row).collect();
+    write_json_lines(path, &rows)
+}
+
+/// One episode's output line: the episode with its stop reason, policy
+/// tokens, tool calls and mean calls per tool turn spelled out.
+pub fn episode_row(e: &Episode) -> serde_json::Value {
+    let mut v = serde_json::to_value(e).expect("episodes serialize");
+    v["stop_reason"] = serde_json::to_value(e.stop_reason()).expect("serializes");
+    v["policy_tokens"] = e.policy_tokens().into();
+    v["tool_calls"] = e.tool_calls().into();
+    v["calls_per_turn"] = rollout::episode::filter::calls_per_turn(e).into();
+    v
+}
+
+/// Episodes of `policy` on `tasks` (`group` each) into `out`, resumable:
+/// `chunk` tasks at a time (which also bounds the rollout's memory), each
+/// chunk appended to `<out>.chunks` as it ends. A rerun reads the partial
+/// file's whole chunks back (a torn last line is dropped), checks they are
+/// these tasks', and continues after them; `out` appears (renamed) when all
+/// are done, and is read back when it exists. A first interrupt stops after
+/// the chunk in progress (exit 130, nothing lost).
+pub fn run_policy_resumable(
+    cfg: &RunConfig,
+    tasks: &[Task],
+    policy: &PolicyChoice,
+    group: usize,
+    teacher: &TeacherOpts,
+    chunk: usize,
+    out: &Path,
+) -> Result<Vec<Episode>> {
+    if out.exists() {
+        return read(out);
+    }
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let partial = PathBuf::from(format!("{}.chunks", out.display()));
+    let chunk = chunk.max(1);
+    let mut done = read_whole_chunks(&partial, tasks, group, chunk)?;
+    if !done.is_empty() {
+        eprintln!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group);
+    }
+    let stop = crate::interrupt::flag()?;
+    with_policy(cfg, policy, teacher, |policy, env| {
+        let bar = progress_bar((tasks.len() * group) as u64, "episodes");
+        bar.set_position(done.len() as u64);
+        for piece in tasks[done.len() / group..].chunks(chunk) {
+            let episodes = run_episodes(policy, env, piece, group, &cfg.episode, on_done(&bar))?;
+            let mut text = String::new();
+            for e in &episodes {
+                text += &serde_json::to_string(&episode_row(e))?;
+                text.push('\n');
+            }
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&partial).with_context(|| format!("opening {}", partial.display()))?;
+            std::io::Write::write_all(&mut file, text.as_bytes()).with_context(|| format!("appending to {}", partial.display()))?;
+            file.sync_data().with_context(|| format!("syncing {}", partial.display()))?;
+            done.extend(episodes);
+            if stop.load(std::sync::atomic::Ordering::SeqCst) && done.len() < tasks.len() * group {
+                bar.abandon();
+                return Err(crate::interrupt::Interrupted(format!(
+                    "interrupted: {} of {} episodes kept in {}; run the same command again to continue",
+                    done.len(),
+                    tasks.len() * group,
+                    partial.display()
+                ))
+                .into());
+            }
+        }
+        bar.finish_and_clear();
+        Ok(())
+    })?;
+    write_episodes_atomic(out, &done)?;
+    std::fs::remove_file(&partial).with_context(|| format!("removing {}", partial.display()))?;
+    Ok(done)
+}
+
+/// The whole chunks of a partial episode file (see [`run_policy_resumable`]),
+/// rewritten without what follows them; empty when there is no file.
+fn read_whole_chunks(partial: &Path, tasks: &[Task], group: usize, chunk: usize) -> Result<Vec<Episode>> {
+    let Ok(text) = std::fs::read_to_string(partial) else { return Ok(Vec::new()) };
+    let mut episodes: Vec<Episode> = Vec::new();
+    let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Episode>(line) {
+            Ok(e) => episodes.push(e),
+            Err(_) => break,
+        }
+    }
+    let per_chunk = chunk * group;
+    let whole = (episodes.len() / per_chunk * per_chunk).min(tasks.len() * group);
+    let whole = if episodes.len() >= tasks.len() * group { tasks.len() * group } else { whole };
+    episodes.truncate(whole);
+    for (i, e) in episodes.iter().enumerate() {
+        let task = &tasks[i / group];
+        anyhow::ensure!(
+            e.task_id == task.instance_id,
+            "{}: episode {} is of task '{}' but the tasks now give '{}' there: the task list changed since it was written; remove the file to start over",
+            partial.display(),
+            i + 1,
+            e.task_id,
+            task.instance_id
+        );
+    }
+    if whole < lines {
+        let kept: Vec<serde_json::Value> = episodes.iter().map(episode_row).collect();
+        write_json_lines(partial, &kept)?;
+    }
+    Ok(episodes)
+}
+
+/// Episodes from a JSONL file; errors name the file and line.
+pub fn read(path: &Path) -> Result<Vec<Episode>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Episode = serde_json::from_str(&line).with_context(|| format!("{}:{}: not an episode line (fusegrpo synth/rollout output)", path.display(), n + 1))?;
+        anyhow::ensure!(
+            e.tokens.len() == e.loss_mask.len(),
+            "{}:{}: {} tokens but {} loss-mask entries",
+            path.display(),
+            n + 1,
+            e.tokens.len(),
+            e.loss_mask.len()
+        );
+        out.push(e);
+    }
+    Ok(out)
+}

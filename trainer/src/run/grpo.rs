@@ -1,0 +1,155 @@
+//! A GRPO run: the trainer set up from the run's starting point (the KL
+//! reference, the sampling streams, the task sampler's cursor on resume,
+//! the vLLM engine when the config names it) and driven by [`drive`].
+
+use super::drive::{drive, Schedule, Step, Steps};
+use super::{Run, RunEnd, RunOptions, Stage};
+use crate::checkpoint::{self, DataCursor, RngState};
+use crate::run_config::RunConfig;
+use crate::trainers::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
+use crate::weights::load_weights;
+use anyhow::{Context, Result};
+use rand::SeedableRng;
+use rollout::episode::driver::Env;
+use rollout::repo::SnapshotStore;
+use rollout::tasks::Task;
+use rollout::tools::ToolRunner;
+use std::path::{Path, PathBuf};
+
+/// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
+pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
+    let (run, weights, adapter) = Run::open(cfg, run_dir, opts, cfg.train.keep_last, Stage::Grpo)?;
+    // The KL reference is always the run's starting model, also on resume
+    // (a LoRA run's is its base, which `weights` already is).
+    let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0, cfg.lora.is_some()) {
+        (Some(_), true, false) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
+        _ => None,
+    };
+    let dist = crate::dist::current();
+    let rng = super::rank_rng(cfg.sampling.seed, &*dist);
+    let mut trainer = Trainer::new(cfg.clone(), &run.model_cfg, &weights, reference.as_ref(), adapter.as_ref(), rng)?;
+    drop((weights, reference, adapter));
+    crate::malloc::release_free_memory();
+    let mut sampler = TaskSampler::new(cfg.sampling.seed, tasks.len(), DataCursor::default());
+    if let Some(state) = run.resume(&mut trainer.optimizer, &trainer.sharding, &trainer.vars)? {
+        trainer.step = state.step;
+        trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
+        sampler.cursor = state.data;
+    }
+
+    let tok_dir = cfg.tokenizer_dir(&run.base_dir);
+    let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
+    if cfg.rollout.engine == crate::run_config::Engine::Vllm {
+        anyhow::ensure!(
+            dist.world() == 1,
+            "[rollout] engine = \"vllm\" with {} ranks: GRPO on a vLLM server runs as one process so far (the server does the batching); run without mpirun/srun",
+            dist.world()
+        );
+        trainer.engine = Some(crate::rollouts::vllm::training_engine(cfg, &tok, run_dir)?);
+    }
+    let store = SnapshotStore::open(&cfg.env.repos_dir);
+    let tools = ToolRunner::new(cfg.env.tools.clone());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
+    let schedule = Schedule {
+        total: opts.max_steps.unwrap_or(cfg.train.steps),
+        save_every: opts.save_every.unwrap_or(cfg.train.save_every),
+        max_nonfinite: cfg.train.max_nonfinite_steps,
+        unit: "steps",
+    };
+    drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks, tasks_per_step: cfg.train.tasks_per_step }, &schedule)
+}
+
+/// GRPO's steps: each samples the next tasks, rolls out and updates.
+struct GrpoSteps<'a> {
+    trainer: Trainer,
+    sampler: TaskSampler,
+    env: Env<'a>,
+    tasks: &'a [Task],
+    tasks_per_step: usize,
+}
+
+impl Steps for GrpoSteps<'_> {
+    type Metrics = StepMetrics;
+
+    fn done(&self) -> u64 {
+        self.trainer.step
+    }
+
+    fn step(&mut self, _last: bool) -> Result<Option<Step<StepMetrics>>> {
+        let batch: Vec<Task> = self.sampler.next(self.tasks_per_step).into_iter().map(|i| self.tasks[i].clone()).collect();
+        let m = self.trainer.step(&self.env, &batch)?;
+        let dist = crate::dist::current();
+        let mine: Vec<&str> = batch[crate::dist::share(&*dist, batch.len())].iter().map(|t| t.instance_id.as_str()).collect();
+        let mut share = serde_json::Map::new();
+        share.insert("tasks".into(), serde_json::json!(mine));
+        share.insert("episodes".into(), m.rolled_out.into());
+        let message = format!("reward {:.3} f1_file {:.3} e {:.3} loss {:.4}", m.reward, m.f1_file, m.e, m.loss);
+        Ok(Some(Step { skipped: m.skipped, message, share, metrics: m }))
+    }
+
+    fn save(&self, run: &Run) -> Result<PathBuf> {
+        let t = &self.trainer;
+        let rngs = [("sampling".to_string(), RngState::capture(&t.sampling_rng))].into();
+        run.save(t.step, rngs, self.sampler.cursor, &trained(&t.vars), &t.optimizer, &t.sharding)
+    }
+}
+
+/// This rank's sampling stream from a checkpoint: its own when the
+/// checkpoint was written by as many ranks (exact resume); else, with a
+/// note, a stream derived from the seed, the step and the rank (the run
+/// continues, not bit for bit as it would have).
+fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn crate::dist::Collective) -> Result<rand_chacha::ChaCha8Rng> {
+    let written = super::ranks_in_state(state, "sampling");
+    if written != dist.world() && dist.rank() == 0 {
+        eprintln!(
+            "resuming a checkpoint of {written} rank(s) with {} rank(s): the data order continues, the sampling streams of the ranks without one are derived afresh (not bitwise the run it would have been)",
+            dist.world()
+        );
+    }
+    match state.rngs.get(&super::rank_key("sampling", dist.rank())) {
+        Some(rng) => Ok(rng.restore()?),
+        None if dist.rank() == 0 => anyhow::bail!("state.json has no `sampling` RNG"),
+        None => {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ state.step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            rng.set_stream(dist.rank() as u64);
+            Ok(rng)
+        }
+    }
+}
+
+/// What a run trains, by name: its `Var`s' tensors (every weight, or a LoRA
+/// run's adapter), as a checkpoint saves them.
+pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> crate::weights::TensorMap {
+    vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
+}
+
+/// `pipeline` rolls out from several models (the SFT model probes and is
+/// evaluated, the base is evaluated, GRPO trains): on a vLLM server each
+/// stage loads its own, which `[rollout.vllm] load_model = true` allows.
+pub fn check_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
+    if let (crate::run_config::Engine::Vllm, Some(v)) = (cfg.rollout.engine, &cfg.rollout.vllm) {
+        anyhow::ensure!(
+            v.load_model,
+            "[rollout] engine = \"vllm\" in `pipeline`: its stages roll out from several models (base, SFT, GRPO), which each load onto the server; set [rollout.vllm] load_model = true"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pipeline` on vLLM needs `load_model` (its stages' models each load
+    /// onto the server); the builtin engine needs nothing.
+    #[test]
+    fn pipeline_on_vllm_needs_load_model() {
+        let base = "name = \"t\"\n[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n";
+        let cfg = |extra: &str| -> RunConfig { toml::from_str(&format!("{base}{extra}")).unwrap() };
+        check_vllm_pipeline(&cfg("")).unwrap();
+        let vllm = "[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"http://h:1\"\nserved_model = \"p\"\n";
+        let e = check_vllm_pipeline(&cfg(vllm)).unwrap_err().to_string();
+        assert!(e.contains("load_model = true"), "{e}");
+        check_vllm_pipeline(&cfg(&format!("{vllm}load_model = true\n"))).unwrap();
+    }
+}

@@ -1,0 +1,159 @@
+//! GRPO and SFT runs driven in-process through the library
+//! (`trainer::run`), without the binary: a tiny random model with a small
+//! BPE, a two-file repository and its two tasks; each run stopped after
+//! 2 of 4 steps and resumed ends with the uninterrupted run's weights,
+//! optimizer moments and metrics, bit for bit.
+
+use rollout::tasks::Task;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use trainer::rollouts::{episodes, run_policy, TeacherOpts};
+use trainer::run::{RunEnd, RunOptions};
+use trainer::run_config::{PolicyChoice, RunConfig};
+use trainer::weights::{save_checkpoint, ShardPolicy};
+use trainer::ModelConfig;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A repository, its two tasks, a tiny random Qwen3 with a 1,024-id BPE,
+/// and a run config (`run.toml`) in `dir`.
+fn world(dir: &Path, extra: &str) -> (RunConfig, Vec<Task>) {
+    let repo = dir.join("repos/acme__shop");
+    std::fs::create_dir_all(repo.join("shop")).unwrap();
+    std::fs::write(
+        repo.join("shop/cart.py"),
+        "class Cart:\n    def add_item(self, item):\n        if item.price < 0:\n            raise ValueError('negative price in cart')\n        self.items.append(item)\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("shop/tax.py"), "def compute_tax(total):\n    return total * 0.2\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "init"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let task = |id: &str, text: &str, file: &str, func: &str| {
+        serde_json::json!({"instance_id": id, "repo": "acme/shop", "base_commit": commit, "problem_statement": text,
+                           "gold": {"files": [file], "functions": [format!("{file}:{func}")]}})
+        .to_string()
+    };
+    let tasks = [
+        task("shop-1", "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them.", "shop/cart.py", "Cart.add_item"),
+        task("shop-2", "`compute_tax` uses a flat rate; it must depend on the region.", "shop/tax.py", "compute_tax"),
+    ];
+    std::fs::write(dir.join("tasks.jsonl"), tasks.join("\n")).unwrap();
+
+    let model = dir.join("model");
+    rollout::chat::write_small_tokenizer_with(&model, 1024, &[]).unwrap();
+    let cfg = ModelConfig::new_tiny(1024, 64, 128, 2, 4, 2, 32, true);
+    let weights = trainer::init::random_weights(&cfg, 2, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    save_checkpoint(&model, &cfg, &weights, ShardPolicy::Single).unwrap();
+
+    let path = dir.join("run.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"lib\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 3\nmax_turn_tokens = 16\n\
+             [rollout]\ngroup = 2\n[sampling]\ntemperature = 1.0\nseed = 3\n\
+             [train]\ntasks = \"tasks.jsonl\"\nsteps = 4\ntasks_per_step = 2\nmicro_batch_rows = 3\nsave_every = 2\nkeep_last = 4\nmask_truncated = false\n\
+             [grpo]\nbeta = 0.04\nzero_std_groups = \"keep\"\n[optim]\nlr = 0.001\n{extra}"
+        ),
+    )
+    .unwrap();
+    let cfg = RunConfig::from_file(&path).unwrap();
+    let tasks = rollout::tasks::load_tasks(&dir.join("tasks.jsonl")).unwrap();
+    (cfg, tasks)
+}
+
+fn opts(resume: bool, max_steps: Option<u64>) -> RunOptions {
+    RunOptions { resume: resume.then(|| "auto".to_string()), max_steps, ..Default::default() }
+}
+
+fn done(end: RunEnd) -> PathBuf {
+    match end {
+        RunEnd::Done(dir) => dir,
+        RunEnd::Interrupted(dir) => panic!("interrupted at {}", dir.display()),
+    }
+}
+
+/// The files of a checkpoint that hold numbers (weights, moments, state).
+fn numbers(ckpt: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors") || p.file_name().is_some_and(|n| n == "state.json"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    out.sort();
+    assert!(out.iter().any(|(n, _)| n == "optimizer.safetensors"), "{}", ckpt.display());
+    out
+}
+
+/// metrics.jsonl without its wall-clock fields.
+fn metrics(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().retain(|k, _| !k.starts_with("seconds") && !k.contains("per_second") && k != "elapsed");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn grpo_through_the_library_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, tasks) = world(tmp.path(), "");
+    let straight = tmp.path().join("straight");
+    let last = done(trainer::run::grpo::grpo(&cfg, &straight, &tasks, &opts(false, None)).unwrap());
+    assert!(last.ends_with("step_00000004"), "{}", last.display());
+    let m = metrics(&straight);
+    assert_eq!(m.len(), 4);
+    assert!(m.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{m:?}");
+    assert!(m.iter().any(|r| r["grad_norm"].as_f64().unwrap() > 0.0), "the policy was updated: {m:?}");
+
+    let split = tmp.path().join("split");
+    let half = done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(false, Some(2))).unwrap());
+    assert!(half.ends_with("step_00000002"));
+    // A second fresh start in the same folder is refused, changing nothing.
+    let e = trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(false, None)).unwrap_err().to_string();
+    assert!(e.contains("already holds a run") && e.contains("--resume auto"), "{e}");
+    let resumed = done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(true, None)).unwrap());
+    assert!(resumed.ends_with("step_00000004"));
+    assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
+    assert_eq!(m, metrics(&split));
+}
+
+#[test]
+fn sft_through_the_library_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sft = "[sft]\nepochs = 2\nbatch_rows = 2\nlr = 0.01\nsave_every = 1\nkeep_last = 4\nheldout_fraction = 0.0\n\
+               [sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\nmax_tokens = 8192\nmax_truncation_ratio = 1.0\nmax_per_task = 4\n";
+    let (cfg, tasks) = world(tmp.path(), sft);
+    // The scripted teacher's trajectories, 4 per task, varied per episode.
+    let teacher = TeacherOpts { vary_scripted: Some(1), ..Default::default() };
+    let trajectories = run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 4, &teacher).unwrap();
+    assert_eq!(trajectories.len(), 8);
+    let data = tmp.path().join("traj.jsonl");
+    episodes::write_episodes(&data, &trajectories).unwrap();
+
+    let straight = tmp.path().join("straight");
+    let last = done(trainer::run::sft::sft(&cfg, &data, &straight, &tasks, &opts(false, None)).unwrap());
+    let m = metrics(&straight);
+    assert_eq!(m.len(), 8, "8 trajectories, batches of 2, 2 epochs");
+    assert!(last.ends_with("step_00000008"), "{}", last.display());
+    assert!(m.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{m:?}");
+    assert!(m[7]["loss"].as_f64().unwrap() < m[0]["loss"].as_f64().unwrap(), "the loss falls: {m:?}");
+    assert!(straight.join("filter.json").exists());
+
+    let split = tmp.path().join("split");
+    done(trainer::run::sft::sft(&cfg, &data, &split, &tasks, &opts(false, Some(3))).unwrap());
+    let resumed = done(trainer::run::sft::sft(&cfg, &data, &split, &tasks, &opts(true, None)).unwrap());
+    assert!(resumed.ends_with("step_00000008"));
+    assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
+    assert_eq!(m, metrics(&split));
+}
