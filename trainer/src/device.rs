@@ -107,3 +107,32 @@ impl Placement {
         open_with_kernels(self.device, self.cuda_kernels)
     }
 }
+
+/// `--device`, `--dtype` and `--cuda-kernels` of the commands that run a
+/// model: where and in which precision it runs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunOn {
+    /// Device to run on.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub device: DeviceKind,
+    /// Weights/activations dtype (checkpoint weights are converted to it).
+    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
+    pub dtype: DTypeKind,
+    /// The fused CUDA kernels with --device cuda: auto (on once
+    /// scripts/gpu-check has passed for this build), on or off.
+    #[arg(long, value_enum, default_value_t = crate::gpu_check::CudaKernels::Auto)]
+    pub cuda_kernels: crate::gpu_check::CudaKernels,
+}
+
+impl RunOn {
+    /// The device, dtype and kernels these flags name.
+    pub fn placement(&self) -> Placement {
+        Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
+    }
+
+    /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
+    pub fn open(&self) -> Result<Device> {
+        self.placement().open()
+    }
+}
+

@@ -33,6 +33,7 @@
 //! - [`lora`]: LoRA adapters (a value the model takes), saved and loaded in PEFT's layout.
 
 pub mod backward;
+pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod device;
@@ -46,9 +47,11 @@ pub mod gguf;
 pub mod gpu_check;
 pub mod grpo;
 pub mod malloc;
+pub mod mcp;
 pub mod hub;
 pub mod interrupt;
 pub mod init;
+pub mod localize;
 pub mod logprobs;
 pub mod lora;
 pub mod model;
@@ -57,17 +60,21 @@ pub mod packing;
 pub mod params;
 pub mod pipeline;
 pub mod plan;
+pub mod plot;
 pub mod policy;
 pub mod rollouts;
 pub mod run;
 pub mod run_config;
 pub mod safetensors_stream;
 pub mod sampling;
+#[cfg(feature = "cuda")]
+pub mod selftest;
 pub mod serve;
 pub mod synth_tasks;
 pub mod sft;
 pub mod weights;
 pub mod threads;
+pub mod tiny;
 pub mod trainers;
 
 pub use config::ModelConfig;

@@ -3,35 +3,7 @@
 use anyhow::{Context, Result};
 use std::io::BufRead;
 use std::path::Path;
-use trainer::device::{DTypeKind, DeviceKind};
-use trainer::gpu_check::CudaKernels;
-
-/// Where and in which precision a model runs.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RunOn {
-    /// Device to run on.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
-    /// Weights/activations dtype (checkpoint weights are converted to it).
-    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
-    pub dtype: DTypeKind,
-    /// The fused CUDA kernels with --device cuda: auto (on once
-    /// scripts/gpu-check has passed for this build), on or off.
-    #[arg(long, value_enum, default_value_t = CudaKernels::Auto)]
-    pub cuda_kernels: CudaKernels,
-}
-
-impl RunOn {
-    /// The device, dtype and kernels these flags name.
-    pub fn placement(&self) -> trainer::device::Placement {
-        trainer::device::Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
-    }
-
-    /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
-    pub fn open(&self) -> Result<candle_core::Device> {
-        Ok(self.placement().open()?)
-    }
-}
+pub use trainer::device::RunOn;
 
 /// `--adapter DIR` of the commands that run a model.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -93,17 +93,18 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
             !out_required || args.out.is_some() || args.scaling.out_dir.is_some(),
             "--out ATTEMPTS.jsonl or --out-dir DIR is required"
         );
-        let run = super::scaling::run(&cfg, &tasks, &args.policy, &teacher, &args.scaling, &sc)?;
+        let judge = args.scaling.judge.clone().unwrap_or(super::scaling::JudgeSpec::Evidence);
+        let run = trainer::rollouts::scaling::run(&cfg, &tasks, &args.policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
         if let Some(out) = &args.out {
             write_episodes(out, &run.attempts)?;
         }
-        let judge = super::scaling::judge_name(&args.scaling);
+        let judge = judge.name();
         if let Some(dir) = &args.scaling.out_dir {
             let policy = policy_name(&args.policy);
-            super::scaling::write_dir(dir, &run, &sc, &policy, &judge)?;
+            trainer::rollouts::scaling::write_dir(dir, &run, &sc, &policy, &judge)?;
             eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
         }
-        print!("{}", super::scaling::report(&run, &judge));
+        print!("{}", trainer::rollouts::scaling::report(&run, &judge));
         return Ok(());
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };

@@ -4,7 +4,9 @@
 //! HTTP teacher), a checked task file, progress, and episode files.
 
 pub mod episodes;
+pub mod scaling;
 pub mod vllm;
+pub mod vllm_server;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};
 use anyhow::{Context, Result};

@@ -10,8 +10,8 @@ use std::process::Command;
 use trainer::rollouts::{episodes, run_policy, TeacherOpts};
 use trainer::run::{RunEnd, RunOptions};
 use trainer::run_config::{PolicyChoice, RunConfig};
-use trainer::weights::{save_checkpoint, ShardPolicy};
-use trainer::ModelConfig;
+use trainer::config::Architecture;
+use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir).output().unwrap();
@@ -45,11 +45,21 @@ fn world(dir: &Path, extra: &str) -> (RunConfig, Vec<Task>) {
     ];
     std::fs::write(dir.join("tasks.jsonl"), tasks.join("\n")).unwrap();
 
-    let model = dir.join("model");
-    rollout::chat::write_small_tokenizer_with(&model, 1024, &[]).unwrap();
-    let cfg = ModelConfig::new_tiny(1024, 64, 128, 2, 4, 2, 32, true);
-    let weights = trainer::init::random_weights(&cfg, 2, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
-    save_checkpoint(&model, &cfg, &weights, ShardPolicy::Single).unwrap();
+    let spec = TinySpec {
+        tokenizer: TinyTokenizer::Small { ids: 1024, corpus: None },
+        seed: 2,
+        hidden_size: 64,
+        intermediate_size: 128,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+        tied: true,
+        shards: 1,
+        architecture: Architecture::Qwen3,
+        llama3_rope: false,
+    };
+    write_tiny(&dir.join("model"), &spec).unwrap();
 
     let path = dir.join("run.toml");
     std::fs::write(

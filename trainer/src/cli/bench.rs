@@ -1,0 +1,42 @@
+//! `fusegrpo bench ...`: the benchmarks of [`trainer::bench`].
+
+use anyhow::Result;
+use trainer::bench;
+
+/// The benchmarks of `fusegrpo bench`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// One training micro-batch: forward+backward of the mean NLL of a random model (scripts/bench_step_torch.py).
+    Step(bench::step::Args),
+    /// Greedy (or sampled) decoding of a random model: tokens/s, log-probs kept (scripts/bench_generate.py).
+    Decode(bench::decode::Args),
+    /// Attention forward(+backward) at given head shapes, fused or unfused (scripts/bench_attention_torch.py).
+    Attention(bench::attention::Args),
+    /// Token log-probs of `hidden @ lm_head^T` (forward + backward), fused or unfused (scripts/bench_logprob_torch.py).
+    Logprob(bench::logprob::Args),
+    /// RMSNorm and rotary embedding (forward + backward): fused kernels vs the model's compositions.
+    Ops(bench::ops::Args),
+    /// Load time, memory and forward time of a full-size random model (Qwen3-4B).
+    Model(bench::model::Args),
+    /// Peak RSS of one GRPO forward+backward with activation recomputation off vs per layer.
+    Memory(bench::memory::Args),
+    /// Our grep on a warm snapshot against ripgrep on a checkout.
+    Grep(bench::grep::Args),
+    /// Host memory of saving and resuming a checkpoint (model + AdamW state) of a random model.
+    Checkpoint(bench::checkpoint::Args),
+}
+
+pub fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Step(args) => bench::step::run(args),
+        Command::Decode(args) => bench::decode::run(args),
+        Command::Attention(args) => bench::attention::run(args),
+        Command::Logprob(args) => bench::logprob::run(args),
+        Command::Ops(args) => bench::ops::run(args),
+        Command::Model(args) => bench::model::run(args),
+        Command::Memory(args) => bench::memory::run(args),
+        Command::Grep(args) => bench::grep::run(args),
+        Command::Checkpoint(args) => bench::checkpoint::run(args),
+    }
+}
+

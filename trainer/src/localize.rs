@@ -1,0 +1,103 @@
+//! The trained localizer on any repository and issue: the episode(s) run
+//! in the sandbox over the repository's working tree as it is
+//! (uncommitted edits included, read from disk, nothing written) or over a
+//! revision, and give the files and functions, ranked, with the evidence
+//! that led there and the cost. `fusegrpo localize` and the MCP server
+//! (`fusegrpo mcp`, [`crate::serve::mcp`]) both call [`localize`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::run_config::RunConfig;
+use anyhow::{bail, Result};
+use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::Episode;
+use rollout::localize::Localization;
+use rollout::policy::Policy;
+use rollout::repo::{load_snapshot, load_worktree, Snapshot, SnapshotConfig, WORKTREE};
+use rollout::scaling::judge::EvidenceJudge;
+use rollout::scaling::{ScalingConfig, Selector};
+use rollout::spans::Language;
+use rollout::tasks::Task;
+
+/// One localization asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub issue: String,
+    pub repo: PathBuf,
+    pub rev: Option<String>,
+    pub attempts: usize,
+    /// Rank by a tournament among the attempts instead of votes alone.
+    pub tournament: bool,
+}
+
+/// What can be refused before a model loads.
+pub fn check_request(r: &Request) -> Result<()> {
+    if r.issue.trim().is_empty() {
+        bail!("the issue is empty: give the text of the problem to localize");
+    }
+    if r.attempts == 0 || r.attempts > 64 {
+        bail!("attempts must be between 1 and 64, got {}", r.attempts);
+    }
+    Ok(())
+}
+
+/// The snapshot `r` asks for, checked to hold source this localizer parses.
+pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
+    let git = git2::Repository::open(&r.repo).map_err(|e| anyhow::anyhow!("{} is not a git repository: {}", r.repo.display(), e.message()))?;
+    let dir = std::fs::canonicalize(&r.repo).unwrap_or_else(|_| r.repo.clone());
+    let base = dir.file_name().and_then(|n| n.to_str()).unwrap_or("repo").trim_end_matches(".git");
+    let clean: String = base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    let name = format!("local/{}", if clean.trim_matches('.').is_empty() { "repo".into() } else { clean });
+    let config = SnapshotConfig::default();
+    let snapshot = match &r.rev {
+        Some(rev) => load_snapshot(&git, &name, rev, &config).map_err(|e| anyhow::anyhow!("revision `{rev}` of {}: {e}", r.repo.display()))?,
+        None => load_worktree(&git, &name, &config).map_err(|e| anyhow::anyhow!("the working tree of {}: {e}", r.repo.display()))?,
+    };
+    let parseable = snapshot.files().iter().filter(|f| f.text().is_some() && Language::from_path(&f.path).is_some()).count();
+    if parseable == 0 {
+        bail!(
+            "{} has no source file this localizer parses ({} files; it reads Python, Rust, Go, Java, JavaScript/TypeScript, C/C++ and more by extension)",
+            r.repo.display(),
+            snapshot.files().len()
+        );
+    }
+    Ok((name, Arc::new(snapshot)))
+}
+
+/// Localizes `r` with `policy` in `env`; `progress(done, total)` after each attempt.
+pub fn localize(
+    cfg: &RunConfig,
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    r: &Request,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Localization> {
+    check_request(r)?;
+    let (name, snap) = snapshot(r)?;
+    let label = if r.rev.is_some() { snap.commit().to_string() } else { WORKTREE.to_string() };
+    env.store.insert(&name, &label, snap);
+    let task = Task {
+        instance_id: "localize".into(),
+        repo: name,
+        base_commit: label,
+        problem_statement: r.issue.trim().to_string(),
+        patch: None,
+        gold: Some(Default::default()),
+    };
+    let mut done = 0;
+    let tasks = [task];
+    let episodes: Vec<Episode> = run_episodes(policy, env, &tasks, r.attempts, &cfg.episode, |_| {
+        done += 1;
+        progress(done, r.attempts);
+    })?;
+    let ranked = Localization::of(&episodes);
+    if !r.tournament || r.attempts < 2 {
+        return Ok(ranked);
+    }
+    let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
+    let summaries = rollout::scaling::summarize(&episodes, r.attempts);
+    let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
+    let chosen = picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen);
+    Ok(ranked.with_winner(&episodes, chosen))
+}

@@ -1,0 +1,303 @@
+//! The localizer as a Model Context Protocol server over stdio (`fusegrpo mcp`) (the official
+//! Rust SDK, `rmcp`) that gives coding agents a `localize` tool, and the
+//! three sandboxed tools (`grep`, `glob`, `read_file`) for their own
+//! follow-up. The model loads once, on a worker thread that serves the
+//! localizations one at a time (further calls queue); a call with a
+//! progress token gets a progress notification after each attempt. Every
+//! bad input is a tool error (`isError`), never a dead server. Logs go to
+//! stderr: stdout carries only the protocol.
+
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex};
+
+use anyhow::{Context, Result};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
+};
+use rmcp::{tool, tool_handler, tool_router, Peer, RoleServer, ServerHandler, ServiceExt};
+use rollout::localize::Localization;
+use rollout::toolcall::ToolCall;
+use rollout::tools::ToolRunner;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::localize::{localize, Request};
+use crate::rollouts::{with_policy, TeacherOpts};
+
+/// A localization for the worker, and where its progress and result go.
+struct Job {
+    request: Request,
+    progress: tokio::sync::mpsc::UnboundedSender<(usize, usize)>,
+    reply: tokio::sync::oneshot::Sender<std::result::Result<Localization, String>>,
+}
+
+/// The `localize` tool's arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct LocalizeParams {
+    /// The issue: what is wrong, as a user reports it.
+    pub issue: String,
+    /// The repository's path (a git work tree); default: the server's --repo.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// A revision to search instead of the working tree as it is (uncommitted edits included).
+    #[serde(default)]
+    pub rev: Option<String>,
+    /// Episodes to run (1-64, default 1); their answers are ranked by votes.
+    #[serde(default)]
+    pub attempts: Option<usize>,
+    /// With several attempts: `vote` (default) or `tournament` (the evidence judge's winner first).
+    #[serde(default)]
+    pub select: Option<String>,
+}
+
+/// `grep`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GrepParams {
+    /// A regular expression (Rust regex syntax).
+    pub pattern: String,
+    /// A file or folder to search under.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A glob the file paths must match (e.g. `*.py`).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// The repository's path; default: the server's --repo.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// A revision instead of the working tree.
+    #[serde(default)]
+    pub rev: Option<String>,
+}
+
+/// `glob`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GlobParams {
+    /// A glob over the repository's paths (e.g. `src/**/*.py`).
+    pub pattern: String,
+    /// The repository's path; default: the server's --repo.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// A revision instead of the working tree.
+    #[serde(default)]
+    pub rev: Option<String>,
+}
+
+/// `read_file`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadParams {
+    /// The file's path in the repository.
+    pub path: String,
+    /// First line (1-based).
+    #[serde(default)]
+    pub start_line: Option<u64>,
+    /// Last line (inclusive).
+    #[serde(default)]
+    pub end_line: Option<u64>,
+    /// The repository's path; default: the server's --repo.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// A revision instead of the working tree.
+    #[serde(default)]
+    pub rev: Option<String>,
+}
+
+/// The server: a queue to the localizer's worker, the sandboxed tools.
+#[derive(Clone)]
+pub struct Server {
+    tool_router: ToolRouter<Self>,
+    jobs: Arc<Mutex<mpsc::Sender<Job>>>,
+    default_repo: Option<PathBuf>,
+    tools: Arc<ToolRunner>,
+}
+
+fn tool_error(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+impl Server {
+    fn repo(&self, given: Option<String>) -> std::result::Result<PathBuf, CallToolResult> {
+        given
+            .map(PathBuf::from)
+            .or_else(|| self.default_repo.clone())
+            .ok_or_else(|| tool_error("no repository: give `repo` (a git work tree's path), or start the server with --repo"))
+    }
+
+    /// Runs one sandboxed tool on the repository's snapshot.
+    async fn sandboxed(&self, name: &str, arguments: serde_json::Value, repo: Option<String>, rev: Option<String>) -> CallToolResult {
+        let repo = match self.repo(repo) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let tools = self.tools.clone();
+        let name = name.to_string();
+        let run = tokio::task::spawn_blocking(move || -> std::result::Result<CallToolResult, String> {
+            let request = Request { issue: "-".into(), repo, rev, attempts: 1, tournament: false };
+            let (_, snapshot) = crate::localize::snapshot(&request).map_err(|e| format!("{e:#}"))?;
+            let serde_json::Value::Object(arguments) = arguments else { return Err("arguments must be an object".into()) };
+            let result = tools.run(&snapshot, &ToolCall { name, arguments });
+            Ok(if result.error { tool_error(result.output) } else { CallToolResult::success(vec![ContentBlock::text(result.output)]) })
+        });
+        match run.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(message)) => tool_error(message),
+            Err(e) => tool_error(format!("the tool failed: {e}")),
+        }
+    }
+}
+
+#[tool_router(router = tool_router)]
+impl Server {
+    /// Localize an issue: the files and functions to change, ranked, each with the tool call that led there.
+    #[tool(
+        name = "localize",
+        description = "Localize an issue in a git repository: runs the trained localizer (grep, glob and read_file over the repository's working tree as it is, or a revision) and returns the files and functions to change, ranked by the attempts that named them, each with the evidence (the tool call and output line) that led there, and the cost. Read-only."
+    )]
+    async fn localize(
+        &self,
+        Parameters(p): Parameters<LocalizeParams>,
+        meta: RequestMetaObject,
+        client: Peer<RoleServer>,
+    ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
+        let repo = match self.repo(p.repo) {
+            Ok(r) => r,
+            Err(e) => return Ok(e),
+        };
+        let tournament = match p.select.as_deref() {
+            None | Some("vote") => false,
+            Some("tournament") => true,
+            Some(other) => return Ok(tool_error(format!("select `{other}`: expected vote or tournament"))),
+        };
+        let request = Request { issue: p.issue, repo, rev: p.rev, attempts: p.attempts.unwrap_or(1), tournament };
+        if let Err(e) = crate::localize::check_request(&request) {
+            return Ok(tool_error(format!("{e:#}")));
+        }
+        let (progress, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (reply, mut reply_rx) = tokio::sync::oneshot::channel();
+        let sent = self.jobs.lock().map_err(|_| ()).and_then(|jobs| jobs.send(Job { request, progress, reply }).map_err(|_| ()));
+        if sent.is_err() {
+            return Ok(tool_error("the localizer's worker has stopped; restart the server"));
+        }
+        let token = meta.get_progress_token();
+        let notify = |(done, total): (usize, usize)| {
+            let client = client.clone();
+            let token = token.clone();
+            async move {
+                if let Some(token) = token {
+                    let note = ProgressNotificationParam::new(token, done as f64)
+                        .with_total(total as f64)
+                        .with_message(format!("attempt {done} of {total} done"));
+                    let _ = client.notify_progress(note).await;
+                }
+            }
+        };
+        let outcome = loop {
+            tokio::select! {
+                Some(p) = progress_rx.recv() => notify(p).await,
+                r = &mut reply_rx => break r,
+            }
+        };
+        // The worker sends every attempt's progress before its reply: what
+        // the select left behind goes out before the result.
+        while let Ok(p) = progress_rx.try_recv() {
+            notify(p).await;
+        }
+        Ok(match outcome {
+            Ok(Ok(loc)) => {
+                let mut result = CallToolResult::structured(serde_json::to_value(&loc).unwrap_or_default());
+                let mut text = loc.render();
+                if loc.answered == 0 {
+                    text = format!("the localizer ended without an answer; what its tools found is below\n{text}");
+                }
+                result.content = vec![ContentBlock::text(text)];
+                result
+            }
+            Ok(Err(message)) => tool_error(message),
+            Err(_) => tool_error("the localizer's worker stopped during this call; restart the server"),
+        })
+    }
+
+    /// grep over the repository.
+    #[tool(name = "grep", description = "Search the repository's files for a regular expression (read-only); prints path:line: text, capped.")]
+    async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> CallToolResult {
+        let mut args = serde_json::json!({ "pattern": p.pattern });
+        if let Some(path) = p.path {
+            args["path"] = path.into();
+        }
+        if let Some(glob) = p.glob {
+            args["glob"] = glob.into();
+        }
+        self.sandboxed("grep", args, p.repo, p.rev).await
+    }
+
+    /// glob over the repository's paths.
+    #[tool(name = "glob", description = "List the repository's file paths that match a glob (read-only), capped.")]
+    async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> CallToolResult {
+        self.sandboxed("glob", serde_json::json!({ "pattern": p.pattern }), p.repo, p.rev).await
+    }
+
+    /// read_file of the repository.
+    #[tool(name = "read_file", description = "Read numbered lines of a file of the repository (read-only), capped.")]
+    async fn read_file(&self, Parameters(p): Parameters<ReadParams>) -> CallToolResult {
+        let mut args = serde_json::json!({ "path": p.path });
+        if let Some(s) = p.start_line {
+            args["start_line"] = s.into();
+        }
+        if let Some(e) = p.end_line {
+            args["end_line"] = e.into();
+        }
+        self.sandboxed("read_file", args, p.repo, p.rev).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Server {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("fusegrpo", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Call `localize` with an issue (and a repository path) before searching the code yourself: it returns the files and \
+                 functions to change, ranked, with the evidence. `grep`, `glob` and `read_file` read the same repository.",
+            )
+    }
+}
+
+/// Serves the localizer of `cfg` (`policy`: our model or the scripted
+/// teacher) over MCP on stdio until the client closes stdin; a call
+/// without `repo` searches `default_repo`.
+pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::PolicyChoice, default_repo: Option<PathBuf>) -> Result<()> {
+    let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()));
+    let (jobs, jobs_rx) = mpsc::channel::<Job>();
+    let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();
+    let worker = std::thread::spawn(move || {
+        let served = with_policy(&cfg, &policy, &TeacherOpts::default(), |policy, env| {
+            let _ = ready_tx.send(Ok(()));
+            for job in jobs_rx {
+                let progress = job.progress.clone();
+                let result = localize(&cfg, policy, env, &job.request, &mut |done, total| {
+                    let _ = progress.send((done, total));
+                });
+                let _ = job.reply.send(result.map_err(|e| format!("{e:#}")));
+            }
+            Ok(())
+        });
+        if let Err(e) = served {
+            let _ = ready_tx.send(Err(format!("{e:#}")));
+        }
+    });
+    match ready_rx.recv() {
+        Ok(Ok(())) => eprintln!("fusegrpo mcp: the localizer is loaded; serving MCP over stdio"),
+        Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
+        Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
+    }
+    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let service = server.serve(rmcp::transport::stdio()).await.context("the MCP handshake")?;
+        service.waiting().await.context("serving MCP")?;
+        anyhow::Ok(())
+    })?;
+    drop(worker);
+    Ok(())
+}
