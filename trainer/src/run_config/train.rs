@@ -33,7 +33,7 @@ pub struct TrainSection {
     /// Activation recomputation per decoder layer (`off` | `per_layer`); left out of the config hash when off.
     #[serde(skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
-    /// Stop the run (saving first) after this many skipped (NaN/inf) steps in a row.
+    /// Stop a GRPO or SFT run (saving first) after this many skipped (NaN/inf) steps in a row.
     pub max_nonfinite_steps: u32,
 }
 

@@ -167,3 +167,26 @@ fn sft_through_the_library_resumes_bitwise() {
     assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
     assert_eq!(m, metrics(&split));
 }
+
+/// SFT stops, saving first, after `train.max_nonfinite_steps` skipped
+/// (NaN/inf) steps in a row, as GRPO does: the one loop both run.
+#[test]
+fn sft_stops_after_nonfinite_steps_in_a_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A learning rate that blows the weights up at the first update.
+    let sft = "[sft]\nepochs = 2\nbatch_rows = 2\nlr = 1e30\nsave_every = 100\nheldout_fraction = 0.0\n\
+               [sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\nmax_tokens = 8192\nmax_truncation_ratio = 1.0\nmax_per_task = 4\n";
+    let (mut cfg, tasks) = world(tmp.path(), sft);
+    cfg.train.max_nonfinite_steps = 2;
+    let teacher = TeacherOpts { vary_scripted: Some(1), ..Default::default() };
+    let data = tmp.path().join("traj.jsonl");
+    episodes::write_episodes(&data, &run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 4, &teacher).unwrap()).unwrap();
+    let run = tmp.path().join("run");
+    let e = trainer::run::sft::sft(&cfg, &data, &run, &tasks, &opts(false, None)).unwrap_err().to_string();
+    assert!(e.contains("2 steps in a row had a NaN/inf loss or gradient") && e.contains("saved"), "{e}");
+    let m = metrics(&run);
+    assert!(m.len() >= 3 && m.len() < 8, "stopped early: {m:?}");
+    assert!(m[m.len() - 2..].iter().all(|r| r["skipped"] == true), "{m:?}");
+    let saved = trainer::checkpoint::latest(&run).unwrap().expect("a checkpoint saved at the stop");
+    assert!(saved.ends_with(format!("step_{:08}", m.len())), "{}", saved.display());
+}
