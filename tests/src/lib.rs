@@ -77,9 +77,9 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// A small shop repository (2 tasks with gold), a tiny random model and a
-/// run config (`run.toml`, rollout + training sections) in `dir`.
-pub fn shop_world(dir: &Path) -> std::path::PathBuf {
+/// A small shop repository (`repos/acme__shop`, two files, one commit)
+/// and its 2 tasks with gold (`tasks.jsonl`) in `dir`.
+pub fn shop_repo(dir: &Path) {
     let repo = dir.join("repos/acme__shop");
     std::fs::create_dir_all(repo.join("shop")).unwrap();
     std::fs::write(
@@ -106,6 +106,12 @@ pub fn shop_world(dir: &Path) -> std::path::PathBuf {
         .join("\n"),
     )
     .unwrap();
+}
+
+/// The shop repository and tasks ([`shop_repo`]), a tiny random model and
+/// a run config (`run.toml`, rollout + training sections) in `dir`.
+pub fn shop_world(dir: &Path) -> std::path::PathBuf {
+    shop_repo(dir);
     fusegrpo_ok(&["init-tiny", "--out", dir.join("model").to_str().unwrap(), "--small-vocab", "1024", "--seed", "2"]);
     let cfg = dir.join("run.toml");
     std::fs::write(

@@ -6,45 +6,16 @@
 
 use rollout::tasks::Task;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use trainer::rollouts::{episodes, run_policy, TeacherOpts};
 use trainer::run::{RunEnd, RunOptions};
 use trainer::run_config::{PolicyChoice, RunConfig};
 use trainer::config::Architecture;
 use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// A repository, its two tasks, a tiny random Qwen3 with a 1,024-id BPE,
 /// and a run config (`run.toml`) in `dir`.
 fn world(dir: &Path, extra: &str) -> (RunConfig, Vec<Task>) {
-    let repo = dir.join("repos/acme__shop");
-    std::fs::create_dir_all(repo.join("shop")).unwrap();
-    std::fs::write(
-        repo.join("shop/cart.py"),
-        "class Cart:\n    def add_item(self, item):\n        if item.price < 0:\n            raise ValueError('negative price in cart')\n        self.items.append(item)\n",
-    )
-    .unwrap();
-    std::fs::write(repo.join("shop/tax.py"), "def compute_tax(total):\n    return total * 0.2\n").unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-qm", "init"]);
-    let commit = git(&repo, &["rev-parse", "HEAD"]);
-    let task = |id: &str, text: &str, file: &str, func: &str| {
-        serde_json::json!({"instance_id": id, "repo": "acme/shop", "base_commit": commit, "problem_statement": text,
-                           "gold": {"files": [file], "functions": [format!("{file}:{func}")]}})
-        .to_string()
-    };
-    let tasks = [
-        task("shop-1", "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them.", "shop/cart.py", "Cart.add_item"),
-        task("shop-2", "`compute_tax` uses a flat rate; it must depend on the region.", "shop/tax.py", "compute_tax"),
-    ];
-    std::fs::write(dir.join("tasks.jsonl"), tasks.join("\n")).unwrap();
-
+    e2e::shop_repo(dir);
     let spec = TinySpec {
         tokenizer: TinyTokenizer::Small { ids: 1024, corpus: None },
         seed: 2,
