@@ -12,6 +12,12 @@ Not run by the tests (they only read the JSON files). Regenerate with:
 
     python scripts/make_chat_fixtures.py [TOKENIZER_DIR]
 
+With `--llama3 DIR` it renders the same conversations with the small
+Llama 3-format tokenizer (Llama 3.1's header tokens, `configs/llama3-tools.jinja`)
+that the tests train, into `rollout/tests/fixtures/chat-llama3/`; make DIR with
+
+    fusegrpo init-tiny --out DIR --small-vocab 1500 --chat-format llama3
+
 TOKENIZER_DIR defaults to $FUSEGRPO_QWEN_TOKENIZER, else
 ~/.cache/fusegrpo/qwen3-tokenizer (see scripts/fetch-qwen-tokenizer.sh).
 Needs `transformers`, `tokenizers` and `jinja2`.
@@ -284,13 +290,16 @@ CASES = [
 
 
 def main():
-    tok_dir = (
-        sys.argv[1]
-        if len(sys.argv) > 1
-        else os.environ.get("FUSEGRPO_QWEN_TOKENIZER", os.path.expanduser("~/.cache/fusegrpo/qwen3-tokenizer"))
-    )
+    args = sys.argv[1:]
+    out = OUT
+    if args[:1] == ["--llama3"]:
+        if len(args) != 2:
+            sys.exit("usage: make_chat_fixtures.py --llama3 DIR (made by fusegrpo init-tiny --small-vocab 1500 --chat-format llama3)")
+        tok_dir, out = args[1], OUT.parent / "chat-llama3"
+    else:
+        tok_dir = args[0] if args else os.environ.get("FUSEGRPO_QWEN_TOKENIZER", os.path.expanduser("~/.cache/fusegrpo/qwen3-tokenizer"))
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     for case in CASES:
         kwargs = {}
         if case.get("enable_thinking") is not None:
@@ -310,7 +319,7 @@ def main():
             "enable_thinking": case.get("enable_thinking"),
             "expected": {"text": text, "ids": ids},
         }
-        path = OUT / f"{case['name']}.json"
+        path = out / f"{case['name']}.json"
         text_out = json.dumps(record, ensure_ascii=False, indent=1)
         # Keep the id list on one line so the files stay small and diffable.
         text_out = re.sub(r"\[\s*-?\d+(?:,\s*-?\d+)*\s*\]", lambda m: json.dumps(json.loads(m.group(0))), text_out)

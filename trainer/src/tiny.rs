@@ -6,6 +6,7 @@ use crate::config::{Architecture, RopeScaling};
 use crate::weights::{save_checkpoint, ShardPolicy};
 use crate::ModelConfig;
 use anyhow::{Context, Result};
+use rollout::chat::SmallChatFormat;
 use std::path::{Path, PathBuf};
 
 /// The llama3 rope scaling `--llama3-rope` writes (Llama 3.1's factors, with
@@ -27,10 +28,11 @@ pub enum TinyTokenizer {
     /// A copy of this folder's tokenizer.json and tokenizer_config.json
     /// (the real Qwen3 tokenizer: 151,936 vocabulary rows).
     Copy(PathBuf),
-    /// A small byte-level BPE of this many ids (Qwen3's special tokens
-    /// kept), trained also on a repository's files at HEAD (`owner/name`
-    /// in a repositories folder) and the tool declarations when given.
-    Small { ids: usize, corpus: Option<(String, PathBuf)> },
+    /// A small byte-level BPE of this many ids in a chat format (Qwen3's
+    /// special tokens and template, or Llama 3's), trained also on a
+    /// repository's files at HEAD (`owner/name` in a repositories folder)
+    /// and the tool declarations when given.
+    Small { ids: usize, corpus: Option<(String, PathBuf)>, format: SmallChatFormat },
 }
 
 /// The shape of a tiny model.
@@ -61,12 +63,12 @@ pub fn write_tiny(out: &Path, spec: &TinySpec) -> Result<ModelConfig> {
             crate::files::copy_tokenizer(dir, out, true)?;
             QWEN3_VOCAB_ROWS
         }
-        TinyTokenizer::Small { ids, corpus } => {
+        TinyTokenizer::Small { ids, corpus, format } => {
             let extra = match corpus {
                 Some((repo, dir)) => corpus_of(repo, dir)?,
                 None => Vec::new(),
             };
-            rollout::chat::write_small_tokenizer_with(out, *ids, &extra).with_context(|| format!("training a {ids}-id tokenizer into {}", out.display()))?;
+            rollout::chat::write_small_tokenizer_in(out, *ids, &extra, *format).with_context(|| format!("training a {ids}-id tokenizer into {}", out.display()))?;
             *ids
         }
     };

@@ -1,5 +1,11 @@
-//! How a model's chat template lays out the tool responses that follow an
-//! assistant turn and open the next one, learned from the template itself.
+//! How a model's chat template marks turns and lays out the tool responses
+//! that follow an assistant turn and open the next one, learned from the
+//! template itself.
+//!
+//! [`TurnMarkers`]: the token every turn's header starts with and the one that
+//! closes a turn, read off the template's generation prompt and an assistant
+//! reply (ChatML's `<|im_start|>`/`<|im_end|>`, Llama 3's
+//! `<|start_header_id|>`/`<|eot_id|>`).
 //!
 //! An episode appends tokens turn by turn: the policy's turn ends with its
 //! end-of-turn token, then the environment appends the text of the tool
@@ -18,8 +24,56 @@ use super::error::{ChatError, Result};
 use super::request::ChatRequest;
 
 /// Placeholders that no template writes on its own.
+const PROBE_USER: &str = "\u{E000}probe-user\u{E000}";
 const PROBE_ASSISTANT: &str = "\u{E000}probe-assistant\u{E000}";
 const OUTPUTS: [&str; 3] = ["\u{E001}out-0\u{E001}", "\u{E001}out-1\u{E001}", "\u{E001}out-2\u{E001}"];
+
+/// The turn markers of a chat template, as text: each is an added token of
+/// the vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnMarkers {
+    /// What the generation prompt (the assistant's header) starts with.
+    pub turn_start: String,
+    /// What follows an assistant reply's content.
+    pub end_of_turn: String,
+}
+
+impl TurnMarkers {
+    /// Renders a user message with and without the generation prompt, and
+    /// a user message with an assistant reply; each marker is the longest of
+    /// `added_tokens` that the header, or the text after the reply, starts
+    /// with. Errors say which did not start with an added token.
+    pub fn probe(render: impl Fn(&ChatRequest) -> Result<String>, added_tokens: &[String]) -> Result<Self> {
+        let user = json!({"role": "user", "content": PROBE_USER});
+        let request = |messages, add_generation_prompt| ChatRequest { messages, tools: None, add_generation_prompt, enable_thinking: None };
+        let without = render(&request(vec![user.clone()], false))?;
+        let with = render(&request(vec![user.clone()], true))?;
+        let header = with.strip_prefix(without.as_str()).ok_or_else(|| {
+            ChatError::Request(format!(
+                "the chat template's generation prompt is not text added at the end (without: {without:?}, with: {with:?})"
+            ))
+        })?;
+        let turn_start = leading_token(header, added_tokens).ok_or_else(|| {
+            ChatError::Request(format!("the chat template's assistant header {header:?} does not start with a special token"))
+        })?;
+        let reply = render(&request(vec![user, json!({"role": "assistant", "content": PROBE_ASSISTANT})], false))?;
+        let at = reply
+            .rfind(PROBE_ASSISTANT)
+            .ok_or_else(|| ChatError::Request("the chat template dropped an assistant message's content".into()))?;
+        let after = &reply[at + PROBE_ASSISTANT.len()..];
+        let end_of_turn = leading_token(after, added_tokens).ok_or_else(|| {
+            ChatError::Request(format!(
+                "the chat template does not close an assistant turn with a special token (it writes {after:?} after the reply)"
+            ))
+        })?;
+        Ok(TurnMarkers { turn_start, end_of_turn })
+    }
+}
+
+/// The longest of `tokens` that `text` starts with.
+fn leading_token(text: &str, tokens: &[String]) -> Option<String> {
+    tokens.iter().filter(|t| !t.is_empty() && text.starts_with(t.as_str())).max_by_key(|t| t.len()).cloned()
+}
 
 /// The text between an assistant's end-of-turn token and the next assistant
 /// turn's first generated token, for `n` tool outputs:

@@ -1,4 +1,5 @@
-//! A small byte-level BPE tokenizer with Qwen3's chat format, for fast CPU runs.
+//! A small byte-level BPE tokenizer with Qwen3's chat format (or Llama 3's),
+//! for fast CPU runs.
 //!
 //! [`write_small_tokenizer`] trains a BPE with the `tokenizers` crate on a
 //! built-in deterministic corpus (Python-like code, English prose, chat-format
@@ -8,6 +9,8 @@
 //! the last ids, and writes `tokenizer.json` plus a `tokenizer_config.json`
 //! holding Qwen3's chat template. Every text encodes (byte level, no unknown
 //! tokens) and renders exactly as with the real tokenizer, only into other ids.
+//! [`SmallChatFormat::Llama3`] appends Llama 3.1's named special tokens
+//! instead, with `configs/llama3-tools.jinja` as the chat template.
 
 use std::path::Path;
 
@@ -62,6 +65,46 @@ pub const QWEN3_ADDED_TOKENS: [(&str, bool); 26] = [
     ("</think>", false),
 ];
 
+/// Llama 3.1's named special tokens in id order (128000..=128010 there).
+pub const LLAMA3_ADDED_TOKENS: [(&str, bool); 11] = [
+    ("<|begin_of_text|>", true),
+    ("<|end_of_text|>", true),
+    ("<|reserved_special_token_0|>", true),
+    ("<|reserved_special_token_1|>", true),
+    ("<|finetune_right_pad_id|>", true),
+    ("<|reserved_special_token_2|>", true),
+    ("<|start_header_id|>", true),
+    ("<|end_header_id|>", true),
+    ("<|eom_id|>", true),
+    ("<|eot_id|>", true),
+    ("<|python_tag|>", true),
+];
+
+/// Llama 3's header-token chat format with tools declared and called as
+/// Qwen does (`configs/llama3-tools.jinja`).
+pub const LLAMA3_TOOLS_TEMPLATE: &str = include_str!("../../../configs/llama3-tools.jinja");
+
+/// The chat format a small tokenizer carries: its added tokens, chat
+/// template and special-token roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SmallChatFormat {
+    /// Qwen3's 26 added tokens and chat template (ChatML).
+    #[default]
+    Qwen3,
+    /// Llama 3.1's header tokens and `configs/llama3-tools.jinja`.
+    Llama3,
+}
+
+impl SmallChatFormat {
+    /// The added tokens, in id order, with their `special` flag.
+    pub fn added_tokens(self) -> &'static [(&'static str, bool)] {
+        match self {
+            SmallChatFormat::Qwen3 => &QWEN3_ADDED_TOKENS,
+            SmallChatFormat::Llama3 => &LLAMA3_ADDED_TOKENS,
+        }
+    }
+}
+
 /// The 256 byte-level symbols every byte-level BPE starts from.
 const BYTE_ALPHABET: usize = 256;
 
@@ -91,8 +134,14 @@ pub fn write_small_tokenizer(out_dir: impl AsRef<Path>, vocab_size: usize) -> Re
 /// (the text a run will see: a repository's files, the tool declarations),
 /// so that text tokenizes into fewer ids. Deterministic for the same inputs.
 pub fn write_small_tokenizer_with(out_dir: impl AsRef<Path>, vocab_size: usize, extra_docs: &[String]) -> Result<()> {
+    write_small_tokenizer_in(out_dir, vocab_size, extra_docs, SmallChatFormat::Qwen3)
+}
+
+/// [`write_small_tokenizer_with`] in a chat `format`: its added tokens are
+/// the last ids, its template and special tokens are in the config.
+pub fn write_small_tokenizer_in(out_dir: impl AsRef<Path>, vocab_size: usize, extra_docs: &[String], format: SmallChatFormat) -> Result<()> {
     let out_dir = out_dir.as_ref();
-    let tokenizer = train_small_tokenizer(vocab_size, extra_docs)?;
+    let tokenizer = train_small_tokenizer(vocab_size, extra_docs, format.added_tokens())?;
     std::fs::create_dir_all(out_dir).map_err(|source| ChatError::Io {
         path: out_dir.to_path_buf(),
         source,
@@ -102,7 +151,11 @@ pub fn write_small_tokenizer_with(out_dir: impl AsRef<Path>, vocab_size: usize, 
         .save(&tok_path, false)
         .map_err(|e| ChatError::tokenizer(format!("writing {}", tok_path.display()), e))?;
     let cfg_path = out_dir.join(TOKENIZER_CONFIG_FILE);
-    let config = qwen3_tokenizer_config(vocab_size - QWEN3_ADDED_TOKENS.len());
+    let first_added = vocab_size - format.added_tokens().len();
+    let config = match format {
+        SmallChatFormat::Qwen3 => qwen3_tokenizer_config(first_added),
+        SmallChatFormat::Llama3 => llama3_tokenizer_config(first_added),
+    };
     let text = serde_json::to_string_pretty(&config).expect("a JSON value always serializes");
     std::fs::write(&cfg_path, text + "\n").map_err(|source| ChatError::Io {
         path: cfg_path,
@@ -111,7 +164,7 @@ pub fn write_small_tokenizer_with(out_dir: impl AsRef<Path>, vocab_size: usize, 
 }
 
 /// Trains the BPE and appends the added tokens; checks the exact size.
-fn train_small_tokenizer(vocab_size: usize, extra_docs: &[String]) -> Result<Bpe> {
+fn train_small_tokenizer(vocab_size: usize, extra_docs: &[String], added: &[(&str, bool)]) -> Result<Bpe> {
     let max = max_small_vocab();
     if vocab_size < SMALL_VOCAB_MIN || vocab_size > max {
         return Err(ChatError::VocabSize {
@@ -125,7 +178,7 @@ fn train_small_tokenizer(vocab_size: usize, extra_docs: &[String]) -> Result<Bpe
             max,
         });
     }
-    let bpe_size = vocab_size - QWEN3_ADDED_TOKENS.len();
+    let bpe_size = vocab_size - added.len();
     let mut tokenizer = untrained_tokenizer()?;
     let mut trainer = BpeTrainerBuilder::new()
         .vocab_size(bpe_size)
@@ -144,10 +197,10 @@ fn train_small_tokenizer(vocab_size: usize, extra_docs: &[String]) -> Result<Bpe
             requested: vocab_size,
             problem: "not reachable with the built-in corpus",
             min: SMALL_VOCAB_MIN,
-            max: trained + QWEN3_ADDED_TOKENS.len(),
+            max: trained + added.len(),
         });
     }
-    add_qwen3_tokens(&mut tokenizer);
+    add_tokens(&mut tokenizer, added);
     debug_assert_eq!(tokenizer.get_vocab_size(true), vocab_size);
     Ok(tokenizer)
 }
@@ -178,10 +231,10 @@ fn untrained_tokenizer() -> Result<Bpe> {
         .map_err(|e| ChatError::tokenizer("building the small tokenizer", e))
 }
 
-/// Appends Qwen3's added tokens, in Qwen3's order and with its flags (never
+/// Appends the added tokens, in order and with their flags (never
 /// normalized, no stripping).
-fn add_qwen3_tokens(tokenizer: &mut Bpe) {
-    for (content, special) in QWEN3_ADDED_TOKENS {
+fn add_tokens(tokenizer: &mut Bpe, added: &[(&str, bool)]) {
+    for &(content, special) in added {
         let token = AddedToken::from(content, special).normalized(false);
         if special {
             tokenizer.add_special_tokens(&[token]);
@@ -191,11 +244,11 @@ fn add_qwen3_tokens(tokenizer: &mut Bpe) {
     }
 }
 
-/// Qwen3's tokenizer_config.json with the added tokens renumbered from
+/// tokenizer_config.json's `added_tokens_decoder` for `added` numbered from
 /// `first_added_id`.
-fn qwen3_tokenizer_config(first_added_id: usize) -> Json {
+fn added_tokens_decoder(added: &[(&str, bool)], first_added_id: usize) -> Json {
     let mut decoder = Map::new();
-    for (i, (content, special)) in QWEN3_ADDED_TOKENS.iter().enumerate() {
+    for (i, (content, special)) in added.iter().enumerate() {
         decoder.insert(
             (first_added_id + i).to_string(),
             json!({
@@ -204,6 +257,28 @@ fn qwen3_tokenizer_config(first_added_id: usize) -> Json {
             }),
         );
     }
+    Json::Object(decoder)
+}
+
+/// Llama 3.1 Instruct's special-token roles (the
+/// end of a turn is the eos token) in a tokenizer_config.json, the added tokens renumbered from
+/// `first_added_id` and `configs/llama3-tools.jinja` as the template.
+fn llama3_tokenizer_config(first_added_id: usize) -> Json {
+    json!({
+        "added_tokens_decoder": added_tokens_decoder(&LLAMA3_ADDED_TOKENS, first_added_id),
+        "bos_token": "<|begin_of_text|>",
+        "chat_template": LLAMA3_TOOLS_TEMPLATE,
+        "clean_up_tokenization_spaces": false,
+        "eos_token": "<|eot_id|>",
+        "model_max_length": 131072,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    })
+}
+
+/// Qwen3's tokenizer_config.json with the added tokens renumbered from
+/// `first_added_id`.
+fn qwen3_tokenizer_config(first_added_id: usize) -> Json {
+    let decoder = added_tokens_decoder(&QWEN3_ADDED_TOKENS, first_added_id);
     let additional: Vec<&str> = QWEN3_ADDED_TOKENS
         .iter()
         .filter(|(content, special)| *special && *content != "<|endoftext|>")

@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json};
 use tokenizers::Tokenizer;
 
 use super::error::{ChatError, Result};
-use super::format::ResponseLayout;
+use super::format::{ResponseLayout, TurnMarkers};
 use super::request::ChatRequest;
 use super::template::ChatTemplate;
 use std::sync::OnceLock;
@@ -20,18 +20,19 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 
 
-/// Ids of the special tokens the chat format is built from. ChatML's turn
-/// markers must be single tokens; the tool-call and thinking markers are
-/// single tokens in Qwen3's vocabulary and plain text (several tokens) in
-/// others, such as SmolLM2's: episodes find them in the decoded text either way.
+/// Ids of the special tokens the chat format is built from. The turn markers
+/// come from the chat template ([`TurnMarkers`]): ChatML's `<|im_start|>` and
+/// `<|im_end|>`, Llama 3's `<|start_header_id|>` and `<|eot_id|>`. The
+/// tool-call and thinking markers are single tokens in Qwen3's vocabulary and
+/// plain text (several tokens) in others, such as SmolLM2's: episodes find
+/// them in the decoded text either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecialTokens {
-    /// `<|im_start|>`: opens a turn.
-    pub im_start: u32,
-    /// `<|im_end|>`: closes a turn; Qwen3's eos token.
-    pub im_end: u32,
-    /// `<|endoftext|>`: end of document; Qwen3's pad token.
-    pub endoftext: u32,
+    /// The first token of every turn's header (ChatML `<|im_start|>`, Llama 3
+    /// `<|start_header_id|>`).
+    pub turn_start: u32,
+    /// The token that closes a turn (ChatML `<|im_end|>`, Llama 3 `<|eot_id|>`).
+    pub end_of_turn: u32,
     /// `<tool_call>`, when a single token.
     pub tool_call_start: Option<u32>,
     /// `</tool_call>`
@@ -46,28 +47,23 @@ pub struct SpecialTokens {
     pub think_end: Option<u32>,
 }
 
-impl SpecialTokens {
-    /// The token strings, in field order.
-    pub const STRINGS: [&'static str; 9] = [
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|endoftext|>",
-        "<tool_call>",
-        "</tool_call>",
-        "<tool_response>",
-        "</tool_response>",
-        "<think>",
-        "</think>",
-    ];
+/// Tokens that end a document and so also stop generation where the
+/// vocabulary has them (Qwen3, SmolLM2; Llama 3).
+const DOCUMENT_ENDS: [&str; 2] = ["<|endoftext|>", "<|end_of_text|>"];
 
-    /// Looks every token up; `path` labels the error for a missing turn marker.
-    fn lookup(tokenizer: &Tokenizer, path: &Path) -> Result<Self> {
+impl SpecialTokens {
+    /// The optional markers' strings, in field order.
+    pub const OPTIONAL: [&'static str; 6] =
+        ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"];
+
+    /// The turn markers' ids (`path` labels the error for a marker that is not
+    /// one token) and the optional markers looked up.
+    fn lookup(tokenizer: &Tokenizer, markers: &TurnMarkers, path: &Path) -> Result<Self> {
         let id = |token: &str| single_token_id(tokenizer, token, path);
         let maybe = |token: &str| tokenizer.token_to_id(token);
         Ok(SpecialTokens {
-            im_start: id("<|im_start|>")?,
-            im_end: id("<|im_end|>")?,
-            endoftext: id("<|endoftext|>")?,
+            turn_start: id(&markers.turn_start)?,
+            end_of_turn: id(&markers.end_of_turn)?,
             tool_call_start: maybe("<tool_call>"),
             tool_call_end: maybe("</tool_call>"),
             tool_response_start: maybe("<tool_response>"),
@@ -97,7 +93,9 @@ pub struct ChatTokenizer {
     /// `bos_token`/`eos_token`/`unk_token`/`pad_token` strings, passed to the
     /// template as transformers passes `special_tokens_map`.
     special_tokens_map: Vec<(&'static str, String)>,
-    eos_ids: Vec<u32>,
+    /// The text of [`SpecialTokens::end_of_turn`].
+    end_of_turn: String,
+    stop_ids: Vec<u32>,
     dir: PathBuf,
     /// The tool-response layouts of the template, by `enable_thinking`
     /// (None, Some(false), Some(true)), probed on first use.
@@ -150,25 +148,31 @@ impl ChatTokenizer {
                 key: "eos_token".into(),
             }
         })?;
-        let special = SpecialTokens::lookup(&tokenizer, &tok_path)?;
-        let mut eos_ids = vec![single_token_id(&tokenizer, &eos, &cfg_path)?];
-        if !eos_ids.contains(&special.endoftext) {
-            eos_ids.push(special.endoftext);
-        }
+        let render = |req: &ChatRequest| template.render(template_context(&special_tokens_map, req)?);
+        let added: Vec<String> = tokenizer.get_added_tokens_decoder().into_values().map(|t| t.content).collect();
+        let markers = TurnMarkers::probe(render, &added)?;
+        let special = SpecialTokens::lookup(&tokenizer, &markers, &tok_path)?;
+        // The end of a turn, the config's eos token, then the document end.
+        let mut stop_ids = vec![special.end_of_turn, single_token_id(&tokenizer, &eos, &cfg_path)?];
+        stop_ids.extend(DOCUMENT_ENDS.iter().filter_map(|t| tokenizer.token_to_id(t)));
+        let mut seen = std::collections::HashSet::new();
+        stop_ids.retain(|id| seen.insert(*id));
         Ok(ChatTokenizer {
             tokenizer,
             template,
             special,
             special_tokens_map,
-            eos_ids,
+            end_of_turn: markers.end_of_turn,
+            stop_ids,
             dir: dir.to_path_buf(),
             layouts: Default::default(),
         })
     }
 
-    /// The text that closes a turn (`<|im_end|>`), as the template writes it.
-    pub fn end_of_turn_text(&self) -> &'static str {
-        "<|im_end|>"
+    /// The text that closes a turn (ChatML `<|im_end|>`, Llama 3
+    /// `<|eot_id|>`), as the template writes it.
+    pub fn end_of_turn_text(&self) -> &str {
+        &self.end_of_turn
     }
 
     /// How the template lays out tool responses and the next assistant
@@ -192,7 +196,7 @@ impl ChatTokenizer {
     /// Like transformers, keys whose value is `null` are dropped from each
     /// message, and `thinking`/`reasoning` are aliased to `reasoning_content`.
     pub fn render(&self, request: &ChatRequest) -> Result<String> {
-        self.template.render(self.template_context(request)?)
+        self.template.render(template_context(&self.special_tokens_map, request)?)
     }
 
     /// Renders and encodes: `(text, ids)` as `apply_chat_template` gives them
@@ -236,10 +240,12 @@ impl ChatTokenizer {
         &self.special
     }
 
-    /// Ids that end generation: the config's `eos_token` (`<|im_end|>`), then
-    /// `<|endoftext|>` (Qwen3's generation_config lists both).
-    pub fn eos_ids(&self) -> &[u32] {
-        &self.eos_ids
+    /// Ids that end generation: the end of a turn, the config's `eos_token`,
+    /// and the end-of-document token (`<|endoftext|>`, `<|end_of_text|>`),
+    /// once each: Qwen3's `<|im_end|>`, `<|endoftext|>`, as its
+    /// generation_config lists them.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
     }
 
     /// Number of ids, added tokens included (151669 for Qwen3; the model's
@@ -257,32 +263,32 @@ impl ChatTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.tokenizer
     }
+}
 
-    /// The template variables transformers passes: `messages`, `tools`,
-    /// `documents`, `add_generation_prompt`, the special-token strings, and
-    /// `enable_thinking` only when given.
-    fn template_context(&self, request: &ChatRequest) -> Result<minijinja::Value> {
-        if request.messages.is_empty() {
-            return Err(ChatError::Request("empty conversation".into()));
-        }
-        let messages = normalize_messages(&request.messages)?;
-        let mut ctx = Map::new();
-        for (key, token) in &self.special_tokens_map {
-            ctx.insert((*key).to_string(), Json::String(token.clone()));
-        }
-        ctx.insert("messages".into(), Json::Array(messages));
-        let tools = request.tools.clone().map(Json::Array).unwrap_or(Json::Null);
-        ctx.insert("tools".into(), tools);
-        ctx.insert("documents".into(), Json::Null);
-        ctx.insert(
-            "add_generation_prompt".into(),
-            Json::Bool(request.add_generation_prompt),
-        );
-        if let Some(enable) = request.enable_thinking {
-            ctx.insert("enable_thinking".into(), Json::Bool(enable));
-        }
-        Ok(minijinja::Value::from_serialize(Json::Object(ctx)))
+/// The template variables transformers passes: `messages`, `tools`,
+/// `documents`, `add_generation_prompt`, the special-token strings, and
+/// `enable_thinking` only when given.
+fn template_context(special_tokens_map: &[(&'static str, String)], request: &ChatRequest) -> Result<minijinja::Value> {
+    if request.messages.is_empty() {
+        return Err(ChatError::Request("empty conversation".into()));
     }
+    let messages = normalize_messages(&request.messages)?;
+    let mut ctx = Map::new();
+    for (key, token) in special_tokens_map {
+        ctx.insert((*key).to_string(), Json::String(token.clone()));
+    }
+    ctx.insert("messages".into(), Json::Array(messages));
+    let tools = request.tools.clone().map(Json::Array).unwrap_or(Json::Null);
+    ctx.insert("tools".into(), tools);
+    ctx.insert("documents".into(), Json::Null);
+    ctx.insert(
+        "add_generation_prompt".into(),
+        Json::Bool(request.add_generation_prompt),
+    );
+    if let Some(enable) = request.enable_thinking {
+        ctx.insert("enable_thinking".into(), Json::Bool(enable));
+    }
+    Ok(minijinja::Value::from_serialize(Json::Object(ctx)))
 }
 
 /// transformers' message clean-up: drop `null`-valued keys, then alias the

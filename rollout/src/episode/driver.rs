@@ -184,7 +184,7 @@ fn start(env: &Env<'_>, tasks: &[Task], group: usize, cfg: &EpisodeConfig) -> Re
 
 /// Append the policy's turn, then decide: answer, tool calls, or a stop.
 fn apply_turn(l: &mut Live, out: TurnOutput, tok: &ChatTokenizer, cfg: &EpisodeConfig, secs: f64) -> Result<(), RolloutError> {
-    let end = tok.special().im_end;
+    let end = tok.special().end_of_turn;
     let (ids, logprobs) = match out {
         TurnOutput::Tokens { ids, logprobs } => (ids, logprobs),
         TurnOutput::Text(text) => {
@@ -194,7 +194,7 @@ fn apply_turn(l: &mut Live, out: TurnOutput, tok: &ChatTokenizer, cfg: &EpisodeC
             (ids, vec![0.0; n])
         }
     };
-    let ended = ids.last().is_some_and(|t| *t == end || tok.eos_ids().contains(t));
+    let ended = ids.last().is_some_and(|t| tok.stop_ids().contains(t));
     let body = if ended { &ids[..ids.len() - 1] } else { &ids[..] };
     let text = tok.decode(body)?;
     l.ep.tokens.extend_from_slice(&ids);

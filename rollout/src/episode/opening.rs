@@ -11,14 +11,14 @@ use super::filter::SftExample;
 use super::{Episode, StopReason};
 use std::ops::Range;
 
-/// The token span of an opening: from the `<|im_start|>` of the user turn
-/// that precedes the first policy token, to the end of the `turns`-th run of
-/// policy tokens (the whole sequence when it has fewer). `None` when there is
+/// The token span of an opening: from the turn start (ChatML's
+/// `<|im_start|>`) of the user turn that precedes the first policy token, to
+/// the end of the `turns`-th run of policy tokens (the whole sequence when it has fewer). `None` when there is
 /// no policy token or no user turn before it.
-pub fn opening_span(tokens: &[u32], loss_mask: &[u8], turns: usize, im_start: u32) -> Option<Range<usize>> {
+pub fn opening_span(tokens: &[u32], loss_mask: &[u8], turns: usize, turn_start: u32) -> Option<Range<usize>> {
     let first_policy = loss_mask.iter().position(|&m| m == 1)?;
     // The turn openers before the first policy token: [system,] user, assistant.
-    let openers: Vec<usize> = (0..first_policy).filter(|&i| tokens[i] == im_start).collect();
+    let openers: Vec<usize> = (0..first_policy).filter(|&i| tokens[i] == turn_start).collect();
     let start = *openers.len().checked_sub(2).and_then(|i| openers.get(i))?;
     let mut seen = 0;
     let mut end = loss_mask.len();
@@ -38,12 +38,12 @@ pub fn opening_span(tokens: &[u32], loss_mask: &[u8], turns: usize, im_start: u3
 /// The openings of every episode that ended with an answer (a teacher's
 /// early turns are its search whatever the final F1; the whole-trajectory
 /// filter judges the rest).
-pub fn openings(episodes: &[Episode], turns: usize, im_start: u32) -> Vec<SftExample> {
+pub fn openings(episodes: &[Episode], turns: usize, turn_start: u32) -> Vec<SftExample> {
     episodes
         .iter()
         .filter(|e| e.stop_reason() == Some(StopReason::Answer))
         .filter_map(|e| {
-            let span = opening_span(&e.tokens, &e.loss_mask, turns, im_start)?;
+            let span = opening_span(&e.tokens, &e.loss_mask, turns, turn_start)?;
             Some(SftExample {
                 task_id: e.task_id.clone(),
                 sample: e.sample,

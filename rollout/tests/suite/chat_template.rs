@@ -40,8 +40,8 @@ fn qwen() -> ChatTokenizer {
 }
 
 #[derive(Deserialize)]
-struct Fixture {
-    name: String,
+pub(crate) struct Fixture {
+    pub(crate) name: String,
     #[serde(flatten)]
     request: ChatRequest,
     expected: Expected,
@@ -58,8 +58,13 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn load_fixtures() -> Vec<Fixture> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
-        .expect("tests/fixtures/chat exists")
+    load_fixtures_in(&fixtures_dir())
+}
+
+/// The golden fixtures of a folder, by name.
+pub(crate) fn load_fixtures_in(dir: &Path) -> Vec<Fixture> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("readable dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
@@ -106,15 +111,19 @@ fn ids_diff(ours: &[u32], theirs: &[u32]) -> Option<String> {
 
 #[test]
 fn golden_fixtures_match_transformers() {
-    let tok = qwen();
-    let fixtures = load_fixtures();
+    check_fixtures(&qwen(), &load_fixtures());
+}
+
+/// Every fixture renders to transformers' text and ids, and its text encodes
+/// to its ids.
+pub(crate) fn check_fixtures(tok: &ChatTokenizer, fixtures: &[Fixture]) {
     assert!(
         fixtures.len() >= 15,
         "expected the golden fixtures, found {}",
         fixtures.len()
     );
     let mut failures = Vec::new();
-    for fx in &fixtures {
+    for fx in fixtures {
         let (text, ids) = match tok.render_ids(&fx.request) {
             Ok(out) => out,
             Err(e) => {
@@ -171,17 +180,15 @@ fn fixtures_cover_the_required_cases() {
 fn real_tokenizer_special_tokens_and_round_trip() {
     let tok = qwen();
     let s = *tok.special();
-    assert_eq!(
-        (s.endoftext, s.im_start, s.im_end),
-        (151643, 151644, 151645)
-    );
+    assert_eq!((s.turn_start, s.end_of_turn), (151644, 151645));
+    assert_eq!(tok.end_of_turn_text(), "<|im_end|>");
     assert_eq!((s.tool_call_start, s.tool_call_end), (Some(151657), Some(151658)));
     assert_eq!(
         (s.tool_response_start, s.tool_response_end),
         (Some(151665), Some(151666))
     );
     assert_eq!((s.think_start, s.think_end), (Some(151667), Some(151668)));
-    assert_eq!(tok.eos_ids(), &[151645, 151643]);
+    assert_eq!(tok.stop_ids(), &[151645, 151643]);
     assert_eq!(tok.vocab_size(), 151669);
     assert_eq!(
         tok.encode("<|im_start|>user\nhi<|im_end|>").unwrap()[..1],
@@ -260,10 +267,9 @@ fn small_tokenizer_is_deterministic_and_exact() {
         assert_eq!(tok.encode(token).unwrap(), vec![id], "{token}");
         assert_eq!(tok.decode(&[id]).unwrap(), *token);
     }
-    assert_eq!(
-        tok.eos_ids(),
-        &[tok.special().im_end, tok.special().endoftext]
-    );
+    let id = |t: &str| tok.token_id(t).unwrap();
+    assert_eq!(tok.stop_ids(), &[id("<|im_end|>"), id("<|endoftext|>")]);
+    assert_eq!((tok.special().turn_start, tok.special().end_of_turn), (id("<|im_start|>"), id("<|im_end|>")));
     // Every id decodes and no id is out of range.
     let max_id = (0..vocab as u32).filter_map(|i| tok.id_to_token(i)).count();
     assert_eq!(max_id, vocab);
@@ -296,7 +302,7 @@ fn small_tokenizer_round_trips_and_renders_like_qwen() {
         let count = |t: &ChatTokenizer, ids: &[u32]| {
             let s = t.special();
             ids.iter()
-                .filter(|&&i| i == s.im_start || Some(i) == s.tool_call_start || Some(i) == s.think_end)
+                .filter(|&&i| i == s.turn_start || Some(i) == s.tool_call_start || Some(i) == s.think_end)
                 .count()
         };
         assert_eq!(
@@ -364,7 +370,8 @@ fn a_template_without_tool_messages_is_refused_by_the_probe() {
     std::fs::write(
         &file,
         "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('tools are not supported') }}{% endif %}\
-         <|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+         <|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
     .unwrap();
     let tok = ChatTokenizer::from_dir_with_template(dir.path(), Some(&file)).unwrap();

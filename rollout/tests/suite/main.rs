@@ -6,6 +6,7 @@ mod episodes;
 mod gold;
 mod import;
 mod languages;
+mod llama3_chat;
 mod practice;
 mod reward;
 mod snapshot;

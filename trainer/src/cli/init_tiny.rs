@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use std::path::PathBuf;
+use rollout::chat::SmallChatFormat;
 use trainer::config::Architecture;
 use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
@@ -13,6 +14,13 @@ pub enum ArchArg {
     Qwen3,
     Qwen2,
     Llama,
+}
+
+/// `--chat-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ChatFormatArg {
+    Qwen3,
+    Llama3,
 }
 
 #[derive(clap::Args)]
@@ -28,6 +36,10 @@ pub struct Args {
     /// Train a small byte-level BPE of this many ids (Qwen3's special tokens kept).
     #[arg(long)]
     pub small_vocab: Option<usize>,
+    /// The small BPE's chat format: Qwen3's special tokens and template, or
+    /// Llama 3's header tokens with configs/llama3-tools.jinja.
+    #[arg(long, value_enum, default_value = "qwen3", requires = "small_vocab")]
+    pub chat_format: ChatFormatArg,
     /// Also train the small BPE on this repository's files at HEAD
     /// (`owner/name` under --repos-dir) and on the tool declarations, so the
     /// run's prompts and tool outputs take fewer tokens.
@@ -67,7 +79,13 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let tokenizer = match (args.tokenizer, args.small_vocab) {
         (Some(dir), _) => TinyTokenizer::Copy(dir),
-        (None, Some(ids)) => TinyTokenizer::Small { ids, corpus: args.corpus_repo.zip(args.repos_dir) },
+        (None, Some(ids)) => {
+            let format = match args.chat_format {
+                ChatFormatArg::Qwen3 => SmallChatFormat::Qwen3,
+                ChatFormatArg::Llama3 => SmallChatFormat::Llama3,
+            };
+            TinyTokenizer::Small { ids, corpus: args.corpus_repo.zip(args.repos_dir), format }
+        }
         (None, None) => anyhow::bail!("give --tokenizer DIR or --small-vocab N"),
     };
     let architecture = match args.architecture {

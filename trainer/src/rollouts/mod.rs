@@ -135,7 +135,7 @@ fn with_policy_in<T>(
         }
         PolicyChoice::Model => {
             let (model, _) = crate::policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
-            let stop = vec![tok.special().im_end, tok.special().endoftext];
+            let stop = tok.stop_ids().to_vec();
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             let mut policy = crate::policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
             work(&mut policy, env)

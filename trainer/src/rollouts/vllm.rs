@@ -45,7 +45,7 @@ fn connect(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<(VllmEngine, Vec<u32>
         temperature: cfg.sampling.temperature,
         top_p: cfg.sampling.top_p,
         seed: cfg.sampling.seed,
-        stop_token_ids: vec![tok.special().im_end, tok.special().endoftext],
+        stop_token_ids: tok.stop_ids().to_vec(),
         max_concurrency: v.max_concurrency,
         timeout: std::time::Duration::from_secs_f64(v.timeout_s),
         retry: rollout::http::Retry {

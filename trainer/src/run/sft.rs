@@ -41,9 +41,9 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
     anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
     let mut start = cfg.clone();
     if !cfg.sft.openings.is_empty() {
-        let im_start = im_start_id(cfg)?;
+        let turn_start = turn_start_id(cfg)?;
         for (k, phase) in cfg.sft.openings.iter().enumerate() {
-            match opening_phase(&start, &episodes, phase, im_start, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
+            match opening_phase(&start, &episodes, phase, turn_start, &run_dir.join(format!("opening-{}", k + 1)), opts)? {
                 RunEnd::Done(checkpoint) => start = start.with_trained(&checkpoint),
                 interrupted @ RunEnd::Interrupted(_) => return Ok(interrupted),
             }
@@ -61,8 +61,8 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
 /// One curriculum phase: SFT on the openings (issue + first `phase.turns`
 /// assistant turns, no system prompt) of the answered trajectories, from
 /// `cfg`'s model, into `dir`.
-fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, im_start: u32, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
-    let examples = openings(episodes, phase.turns, im_start);
+fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, turn_start: u32, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
+    let examples = openings(episodes, phase.turns, turn_start);
     anyhow::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
     let mut pcfg = cfg.clone();
     pcfg.sft.epochs = phase.epochs;
@@ -76,12 +76,13 @@ fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, im
     Ok(train(&pcfg, &examples, dir, &opts)?.0)
 }
 
-/// The run's `<|im_start|>` id (openings start at the user turn's).
-fn im_start_id(cfg: &RunConfig) -> Result<u32> {
+/// The id that starts the run's turns (`<|im_start|>` in ChatML; openings
+/// start at the user turn's).
+fn turn_start_id(cfg: &RunConfig) -> Result<u32> {
     let base_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&base_dir);
     let tok = cfg.chat_tokenizer(&base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
-    Ok(tok.special().im_start)
+    Ok(tok.special().turn_start)
 }
 
 /// Fine-tune `cfg`'s model on `examples` (`cfg.sft`'s epochs, batches,

@@ -78,14 +78,7 @@ impl ChatServer {
                 model: model_vocab,
             });
         }
-        let mut stop_tokens = vec![tokenizer.special().im_end];
-        stop_tokens.extend(
-            tokenizer
-                .eos_ids()
-                .iter()
-                .copied()
-                .filter(|t| *t != tokenizer.special().im_end),
-        );
+        let stop_tokens = tokenizer.stop_ids().to_vec();
         let rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed);
         Ok(ChatServer {
             model,
@@ -403,7 +396,7 @@ mod tests {
                 let mut script = tok
                     .encode(&format!("Looking.\n<tool_call>\n{json}\n</tool_call>"))
                     .unwrap();
-                script.push(tok.special().im_end);
+                script.push(tok.special().end_of_turn);
                 scripted_model(&tok, *prompt.last().unwrap(), &script).map(|m| (*json, script, m))
             })
             .expect("a layout whose tokens chain");

@@ -224,7 +224,7 @@ pub fn parse_request(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
         Some(_) => {
             return Err(ApiError::invalid(
                 "stop",
-                "stop sequences are not supported (generation stops at <|im_end|>)",
+                "stop sequences are not supported (generation stops at the end of the turn)",
             ))
         }
     }

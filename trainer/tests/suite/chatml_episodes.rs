@@ -129,7 +129,7 @@ fn the_imported_llama_rolls_out_as_a_policy() {
     let model = trainer::CausalLm::new(&cfg, &weights).unwrap();
     let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
     let env = Env { tokenizer: &w.tok, store: &w.store, tools: &tools, reward: &reward };
-    let stop = vec![w.tok.special().im_end, w.tok.special().endoftext];
+    let stop = w.tok.stop_ids().to_vec();
     let cfg = EpisodeConfig { max_turns: 2, max_turn_tokens: 24, ..EpisodeConfig::default() };
     let sampler = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 };
     let rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);

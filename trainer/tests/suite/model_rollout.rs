@@ -78,7 +78,7 @@ fn rollouts(w: &World, sampler: SamplerConfig, seed: u64, budget: usize) -> Vec<
 fn limited_rollouts(w: &World, sampler: SamplerConfig, seed: u64, limits: RolloutLimits) -> (Vec<Episode>, PolicyStats) {
     let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
     let env = Env { tokenizer: &w.tok, store: &w.store, tools: &tools, reward: &reward };
-    let stop = vec![w.tok.special().im_end, w.tok.special().endoftext];
+    let stop = w.tok.stop_ids().to_vec();
     let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut policy = ModelPolicy::new(&w.model, sampler, rng, stop, limits);
     let cfg = EpisodeConfig { max_turns: 3, max_turn_tokens: 24, max_total_tokens: 4096, ..Default::default() };
@@ -125,7 +125,7 @@ fn rollouts_under_a_kv_budget_equal_unbounded_ones() {
 fn a_groups_prompt_is_prefilled_once() {
     use rollout::policy::{Policy, TurnOutput, TurnRequest};
     let w = world();
-    let stop = vec![w.tok.special().im_end];
+    let stop = vec![w.tok.special().end_of_turn];
     let new_policy = || ModelPolicy::new(&w.model, SamplerConfig::default(), rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
     let (a, b): (Vec<u32>, Vec<u32>) = ((1..40).collect(), (100..117).collect());
     let req = |ep: u64, toks: &'static [u32]| TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 10 };
@@ -235,7 +235,7 @@ fn sampled_rollouts_do_not_depend_on_the_batch_budget() {
 fn parked_caches_continue_exactly() {
     use rollout::policy::{Policy, TurnOutput, TurnRequest};
     let w = world();
-    let stop = vec![w.tok.special().im_end];
+    let stop = vec![w.tok.special().end_of_turn];
     let greedy = SamplerConfig::default();
     let new_policy = || ModelPolicy::new(&w.model, greedy, rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
     let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (100..117).collect()];
@@ -271,7 +271,7 @@ fn parked_caches_continue_exactly() {
 fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
     use rollout::policy::{Policy, TurnOutput, TurnRequest};
     let w = world();
-    let stop = vec![w.tok.special().im_end];
+    let stop = vec![w.tok.special().end_of_turn];
     let s = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: 0 };
     let policy = |limits| ModelPolicy::new(&w.model, s, rand_chacha::ChaCha8Rng::seed_from_u64(3), stop.clone(), limits);
     let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (1..40).collect(), (100..131).collect()];

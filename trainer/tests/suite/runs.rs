@@ -4,6 +4,7 @@
 //! 2 of 4 steps and resumed ends with the uninterrupted run's weights,
 //! optimizer moments and metrics, bit for bit.
 
+use rollout::chat::SmallChatFormat;
 use rollout::tasks::Task;
 use std::path::{Path, PathBuf};
 use trainer::rollouts::{episodes, run_policy, TeacherOpts};
@@ -15,9 +16,14 @@ use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 /// A repository, its two tasks, a tiny random Qwen3 with a 1,024-id BPE,
 /// and a run config (`run.toml`) in `dir`.
 fn world(dir: &Path, extra: &str) -> (RunConfig, Vec<Task>) {
+    world_in(dir, extra, SmallChatFormat::Qwen3, Architecture::Qwen3)
+}
+
+/// [`world`] with a model of `architecture` and a tokenizer in `format`.
+fn world_in(dir: &Path, extra: &str, format: SmallChatFormat, architecture: Architecture) -> (RunConfig, Vec<Task>) {
     e2e::shop_repo(dir);
     let spec = TinySpec {
-        tokenizer: TinyTokenizer::Small { ids: 1024, corpus: None },
+        tokenizer: TinyTokenizer::Small { ids: 1024, corpus: None, format },
         seed: 2,
         hidden_size: 64,
         intermediate_size: 128,
@@ -27,7 +33,7 @@ fn world(dir: &Path, extra: &str) -> (RunConfig, Vec<Task>) {
         head_dim: 32,
         tied: true,
         shards: 1,
-        architecture: Architecture::Qwen3,
+        architecture,
         llama3_rope: false,
     };
     write_tiny(&dir.join("model"), &spec).unwrap();
@@ -160,4 +166,41 @@ fn sft_stops_after_nonfinite_steps_in_a_row() {
     assert!(m[m.len() - 2..].iter().all(|r| r["skipped"] == true), "{m:?}");
     let saved = trainer::checkpoint::latest(&run).unwrap().expect("a checkpoint saved at the stop");
     assert!(saved.ends_with(format!("step_{:08}", m.len())), "{}", saved.display());
+}
+
+/// A Llama with Llama 3's chat format (header tokens, `<|eot_id|>`,
+/// `configs/llama3-tools.jinja`) goes through the recipe's stages: the
+/// scripted teacher's trajectories close each turn with `<|eot_id|>`, SFT
+/// learns from them, GRPO samples and updates.
+#[test]
+fn a_llama3_chat_format_runs_sft_and_grpo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sft = "[sft]\nepochs = 1\nbatch_rows = 2\nlr = 0.01\nheldout_fraction = 0.0\n\
+               [sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\nmax_tokens = 8192\nmax_truncation_ratio = 1.0\nmax_per_task = 4\n";
+    let (mut cfg, tasks) = world_in(tmp.path(), sft, SmallChatFormat::Llama3, Architecture::Llama);
+    let tok = rollout::chat::ChatTokenizer::from_dir(tmp.path().join("model")).unwrap();
+    let id = |t: &str| tok.token_id(t).unwrap();
+    let teacher = TeacherOpts { vary_scripted: Some(1), ..Default::default() };
+    let trajectories = run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 2, &teacher).unwrap();
+    for ep in &trajectories {
+        assert_eq!(ep.tokens[0], id("<|begin_of_text|>"));
+        // Each policy turn ends at <|eot_id|>, the end of turn the template writes.
+        let ends: Vec<u32> = (0..ep.tokens.len())
+            .filter(|&i| ep.loss_mask[i] == 1 && ep.loss_mask.get(i + 1).copied().unwrap_or(0) == 0)
+            .map(|i| ep.tokens[i])
+            .collect();
+        assert_eq!(ends, vec![id("<|eot_id|>"); ep.turns.len()], "{:?}", ep.turns);
+    }
+    let data = tmp.path().join("traj.jsonl");
+    episodes::write_episodes(&data, &trajectories).unwrap();
+    done(trainer::run::sft::sft(&cfg, &data, &tmp.path().join("sft"), &tasks, &opts(false, None)).unwrap());
+    let m = metrics(&tmp.path().join("sft"));
+    assert_eq!(m.len(), 2, "4 trajectories in batches of 2");
+    assert!(m.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{m:?}");
+
+    cfg.train.steps = 1;
+    let grpo = tmp.path().join("grpo");
+    done(trainer::run::grpo::grpo(&cfg, &grpo, &tasks, &opts(false, None)).unwrap());
+    let m = metrics(&grpo);
+    assert!(m.len() == 1 && m[0]["loss"].as_f64().is_some_and(f64::is_finite), "{m:?}");
 }

@@ -359,7 +359,7 @@ impl Trainer {
             self.engine = Some(sync);
             return result;
         }
-        let stop = vec![env.tokenizer.special().im_end, env.tokenizer.special().endoftext];
+        let stop = env.tokenizer.stop_ids().to_vec();
         let merged = self.rollout_model()?;
         let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
         let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
