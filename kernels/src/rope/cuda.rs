@@ -1,5 +1,5 @@
 //! CUDA path of the rotary embedding, rotate-half layout as
-//! `trainer/src/model/rope.rs` (`kernels/cuda/rope.cu`): x `[B, H, T, D]`,
+//! `lm/src/model/rope.rs` (`kernels/cuda/rope.cu`): x `[B, H, T, D]`,
 //! cos/sin tables with rows per (batch, position) or per position, of width
 //! D (transformers' duplicated halves; only the first half is read) or D/2.
 //! The backward is the transposed rotation (sin negated).

@@ -11,8 +11,9 @@ pub use schedule::LrSchedule;
 
 use crate::error::{Error, Result};
 
-/// The optimizer state's file in a checkpoint folder.
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The optimizer state's file in a checkpoint folder (defined with the
+/// weights, whose readers skip it).
+pub use crate::weights::OPTIMIZER_FILE;
 
 /// What one optimizer update did (`dist::zero::Sharding::update`: clip,
 /// finite check, AdamW; GRPO and SFT both make their updates through it).

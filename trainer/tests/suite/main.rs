@@ -1,6 +1,5 @@
 //! The trainer's integration tests, one binary (fewer links, less disk in CI).
 
-mod chat_render_cli;
 mod common;
 mod architectures;
 mod chatml_episodes;

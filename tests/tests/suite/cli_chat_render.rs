@@ -53,7 +53,7 @@ fn chat_render_matches_transformers_on_every_fixture() {
         }
         let conv = work.path().join(format!("{name}.json"));
         std::fs::write(&conv, serde_json::to_string(&input).unwrap()).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_fusegrpo"))
+        let out = Command::new(e2e::fusegrpo_bin())
             .args(["chat", "render", "--tokenizer"])
             .arg(&tokenizer)
             .arg("--input")

@@ -41,7 +41,7 @@ impl BaseIdentity {
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let path = entry.map_err(|e| Error::io(dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-            if name.ends_with(".safetensors") && name != WEIGHTS_FILE && name != crate::optim::OPTIMIZER_FILE {
+            if name.ends_with(".safetensors") && name != WEIGHTS_FILE && name != crate::weights::OPTIMIZER_FILE {
                 let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
                 weights.push((name, bytes, fingerprint(&path)?));
             }

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// The optimizer state's file in a training checkpoint folder: not weights
+/// (a base model's identity leaves it out).
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 
 /// Named tensors of a model, in the run's dtype and device.
 pub type TensorMap = HashMap<String, Tensor>;

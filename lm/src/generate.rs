@@ -77,7 +77,7 @@ pub fn generate_each<R: Rng>(
 }
 
 /// How each row of a decode picks and stops.
-pub(crate) struct DecodeStep<'a> {
+pub struct DecodeStep<'a> {
     pub sampler: &'a SamplerConfig,
     pub stop_tokens: &'a [u32],
     /// New-token budget of each row (indexed like `out`).
@@ -88,7 +88,7 @@ pub(crate) struct DecodeStep<'a> {
 /// Where each row's uniforms come from: its stream (indexed like `out`)
 /// of the step's [`DrawStreams`], at the position of the token drawn.
 /// `streams` is `None` when greedy (no draws).
-pub(crate) struct Draws<'a> {
+pub struct Draws<'a> {
     pub streams: Option<DrawStreams>,
     pub keys: &'a [u64],
 }
@@ -105,7 +105,7 @@ impl Draws<'_> {
 /// When a row finishes, `on_done(row, batch_row, &cache, &out[row])` may
 /// take what it needs from the cache (its last sampled token is not in it);
 /// the row then only pads until the next compaction.
-pub(crate) fn decode(
+pub fn decode(
     model: &CausalLm,
     cache: &mut KvCache,
     mut last: Tensor,

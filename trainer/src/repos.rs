@@ -1,6 +1,7 @@
-//! `fusegrpo repos fetch`: the `owner__name` repositories a task file needs,
-//! cloned with git into a repos dir (where the environment looks for them,
-//! `rollout::repo::open_repository`), with every task's base commit checked.
+//! Repositories for tasks: the `owner__name` repositories a task file (or a
+//! list) needs, cloned with git into a repositories folder (where the
+//! environment looks for them, `rollout::repo::open_repository`), with every
+//! task's base commit checked (`fusegrpo repos fetch`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,47 +11,35 @@ use anyhow::{bail, Context, Result};
 use rollout::repo::repo_dir_name;
 use rollout::tasks::load_tasks;
 
-/// `fusegrpo repos ...`.
-#[derive(clap::Subcommand)]
-pub enum Command {
-    /// Clone each repository a task file names into REPOS_DIR/owner__name (skipped when it already holds every base commit).
-    Fetch(FetchArgs),
+/// What to fetch.
+#[derive(Debug, Clone)]
+pub enum Wanted {
+    /// Every repository of a task JSONL (its `repo` and `base_commit` fields),
+    /// each base commit checked.
+    Tasks(PathBuf),
+    /// A file of `owner/name` lines (`#` starts a comment), each cloned
+    /// whole, no commit checked.
+    List(PathBuf),
 }
 
-/// `fusegrpo repos fetch`.
-#[derive(clap::Args)]
-pub struct FetchArgs {
-    /// Task JSONL (SWE-bench rows, tasks from-history): its `repo` and `base_commit` fields.
-    #[arg(long, required_unless_present = "list")]
-    pub tasks: Option<PathBuf>,
-    /// Or a file of `owner/name` lines (`#` starts a comment): each cloned whole, no commit checked.
-    #[arg(long, conflicts_with = "tasks")]
-    pub list: Option<PathBuf>,
-    /// With --tasks: name the tasks whose base commit is missing and go on (their rows are skipped later) instead of failing.
-    #[arg(long)]
-    pub allow_missing_commits: bool,
-    /// Folder to hold the repositories as `owner__name` (created if missing).
-    #[arg(long)]
+/// Where repositories go and come from.
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// The folder holding them as `owner__name` (created if missing).
     pub repos_dir: PathBuf,
-    /// Where to clone from: a URL or path template, `{owner}` and `{name}` replaced.
-    #[arg(long, default_value = "https://github.com/{owner}/{name}.git")]
+    /// A URL or path template, `{owner}` and `{name}` replaced.
     pub source: String,
+    /// Name the tasks whose base commit is missing and go on, instead of failing.
+    pub allow_missing_commits: bool,
 }
 
 /// The tasks of one repository: `(instance_id, base_commit)`.
 type Needs = Vec<(String, String)>;
 
-/// Runs a `repos` subcommand.
-pub fn run(command: Command) -> Result<()> {
-    match command {
-        Command::Fetch(args) => fetch(&args),
-    }
-}
-
-fn fetch(args: &FetchArgs) -> Result<()> {
+pub fn fetch(wanted: &Wanted, args: &FetchOptions) -> Result<()> {
     let mut by_repo: BTreeMap<String, Needs> = BTreeMap::new();
-    let what = match (&args.tasks, &args.list) {
-        (Some(path), _) => {
+    let what = match wanted {
+        Wanted::Tasks(path) => {
             let tasks = load_tasks(path)?;
             for t in &tasks {
                 by_repo.entry(t.repo.clone()).or_default().push((t.instance_id.clone(), t.base_commit.clone()));
@@ -58,8 +47,8 @@ fn fetch(args: &FetchArgs) -> Result<()> {
             eprintln!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), path.display(), by_repo.len());
             format!("tasks in {}", path.display())
         }
-        (None, Some(list)) => {
-            let text = std::fs::read_to_string(list).with_context(|| format!("--list {}", list.display()))?;
+        Wanted::List(list) => {
+            let text = std::fs::read_to_string(list).with_context(|| format!("the list {}", list.display()))?;
             for (i, line) in text.lines().enumerate() {
                 let name = line.split('#').next().unwrap_or("").trim();
                 if !name.is_empty() {
@@ -70,9 +59,8 @@ fn fetch(args: &FetchArgs) -> Result<()> {
             eprintln!("repos fetch: {} repositories listed in {}", by_repo.len(), list.display());
             format!("listed in {}", list.display())
         }
-        (None, None) => bail!("give --tasks or --list"),
     };
-    std::fs::create_dir_all(&args.repos_dir).with_context(|| format!("creating --repos-dir {}", args.repos_dir.display()))?;
+    std::fs::create_dir_all(&args.repos_dir).with_context(|| format!("creating the repositories folder {}", args.repos_dir.display()))?;
     for (i, (repo, needs)) in by_repo.iter().enumerate() {
         eprint!("[{}/{}] ", i + 1, by_repo.len());
         fetch_one(repo, needs, args).with_context(|| format!("repository {repo} ({what})"))?;
@@ -82,7 +70,7 @@ fn fetch(args: &FetchArgs) -> Result<()> {
 
 /// One repository: skipped when present with every base commit, else
 /// cloned (or, when present but lacking commits, fetched into), then checked.
-fn fetch_one(repo: &str, needs: &Needs, args: &FetchArgs) -> Result<()> {
+fn fetch_one(repo: &str, needs: &Needs, args: &FetchOptions) -> Result<()> {
     let base = repo_dir_name(repo)?;
     let url = source_url(&args.source, repo)?;
     let existing = [base.clone(), format!("{base}.git")].into_iter().map(|n| args.repos_dir.join(n)).find(|p| p.is_dir());
@@ -102,7 +90,7 @@ fn fetch_one(repo: &str, needs: &Needs, args: &FetchArgs) -> Result<()> {
     let missing = missing_commits(&dir, needs)?;
     if args.allow_missing_commits && !missing.is_empty() {
         let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
-        eprintln!("{repo}: {} of {} base commits are missing (--allow-missing-commits): {}", missing.len(), needs.len(), ids.join(", "));
+        eprintln!("{repo}: {} of {} base commits are missing (missing commits allowed): {}", missing.len(), needs.len(), ids.join(", "));
         return Ok(());
     }
     if let Some((id, commit)) = missing.first() {
@@ -120,7 +108,7 @@ fn fetch_one(repo: &str, needs: &Needs, args: &FetchArgs) -> Result<()> {
 fn source_url(template: &str, repo: &str) -> Result<String> {
     let (owner, name) = repo.split_once('/').with_context(|| format!("repository `{repo}` is not owner/name"))?;
     if !template.contains("{owner}") && !template.contains("{name}") {
-        bail!("--source `{template}` has neither {{owner}} nor {{name}}: every repository would come from one place");
+        bail!("the source `{template}` has neither {{owner}} nor {{name}}: every repository would come from one place");
     }
     let url = template.replace("{owner}", owner).replace("{name}", name);
     // A local path is made absolute: git runs in other folders.

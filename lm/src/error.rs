@@ -60,10 +60,10 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }
-    pub(crate) fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Invalid { what: what.into(), message: message.into() }
     }
 }

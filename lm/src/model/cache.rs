@@ -124,7 +124,7 @@ impl KvCache {
     /// Append this step's keys/values `[b, kv_heads, t, d]` for `layer`
     /// (called before [`Self::push_positions`], so `slots()` is the old
     /// length); returns views of the filled slots, new ones included.
-    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let len = self.slots();
         let needed = len + k.dim(2)?;
         let (kb, vb) = match self.layers[layer].take() {
@@ -143,7 +143,7 @@ impl KvCache {
     }
 
     /// Record the positions of the slots appended by the last forward pass.
-    pub(crate) fn push_positions(&mut self, positions: &Positions) {
+    pub fn push_positions(&mut self, positions: &Positions) {
         for (i, row) in self.key_positions.iter_mut().enumerate() {
             row.extend_from_slice(positions.row(i));
         }
