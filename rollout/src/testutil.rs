@@ -1,7 +1,8 @@
-//! A test HTTP server: answers each request by a closure, records what it
-//! was sent. The stand-in for an OpenAI-compatible teacher or a vLLM server
-//! in the tests of every crate (one request per connection, as our clients
-//! send them with `Connection: close` answers).
+//! Test helpers for every crate's tests. A test HTTP server: answers each
+//! request by a closure, records what it was sent; the stand-in for an
+//! OpenAI-compatible teacher or a vLLM server (one request per connection,
+//! as our clients send them with `Connection: close` answers). And
+//! [`Recorder`], a policy that keeps the conversation it was shown.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -110,4 +111,19 @@ fn read_request(stream: &std::net::TcpStream) -> Option<StubRequest> {
     reader.read_exact(&mut buf).ok()?;
     let what = request_line.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
     Some(StubRequest { what, body: String::from_utf8_lossy(&buf).into_owned() })
+}
+
+/// A policy that plays another and keeps the messages of the first episode
+/// of its last request: with the last turn appended, the conversation a
+/// replay through the chat template renders.
+pub struct Recorder<P>(pub P, pub Vec<Value>);
+
+impl<P: crate::policy::Policy> crate::policy::Policy for Recorder<P> {
+    fn name(&self) -> String {
+        "recorder".into()
+    }
+    fn next_turns(&mut self, r: &[crate::policy::TurnRequest<'_>]) -> Result<Vec<crate::policy::TurnOutput>, crate::policy::PolicyError> {
+        self.1 = r[0].messages.to_vec();
+        self.0.next_turns(r)
+    }
 }

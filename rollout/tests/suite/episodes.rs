@@ -11,6 +11,7 @@ use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::prompt::tool_schemas;
 use rollout::episode::{EpisodeConfig, Phase, StopReason};
 use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
+use rollout::testutil::Recorder;
 use rollout::reward::RewardConfig;
 use rollout::tasks::Task;
 use rollout::teacher::scripted::ScriptedTeacher;
@@ -98,20 +99,9 @@ fn replay_through_the_chat_template_agrees_except_past_empty_think_blocks() {
     let store = repo.store();
     let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
-    let mut messages = Vec::new();
-    struct Recorder<'a>(ScriptedTeacher, &'a mut Vec<serde_json::Value>);
-    impl Policy for Recorder<'_> {
-        fn name(&self) -> String {
-            "recorder".into()
-        }
-        fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-            *self.1 = r[0].messages.to_vec();
-            self.0.next_turns(r)
-        }
-    }
-    let ep = run_episodes(&mut Recorder(ScriptedTeacher::default(), &mut messages), &env, &[task(&commit)], 1, &EpisodeConfig::default(), |_| {})
-        .unwrap()
-        .remove(0);
+    let mut rec = Recorder(ScriptedTeacher::default(), Vec::new());
+    let ep = run_episodes(&mut rec, &env, &[task(&commit)], 1, &EpisodeConfig::default(), |_| {}).unwrap().remove(0);
+    let mut messages = rec.1;
     // The full conversation: the messages the policy saw before its last
     // turn, plus that last turn (the answer).
     messages.push(json!({"role": "assistant", "content": ep.turns.last().unwrap().text}));

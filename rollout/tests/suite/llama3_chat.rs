@@ -13,7 +13,7 @@ use rollout::chat::{write_small_tokenizer_in, ChatRequest, ChatTokenizer, SmallC
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::prompt::tool_schemas;
 use rollout::episode::{EpisodeConfig, Phase, StopReason};
-use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
+use rollout::testutil::Recorder;
 use rollout::reward::RewardConfig;
 use rollout::tasks::Task;
 use rollout::teacher::scripted::ScriptedTeacher;
@@ -68,17 +68,6 @@ fn llama3_turn_markers_and_stop_ids_come_from_the_template() {
     .unwrap();
     let e = ChatTokenizer::from_dir_with_template(dir.path(), Some(&plain)).unwrap_err().to_string();
     assert!(e.contains("does not close an assistant turn"), "{e}");
-}
-
-struct Recorder(ScriptedTeacher, Vec<serde_json::Value>);
-impl Policy for Recorder {
-    fn name(&self) -> String {
-        "recorder".into()
-    }
-    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        self.1 = r[0].messages.to_vec();
-        self.0.next_turns(r)
-    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use rollout::chat::{ChatRequest, ChatTokenizer};
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::prompt::tool_schemas;
 use rollout::episode::{EpisodeConfig, Phase, StopReason};
-use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
+use rollout::testutil::Recorder;
 use rollout::repo::SnapshotStore;
 use rollout::reward::RewardConfig;
 use rollout::tasks::Task;
@@ -78,17 +78,6 @@ fn the_tool_response_layout_comes_from_the_template_and_markers_span_tokens() {
     assert_eq!(layout.between, "\n</tool_response>\n<tool_response>\n");
     assert_eq!(layout.suffix, "\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
     assert_eq!(w.tok.response_layout(Some(true)).unwrap(), layout, "the template has no thinking switch");
-}
-
-struct Recorder(ScriptedTeacher, Vec<serde_json::Value>);
-impl Policy for Recorder {
-    fn name(&self) -> String {
-        "recorder".into()
-    }
-    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        self.1 = r[0].messages.to_vec();
-        self.0.next_turns(r)
-    }
 }
 
 #[test]
