@@ -19,6 +19,8 @@
 #               learning-rate pilot -> the long GRPO run -> evaluation of
 #               base, teacher, SFT and GRPO on the held-out tasks
 #   4. requests the 8 SWE-bench Verified rows of psf/requests, same stages
+#   5. ship     the GRPO adapter in bf16 (`fusegrpo export-adapter`) and its
+#               own evaluation on the held-out tasks (configs/smollm2-real.toml)
 #
 # FUSEGRPO_BIN=path runs a copy of the binary (so a rebuild during the
 # hours of the run does not touch it); by default the release build.
@@ -95,4 +97,17 @@ for stage in base teacher sft grpo; do
   mv "$r/$stage.jsonl.partial" "$r/$stage.jsonl"
 done
 for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stage.table"; done
-log "done: $real/run/report.json, $real/requests/*.table"
+
+# 5. The shipped form of the localizer: the GRPO adapter in bf16 (PEFT's
+# files, no optimizer state), evaluated itself on the held-out tasks in
+# configs/smollm2-real.toml's setting (greedy, one episode per task).
+ship=$real/localizer
+[ -f "$ship/adapter_model.safetensors" ] || $bin export-adapter --adapter "$grpo" --out "$ship" --dtype bf16
+if [ ! -f "$real/localizer-heldout.jsonl" ]; then
+  log "the shipped adapter on the $(wc -l < "$c/heldout.jsonl") held-out tasks"
+  nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
+    --adapter "$ship" --out "$real/localizer-heldout.jsonl.partial" --skip-bad-tasks > "$real/localizer-heldout.table"
+  mv "$real/localizer-heldout.jsonl.partial" "$real/localizer-heldout.jsonl"
+fi
+cat "$real/localizer-heldout.table"
+log "done: $real/run/report.json, $real/requests/*.table, $ship (copy it to models/smollm2-135m-localizer to ship it)"

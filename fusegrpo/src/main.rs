@@ -38,6 +38,8 @@ enum Command {
     ImportGguf(cli::import_gguf::Args),
     /// Merge a LoRA adapter into its base: a whole Hugging Face model folder.
     MergeAdapter(cli::merge_adapter::Args),
+    /// Copy a LoRA adapter (or a LoRA run's checkpoint) into a clean PEFT folder, its weights in bf16 (or another dtype).
+    ExportAdapter(cli::export_adapter::Args),
     /// Log-probability of every token of each input sequence given its prefix.
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
@@ -164,6 +166,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::InitTiny(args) => cli::init_tiny::run(args),
         Command::ImportGguf(args) => cli::import_gguf::run(args),
         Command::MergeAdapter(args) => cli::merge_adapter::run(args),
+        Command::ExportAdapter(args) => cli::export_adapter::run(args),
         Command::Score(args) => cli::score::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Chat(cmd) => cli::chat::run(cmd),

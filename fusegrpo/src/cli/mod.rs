@@ -6,6 +6,7 @@ pub mod common;
 pub mod dist_check;
 pub mod engine;
 pub mod env;
+pub mod export_adapter;
 pub mod generate;
 pub mod import_gguf;
 pub mod init_tiny;

@@ -122,6 +122,42 @@ pub fn save(dir: &Path, adapter: &Adapter, base_name: &str, base: Option<&BaseId
     Ok(())
 }
 
+/// Copies the adapter in `src` (PEFT's folder, or a LoRA run's checkpoint)
+/// into `dst` with its weights in `dtype`: PEFT's two files and the base's
+/// identity, nothing else (no optimizer state). Written into a temporary
+/// sibling and renamed once complete; `dst` must not exist or be empty.
+/// Returns the weights file's size in bytes.
+pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
+    read_config(src)?;
+    let weights = src.join(WEIGHTS_FILE);
+    let loaded = candle_core::safetensors::load(&weights, &Device::Cpu)
+        .map_err(|e| Error::Safetensors { path: weights.clone(), message: e.to_string() })?;
+    if dst.exists() && std::fs::read_dir(dst).map_err(|e| Error::io(dst, e))?.next().is_some() {
+        return Err(Error::invalid(dst.display().to_string(), "is not empty: nothing was written (choose a new folder)"));
+    }
+    let name = dst.file_name().and_then(|n| n.to_str()).unwrap_or("adapter");
+    let tmp = dst.with_file_name(format!(".{name}.partial"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let mut tensors: Vec<(String, Tensor)> = loaded.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(k, t)| (k.clone(), t)).collect();
+    crate::safetensors_stream::write(&tmp.join(WEIGHTS_FILE), &refs, None)?;
+    for file in [CONFIG_FILE, BASE_FILE] {
+        if src.join(file).is_file() {
+            std::fs::copy(src.join(file), tmp.join(file)).map_err(|e| Error::io(src.join(file), e))?;
+        }
+    }
+    if dst.exists() {
+        std::fs::remove_dir(dst).map_err(|e| Error::io(dst, e))?;
+    }
+    std::fs::rename(&tmp, dst).map_err(|e| Error::io(dst, e))?;
+    let bytes = std::fs::metadata(dst.join(WEIGHTS_FILE)).map_err(|e| Error::io(dst.join(WEIGHTS_FILE), e))?.len();
+    Ok(bytes)
+}
+
 /// Reads the LoRA setting of `dir/adapter_config.json`, refusing what we do
 /// not implement (DoRA, biases, modules_to_save, per-module ranks, ...)
 /// with the key named.

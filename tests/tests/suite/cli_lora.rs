@@ -97,6 +97,24 @@ fn lora_sft_then_grpo_resumes_bitwise_and_the_checkpoints_are_models() {
     let worst = lp(&a).iter().zip(lp(&m)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     assert!(worst < 1e-4, "merged vs adapted log-probs differ by {worst}");
 
+    // Exported in bf16 (what ships): PEFT's files only, half the bytes, the
+    // same log-probs within bf16's rounding of the weights.
+    let exported = tmp.path().join("exported");
+    fusegrpo_ok(&["export-adapter", "--adapter", s(&last), "--out", s(&exported)]);
+    let mut files: Vec<String> = std::fs::read_dir(&exported).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["adapter_config.json", "adapter_model.safetensors", "fusegrpo_base.json"]);
+    let (f32_bytes, bf16_bytes) = (bytes(&last.join("adapter_model.safetensors")).len(), bytes(&exported.join("adapter_model.safetensors")).len());
+    assert!(bf16_bytes < f32_bytes * 6 / 10, "bf16 {bf16_bytes} vs f32 {f32_bytes} bytes");
+    let header = String::from_utf8_lossy(&bytes(&exported.join("adapter_model.safetensors"))[8..2000]).into_owned();
+    assert!(header.contains("\"BF16\"") && !header.contains("\"F32\""), "{header}");
+    let e = tmp.path().join("e.jsonl");
+    fusegrpo_ok(&["score", "--model", s(&tmp.path().join("model")), "--adapter", s(&exported), "--input", s(&input), "--output", s(&e)]);
+    let worst = lp(&a).iter().zip(lp(&e)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-2, "bf16 vs f32 adapter log-probs differ by {worst}");
+    let again = fusegrpo(&["export-adapter", "--adapter", s(&last), "--out", s(&exported)]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("not empty"), "an export never overwrites");
+
     // Rollouts that apply the adapter at every token instead of merging it.
     let unmerged = tmp.path().join("unmerged.toml");
     std::fs::write(&unmerged, std::fs::read_to_string(&gcfg).unwrap().replace("[lora]\n", "[lora]\nmerge_for_rollouts = false\n")).unwrap();

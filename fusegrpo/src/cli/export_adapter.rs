@@ -1,0 +1,27 @@
+//! `fusegrpo export-adapter`: a LoRA adapter (PEFT's folder, or a LoRA run's
+//! checkpoint) copied into a clean folder in PEFT's layout with its weights
+//! in another dtype (bf16 halves it), without the optimizer state: what a
+//! trained adapter ships as ([`trainer::lora::peft::export`]).
+
+use anyhow::Result;
+use std::path::PathBuf;
+use trainer::device::DTypeKind;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The adapter: PEFT's folder, or a LoRA run's checkpoint.
+    #[arg(long)]
+    pub adapter: PathBuf,
+    /// The exported adapter's folder (must not exist or be empty).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The weights' dtype.
+    #[arg(long, value_enum, default_value_t = DTypeKind::Bf16)]
+    pub dtype: DTypeKind,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let bytes = trainer::lora::peft::export(&args.adapter, &args.out, args.dtype.into())?;
+    eprintln!("exported {} -> {} ({:?} weights, {:.1} MB)", args.adapter.display(), args.out.display(), args.dtype, bytes as f64 / 1e6);
+    Ok(())
+}
