@@ -17,27 +17,34 @@
 # when CUDA_HOME/NVCC change, and Candle's kernels' build output is removed
 # when the last CUDA build here was of the other version (they would keep
 # their PTX); check 0 catches any PTX left of the other toolkit. With --clean it deletes its build output afterwards
-# (CI's disk is small).
+# (CI's disk is small). With --fast it builds the `ci-cuda` profile
+# (Cargo.toml: release without optimisation, into target/ci-cuda): what CI
+# checks is that the CUDA path compiles, links and starts, not its speed, and
+# that takes a fraction of an optimised build's time. A binary to run on a
+# GPU comes from the default (release) build.
 #
-#   scripts/ci-cuda-build.sh [--cuda 12|13] [--clean]
+#   scripts/ci-cuda-build.sh [--cuda 12|13] [--fast] [--clean]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clean=0
 cuda=13
+profile=release
 while [ $# -gt 0 ]; do
   case "$1" in
     --clean) clean=1; shift ;;
+    --fast) profile=ci-cuda; shift ;;
     --cuda) cuda="${2:-}"; shift 2 || true ;;
-    *) echo "usage: $0 [--cuda 12|13] [--clean]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--cuda 12|13] [--fast] [--clean]" >&2; exit 2 ;;
   esac
 done
 case "$cuda" in
   12) ptx_isa="8.4" ;;
   13) ptx_isa="9.0" ;;
-  *) echo "usage: $0 [--cuda 12|13] [--clean]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--cuda 12|13] [--fast] [--clean]" >&2; exit 2 ;;
 esac
 export CARGO_TERM_COLOR=never
 target="${CARGO_TARGET_DIR:-target}"
+out="$target/$profile"
 start=$SECONDS
 tmp_ldd=$(mktemp)
 
@@ -49,17 +56,17 @@ scripts/install-mpi.sh
 
 # Candle's kernels keep their PTX in their build folder and do not compile
 # it again for another toolkit: a build made with another CUDA version goes.
-stamp="$target/release/.cuda-toolkit"
+stamp="$out/.cuda-toolkit"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$cuda" ]; then
   echo "== the last CUDA build here used CUDA $(cat "$stamp"): removing candle-kernels' build output"
-  rm -rf "$target"/release/build/candle-kernels-*
+  rm -rf "$out"/build/candle-kernels-*
 fi
-mkdir -p "$target/release"
+mkdir -p "$out"
 echo "$cuda" > "$stamp"
-echo "== cargo build --release --features cuda,nccl,mpi --bin fusegrpo"
-cargo build --release --features cuda,nccl,mpi --bin fusegrpo
+echo "== cargo build --profile $profile --features cuda,nccl,mpi --bin fusegrpo"
+cargo build --profile "$profile" --features cuda,nccl,mpi --bin fusegrpo
 echo "cuda $cuda build: $((SECONDS - start)) s"
-bin="$target/release/fusegrpo"
+bin="$out/fusegrpo"
 echo "== NCCL and MPI are linked in"
 ldd "$bin" > "$tmp_ldd" 2>&1 || true
 grep -q 'libnccl.so.2 => /' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libnccl.so.2 not resolved" >&2; exit 1; }
@@ -67,7 +74,7 @@ grep -q 'libmpi.so' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAI
 grep -E 'libnccl|libmpi\.' "$tmp_ldd"
 echo "== CUDA $cuda libraries and PTX ISA $ptx_isa"
 grep -q "libcublas.so.$cuda => /" "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libcublas.so.$cuda not linked" >&2; exit 1; }
-isas=$(grep -ao '^\.version [0-9.]*' "$target/release/fusegrpo" | sort | uniq -c)
+isas=$(grep -ao '^\.version [0-9.]*' "$bin" | sort | uniq -c)
 echo "$isas"
 [ -n "$isas" ] || { echo "ci-cuda-build: FAIL: no PTX module found in the binary" >&2; exit 1; }
 if echo "$isas" | grep -v " \.version $ptx_isa\$" | grep -q .; then
@@ -116,6 +123,6 @@ echo "== the CPU path works in the CUDA build"
 
 echo "ci-cuda-build: OK in $((SECONDS - start)) s"
 if [ "$clean" = 1 ]; then
-  echo "== --clean: removing $target/release"
-  rm -rf "$target/release"
+  echo "== --clean: removing $out"
+  rm -rf "$out"
 fi

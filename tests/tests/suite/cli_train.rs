@@ -244,9 +244,9 @@ fn the_memory_plan_is_printed_and_checked_before_training() {
 
 /// A binary built without MPI that a launcher starts as one of several
 /// ranks stops at once, saying how to build one that can (every rank would
-/// otherwise run the whole job over the same files).
+/// otherwise run the whole job over the same files). Runs against the plain
+/// build (`scripts/test.sh`); `scripts/test-mpi.sh` runs only `mpi::`.
 #[test]
-#[cfg(not(feature = "mpi"))]
 fn several_ranks_without_mpi_are_refused() {
     let out = std::process::Command::new(e2e::fusegrpo_bin())
         .args(["practice-repo", "--out", "unused"])

@@ -18,6 +18,5 @@ mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_train;
 mod module_cycles;
-#[cfg(feature = "mpi")]
 mod mpi;
 mod serve_http;
