@@ -41,7 +41,7 @@ fn demo_world(dir: &Path) -> PathBuf {
     fusegrpo_ok(&["practice-repo", "--out", repos.to_str().unwrap(), "--seed", "0"]);
     fusegrpo_ok(&["tasks", "from-history", "--repo", "practice/shop", "--repos-dir", repos.to_str().unwrap(), "--out", tasks.to_str().unwrap()]);
     fusegrpo_ok(&[
-        "init-tiny", "--out", model.to_str().unwrap(), "--small-vocab", "8192", "--seed", "0", "--hidden-size", "128", "--intermediate-size", "384",
+        "init-tiny", "--out", model.to_str().unwrap(), "--small-vocab", "4096", "--seed", "0", "--hidden-size", "128", "--intermediate-size", "384",
         "--layers", "4", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--corpus-repo", "practice/shop", "--repos-dir", repos.to_str().unwrap(),
     ]);
     let cfg = dir.join("run.toml");
