@@ -19,9 +19,11 @@
 # their PTX); check 0 catches any PTX left of the other toolkit. With --clean it deletes its build output afterwards
 # (CI's disk is small). With --fast it builds the `ci-cuda` profile
 # (Cargo.toml: release without optimisation, into target/ci-cuda): what CI
-# checks is that the CUDA path compiles, links and starts, not its speed, and
-# that takes a fraction of an optimised build's time. A binary to run on a
-# GPU comes from the default (release) build.
+# checks is that the CUDA path compiles, links and starts, not its speed. It
+# needs none of the tests' release build (CI deletes that first, for disk)
+# and is about as fast as a release build reusing it (547 vs 582 s here:
+# nvcc on Candle's kernels is ~490 s of either). A binary to run on a GPU
+# comes from the default (release) build.
 #
 #   scripts/ci-cuda-build.sh [--cuda 12|13] [--fast] [--clean]
 set -euo pipefail
