@@ -83,14 +83,35 @@ $bin repos fetch --tasks data/real/swebench-verified-requests.jsonl --repos-dir 
   --repos-dir "$repos" --out "$r/tasks.jsonl"
 sft=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/sft/complete.json")
 grpo=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/grpo/complete.json")
+# Each row records the checkpoint it was made with ($stage.source); a row of
+# another checkpoint (a longer GRPO run) is kept aside under its step's name
+# and made again.
+set_aside() {  # FILE... : moved to <name>.<tag>.<ext>, never over a file
+  local tag=$1; shift
+  for f in "$@"; do
+    [ -e "$f" ] || continue
+    local dir name to
+    dir=$(dirname "$f"); name=$(basename "$f")
+    case $name in
+      *.*) to="$dir/${name%%.*}.$tag.${name#*.}" ;;
+      *) to="$dir/$name.$tag" ;;
+    esac
+    [ -e "$to" ] && { echo "$to exists: not overwriting it with $f" >&2; exit 1; }
+    mv "$f" "$to"
+  done
+}
 for stage in base teacher sft grpo; do
-  [ -f "$r/$stage.jsonl" ] && continue
   case $stage in
-    base) args=(--policy model --no-adapter) ;;
-    teacher) args=(--policy scripted --no-adapter) ;;
-    sft) args=(--policy model --adapter "$sft") ;;
-    grpo) args=(--policy model --adapter "$grpo") ;;
+    base) args=(--policy model --no-adapter); from=none ;;
+    teacher) args=(--policy scripted --no-adapter); from=none ;;
+    sft) args=(--policy model --adapter "$sft"); from=$sft ;;
+    grpo) args=(--policy model --adapter "$grpo"); from=$grpo ;;
   esac
+  if [ -f "$r/$stage.source" ] && [ "$(cat "$r/$stage.source")" != "$from" ]; then
+    set_aside "$(basename "$(cat "$r/$stage.source")")" "$r/$stage.jsonl" "$r/$stage.table" "$r/$stage.source"
+  fi
+  [ -f "$r/$stage.source" ] || echo "$from" > "$r/$stage.source"
+  [ -f "$r/$stage.jsonl" ] && continue
   log "requests: $stage"
   nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
     --group 1 "${args[@]}" --out "$r/$stage.jsonl.partial" --skip-bad-tasks > "$r/$stage.table"
@@ -102,7 +123,11 @@ for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stag
 # files, no optimizer state), evaluated itself on the held-out tasks in
 # configs/smollm2-real.toml's setting (greedy, one episode per task).
 ship=$real/localizer
+if [ -f "$real/localizer.source" ] && [ "$(cat "$real/localizer.source")" != "$grpo" ]; then
+  set_aside "$(basename "$(cat "$real/localizer.source")")" "$ship" "$real/localizer-heldout.jsonl" "$real/localizer-heldout.table" "$real/localizer.source"
+fi
 [ -f "$ship/adapter_model.safetensors" ] || $bin export-adapter --adapter "$grpo" --out "$ship" --dtype bf16
+[ -f "$real/localizer.source" ] || echo "$grpo" > "$real/localizer.source"
 if [ ! -f "$real/localizer-heldout.jsonl" ]; then
   log "the shipped adapter on the $(wc -l < "$c/heldout.jsonl") held-out tasks"
   nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \

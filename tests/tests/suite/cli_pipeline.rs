@@ -436,6 +436,34 @@ fn pipeline_with_heldout_file_teacher_row_difficulty_filter_and_lr_pilot() {
     assert!(!pilot_dir.join("step_00000003").exists());
     let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join("grpo/step_00000003/state.json")).unwrap()).unwrap();
     assert_eq!((state["config"]["train"]["steps"].as_u64(), state["config"]["optim"]["lr"].as_f64()), (Some(3), Some(chosen)));
+
+    // A finished run, [train] steps raised to 4: GRPO continues from its
+    // step 3 (not skipped, not restarted), and GRPO's held-out episodes,
+    // made with step 3, are kept aside and made again with step 4; SFT's
+    // and the base's are read back.
+    let eval3 = std::fs::read_to_string(run.join("eval/grpo.jsonl")).unwrap();
+    let sft_eval = std::fs::read_to_string(run.join("eval/sft.jsonl")).unwrap();
+    std::fs::write(&cfg, longer.replace("[train]\nsteps = 3\n", "[train]\nsteps = 4\n")).unwrap();
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("finished at step 3") && err.contains("continuing from it"), "{err}");
+    let longest = std::fs::read_to_string(run.join("grpo/metrics.jsonl")).unwrap();
+    assert_eq!(longest.lines().count(), 4, "{longest}");
+    assert!(longest.starts_with(&long), "steps 1-3 kept:\n{longest}");
+    assert!(run.join("grpo/step_00000004/DONE").exists());
+    let complete = std::fs::read_to_string(run.join("grpo/complete.json")).unwrap();
+    assert!(complete.contains("step_00000004"), "{complete}");
+    assert_eq!(std::fs::read_to_string(run.join("eval/grpo.step_00000003.jsonl")).unwrap(), eval3, "step 3's episodes kept");
+    let source = std::fs::read_to_string(run.join("eval/grpo.jsonl.source.json")).unwrap();
+    assert!(source.contains("step_00000004"), "{source}");
+    assert_eq!(std::fs::read_to_string(run.join("eval/sft.jsonl")).unwrap(), sft_eval, "SFT's episodes read back");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    assert!(report["paired"]["grpo_vs_sft"]["tasks"].as_u64().unwrap() > 0, "{report}");
+    // A rerun with nothing changed evaluates nothing again.
+    let out = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("kept as") && !err.contains("continuing from it"), "{err}");
 }
 
 /// Long rollouts go in chunks to `<out>.chunks`: a rerun keeps the whole

@@ -86,10 +86,13 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     }
     // The chosen pilot run's folder (named as `pilot` names it).
     let extend = (p.pilot.extend && pilot.is_some()).then(|| run_dir.join("pilot").join(format!("lr-{:e}", grpo_cfg.optim.lr)));
+    let longer = reopen_if_longer(&run_dir.join("grpo"), "grpo", grpo_cfg.train.steps)?;
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
         let mut opts = RunOptions { resume: Some("auto".into()), ..Default::default() };
         if let Some(pilot_dir) = &extend {
             opts.allow_config_change = extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir)?;
+        } else if longer {
+            opts.allow_config_change = steps_only_change(&grpo_cfg, dir, "grpo: a longer run")?;
         }
         crate::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
     })?;
@@ -113,7 +116,14 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     for (name, model, policy) in models {
         let t0 = Instant::now();
         eprintln!("== eval {name}: {} held-out tasks", heldout.len());
-        let episodes = evaluate(&model, &p, &heldout, &policy, &run_dir.join("eval").join(format!("{name}.jsonl")))?;
+        let out = run_dir.join("eval").join(format!("{name}.jsonl"));
+        let made_from = match name {
+            "sft" => Some(sft_ckpt.as_path()),
+            "grpo" => Some(grpo_ckpt.as_path()),
+            _ => None,
+        };
+        set_aside_if_stale(&out, made_from)?;
+        let episodes = evaluate(&model, &p, &heldout, &policy, &out)?;
         let rewards = stats::task_rewards(&episodes);
         let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
         row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
@@ -297,6 +307,77 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
     Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
 }
 
+/// A finished training stage in `dir` whose checkpoint is below `steps`
+/// (`[train] steps` was raised since): its completion marker is removed so
+/// the stage resumes from that checkpoint up to `steps`. Returns whether it
+/// was reopened.
+fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
+    let marker = dir.join(COMPLETE);
+    let Ok(text) = std::fs::read_to_string(&marker) else { return Ok(false) };
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
+    let Some(ckpt) = v["checkpoint"].as_str().map(PathBuf::from).filter(|c| c.join("DONE").exists()) else { return Ok(false) };
+    let done = crate::checkpoint::load_state(&ckpt)?.step;
+    if done >= steps {
+        return Ok(false);
+    }
+    eprintln!("== {name}: finished at step {done} ({}); [train] steps is now {steps}: continuing from it", ckpt.display());
+    std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
+    Ok(true)
+}
+
+/// Whether resuming the newest checkpoint in `dir` with `cfg` must accept a
+/// changed config: only `train.steps` (and `[pipeline]`, which no training
+/// run reads) may differ; anything else is refused, naming the keys.
+fn steps_only_change(cfg: &RunConfig, dir: &Path, what: &str) -> Result<bool> {
+    let Some(latest) = crate::checkpoint::latest(dir)? else { return Ok(false) };
+    let state = crate::checkpoint::load_state(&latest)?;
+    let changed = crate::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k)).collect();
+    anyhow::ensure!(
+        others.is_empty(),
+        "{what}: {} was made with another config than the long run's (besides train.steps): {}; restore the config, or remove {} to train from the start",
+        latest.display(),
+        others.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
+        dir.display()
+    );
+    Ok(!changed.is_empty())
+}
+
+/// Held-out episodes record the checkpoint they were made with
+/// (`<out>.source.json`). When `made_from` (None: the base model or the
+/// teacher) is another, the old episodes are kept beside, named after their
+/// checkpoint (`grpo.step_00000060.jsonl`), and the model is evaluated
+/// again. Episodes without a record (older runs) are taken as this
+/// checkpoint's.
+fn set_aside_if_stale(out: &Path, made_from: Option<&Path>) -> Result<()> {
+    let source = PathBuf::from(format!("{}.source.json", out.display()));
+    let now = serde_json::json!({ "checkpoint": made_from });
+    let chunks = PathBuf::from(format!("{}.chunks", out.display()));
+    if source.exists() {
+        let text = std::fs::read_to_string(&source).with_context(|| format!("reading {}", source.display()))?;
+        let was: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", source.display()))?;
+        if was != now {
+            let tag = was["checkpoint"].as_str().and_then(|c| Path::new(c).file_name()).and_then(|n| n.to_str()).unwrap_or("previous").to_string();
+            let stem = out.file_stem().and_then(|n| n.to_str()).unwrap_or("eval");
+            for (from, ext) in [(out.to_path_buf(), "jsonl"), (chunks.clone(), "jsonl.chunks"), (source.clone(), "jsonl.source.json")] {
+                if from.exists() {
+                    let to = out.with_file_name(format!("{stem}.{tag}.{ext}"));
+                    anyhow::ensure!(!to.exists(), "{} exists: the episodes of {} would overwrite it", to.display(), from.display());
+                    std::fs::rename(&from, &to).with_context(|| format!("moving {} to {}", from.display(), to.display()))?;
+                }
+            }
+            eprintln!("eval: {} was made with {}; kept as {stem}.{tag}.jsonl, evaluating {} again", out.display(), was["checkpoint"], now["checkpoint"]);
+        }
+    }
+    if !source.exists() {
+        if let Some(dir) = source.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(&source, now.to_string()).with_context(|| format!("writing {}", source.display()))?;
+    }
+    Ok(())
+}
+
 /// `[pipeline.pilot] extend`: the long run's folder starts as a copy of
 /// the chosen pilot run's (its checkpoints and metrics, not its completion
 /// marker), so the long run resumes at the pilot's last step. Returns
@@ -316,20 +397,8 @@ fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path)
         eprintln!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps);
         copy_run(pilot_dir, dir)?;
     }
-    let latest = crate::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
-    let state = crate::checkpoint::load_state(&latest)?;
-    let changed = crate::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
-    // `[pipeline]` does not enter a training run.
-    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k)).collect();
-    anyhow::ensure!(
-        others.is_empty(),
-        "[pipeline.pilot] extend: {} was made with another config than the long run's (besides train.steps): {}; \
-         remove {} to start the long run from the SFT model, or restore the config",
-        latest.display(),
-        others.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
-        dir.display()
-    );
-    Ok(!changed.is_empty())
+    crate::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
+    steps_only_change(cfg, dir, "[pipeline.pilot] extend")
 }
 
 /// Copies a run folder's files (recursively), leaving out its completion
