@@ -194,19 +194,29 @@ fn teacher_of(p: &PipelineSection, seed: u64) -> (PolicyChoice, TeacherOpts) {
     (p.teacher.clone(), TeacherOpts { http: Endpoint::of_pipeline(p), vary_scripted: Some(seed) })
 }
 
+/// The checkpoint that `<dir>/complete.json` names: `None` without a
+/// marker, `Some(Ok)` when it is complete (holds `DONE`), `Some(Err)` when it
+/// is not (a stage to run again).
+fn finished_checkpoint(dir: &Path) -> Result<Option<std::result::Result<PathBuf, PathBuf>>> {
+    let marker = dir.join(COMPLETE);
+    let Ok(text) = std::fs::read_to_string(&marker) else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
+    let ckpt = PathBuf::from(v["checkpoint"].as_str().with_context(|| format!("{}: no `checkpoint`", marker.display()))?);
+    Ok(Some(if ckpt.join("DONE").exists() { Ok(ckpt) } else { Err(ckpt) }))
+}
+
 /// A training stage: skipped when `<dir>/complete.json` names its
 /// checkpoint; otherwise run (resuming) and marked complete. `None` when it
 /// was interrupted (a checkpoint is saved; rerun the pipeline to continue).
 fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl FnOnce(&Path) -> Result<RunEnd>) -> Result<PathBuf> {
     let marker = dir.join(COMPLETE);
-    if let Ok(text) = std::fs::read_to_string(&marker) {
-        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
-        let ckpt = PathBuf::from(v["checkpoint"].as_str().with_context(|| format!("{}: no `checkpoint`", marker.display()))?);
-        if ckpt.join("DONE").exists() {
+    match finished_checkpoint(dir)? {
+        Some(Ok(ckpt)) => {
             eprintln!("== {name}: done ({}), skipped", ckpt.display());
             return Ok(ckpt);
         }
-        eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display());
+        Some(Err(ckpt)) => eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display()),
+        None => {}
     }
     eprintln!("== {name}");
     let t0 = Instant::now();
@@ -312,10 +322,8 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
 /// the stage resumes from that checkpoint up to `steps`. Returns whether it
 /// was reopened.
 fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
+    let Some(Ok(ckpt)) = finished_checkpoint(dir)? else { return Ok(false) };
     let marker = dir.join(COMPLETE);
-    let Ok(text) = std::fs::read_to_string(&marker) else { return Ok(false) };
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", marker.display()))?;
-    let Some(ckpt) = v["checkpoint"].as_str().map(PathBuf::from).filter(|c| c.join("DONE").exists()) else { return Ok(false) };
     let done = crate::checkpoint::load_state(&ckpt)?.step;
     if done >= steps {
         return Ok(false);
