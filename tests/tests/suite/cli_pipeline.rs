@@ -112,6 +112,11 @@ fn pipeline_runs_every_stage_then_skips_them() {
     }
     let report2: Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
     assert_eq!(report2["stages"], report["stages"]);
+    // The rerun ran nothing, so it keeps the times the first run measured.
+    for key in ["synth", "sft", "grpo", "eval_base", "eval_sft", "eval_grpo"] {
+        assert!(report["stage_seconds"][key].as_f64().is_some_and(|s| s > 0.0), "stage_seconds.{key}: {}", report["stage_seconds"]);
+    }
+    assert_eq!(report2["stage_seconds"], report["stage_seconds"], "a rerun that skips every stage keeps their times");
     seeds_compares_runs(tmp.path(), &run, &report);
 }
 

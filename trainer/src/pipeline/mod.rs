@@ -86,7 +86,9 @@ pub struct Report {
     pub stages: BTreeMap<String, StageReport>,
     /// The SFT filter's counts (kept / dropped by rule).
     pub filter: serde_json::Value,
-    /// Wall time of each stage that ran in this invocation (seconds).
+    /// Wall time of each stage (seconds), measured by the invocation that ran
+    /// it (a stage resumed after an interruption: that invocation's part);
+    /// reruns keep the times of the stages they skip.
     pub stage_seconds: BTreeMap<String, f64>,
     pub train_tasks: usize,
     pub heldout_tasks: usize,

@@ -59,7 +59,8 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
     crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
     crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?;
-    let mut seconds = BTreeMap::new();
+    // Stages skipped now keep the wall time the report recorded when they ran.
+    let mut seconds = previous_stage_seconds(&run_dir.join("report.json"));
 
     let traj = run_dir.join("synth/trajectories.jsonl");
     if traj.exists() {
@@ -79,7 +80,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     })?;
 
     let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
-    let (grpo_tasks, difficulty) = difficulty_filter(&grpo_cfg, &p, &train, &run_dir)?;
+    let (grpo_tasks, difficulty) = difficulty_filter(&grpo_cfg, &p, &train, &run_dir, &mut seconds)?;
     let pilot = pilot(&grpo_cfg, &p, &grpo_tasks, &run_dir, &mut seconds)?;
     if let Some(lr) = pilot.as_ref().and_then(|v| v["chosen_lr"].as_f64()) {
         grpo_cfg.optim.lr = lr;
@@ -123,6 +124,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
             _ => None,
         };
         set_aside_if_stale(&out, made_from)?;
+        let read_back = out.exists();
         let episodes = evaluate(&model, &p, &heldout, &policy, &out)?;
         let rewards = stats::task_rewards(&episodes);
         let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
@@ -130,7 +132,9 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
         row.selected = selected(&cfg, &p, &heldout, &episodes)?;
         report.stages.insert(name.to_string(), row);
         per_task.insert(name, rewards);
-        report.stage_seconds.entry(format!("eval_{name}")).or_insert(t0.elapsed().as_secs_f64());
+        if !read_back {
+            report.stage_seconds.insert(format!("eval_{name}"), t0.elapsed().as_secs_f64());
+        }
     }
     for (later, earlier) in [("sft", "base"), ("grpo", "sft"), ("grpo", "base"), ("grpo", "teacher")] {
         if !per_task.contains_key(earlier) {
@@ -258,7 +262,8 @@ fn draw(tasks: &[Task], n: usize, seed: u64) -> Vec<Task> {
 
 /// `[pipeline.difficulty]`: the tasks GRPO trains on, and the filter's
 /// figures. The probe's episodes are `<run>/difficulty/episodes.jsonl`.
-fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_dir: &Path) -> Result<(Vec<Task>, Option<serde_json::Value>)> {
+/// The probe's wall time goes into `seconds` as `difficulty` when it ran now.
+fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>) -> Result<(Vec<Task>, Option<serde_json::Value>)> {
     let d = &p.difficulty;
     if d.tasks == 0 {
         return Ok((train.to_vec(), None));
@@ -266,7 +271,12 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let probe = draw(train, d.tasks, p.split_seed.wrapping_add(1));
     eprintln!("== difficulty: {} episodes of the SFT model on each of {} training tasks", d.samples, probe.len());
     let t0 = Instant::now();
-    let episodes = run_policy_resumable(cfg, &probe, &PolicyChoice::Model, d.samples, &TeacherOpts::default(), p.chunk_tasks, &run_dir.join("difficulty/episodes.jsonl"))?;
+    let out = run_dir.join("difficulty/episodes.jsonl");
+    let read_back = out.exists();
+    let episodes = run_policy_resumable(cfg, &probe, &PolicyChoice::Model, d.samples, &TeacherOpts::default(), p.chunk_tasks, &out)?;
+    if !read_back {
+        seconds.insert("difficulty".to_string(), t0.elapsed().as_secs_f64());
+    }
     let mut rewards: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for e in &episodes {
         rewards.entry(e.task_id.as_str()).or_default().push(e.training_reward(&cfg.reward));
@@ -280,7 +290,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
     crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
-                                     "mean_reward": mean, "answered": answered, "seconds": t0.elapsed().as_secs_f64()});
+                                     "mean_reward": mean, "answered": answered});
     Ok((kept, Some(figures)))
 }
 
@@ -315,6 +325,16 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
     let (lr, _) = best.expect("at least one pilot");
     eprintln!("pilot: the long run takes lr {lr:e}");
     Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
+}
+
+/// `stage_seconds` of an earlier `report.json` of this run (empty when there
+/// is none or it cannot be read: the times are figures, not state).
+fn previous_stage_seconds(report: &Path) -> BTreeMap<String, f64> {
+    std::fs::read_to_string(report)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| serde_json::from_value(v["stage_seconds"].clone()).ok())
+        .unwrap_or_default()
 }
 
 /// A finished training stage in `dir` whose checkpoint is below `steps`
