@@ -120,6 +120,38 @@ fn pipeline_runs_every_stage_then_skips_them() {
     seeds_compares_runs(tmp.path(), &run, &report);
 }
 
+/// `scripts/curve_gain.py --baseline`: each step read as its tasks' R minus
+/// their mean R in the difficulty probe, computed here from the files.
+fn curve_against_the_probe(run: &std::path::Path, probe: &[Value]) {
+    let metrics = run.join("pilot/lr-1e-3/metrics.jsonl");
+    let base = |id: &str| {
+        let r: Vec<f64> = probe.iter().filter(|e| e["task_id"] == id).map(|e| e["score"]["reward"].as_f64().unwrap()).collect();
+        r.iter().sum::<f64>() / r.len() as f64
+    };
+    let adjusted: Vec<f64> = read_jsonl(&metrics)
+        .iter()
+        .map(|m| {
+            let tasks = m["tasks"].as_object().unwrap();
+            tasks.iter().map(|(id, v)| v.as_f64().unwrap() - base(id)).sum::<f64>() / tasks.len() as f64
+        })
+        .collect();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/curve_gain.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args([metrics.to_str().unwrap(), "--window", "1", "--json", "--baseline", run.join("difficulty/episodes.jsonl").to_str().unwrap()])
+        .output()
+        .expect("python3 runs scripts/curve_gain.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["key"], "reward - baseline");
+    assert!((v["gain"].as_f64().unwrap() - (adjusted[1] - adjusted[0])).abs() < 1e-12, "{v} vs {adjusted:?}");
+    // Without the probe's episodes of a step's task, it says which.
+    let empty = run.join("empty-probe.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let bad = std::process::Command::new("python3").arg(&script).args([metrics.to_str().unwrap(), "--window", "1", "--baseline", empty.to_str().unwrap()]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no episode of"), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
 /// `fusegrpo seeds`: a run's paired differences are its report's, and the
 /// same run given twice pools to the same interval (a held-out task is one
 /// cluster, so a copy adds no evidence); a folder that is not a run is named.
@@ -406,7 +438,19 @@ fn pipeline_with_heldout_file_teacher_row_difficulty_filter_and_lr_pilot() {
         assert_eq!(metrics.len(), 2, "pilot lr {lr}: 2 steps");
         assert!(run.join(format!("pilot/lr-{lr}/step_00000002/DONE")).exists(), "pilot lr {lr}: its checkpoint");
         assert_eq!(pilot["runs"][lr]["mean_reward"].as_f64(), metrics[1]["reward"].as_f64(), "step 2's reward alone: {pilot}");
+        // Each step names its 2 tasks (GRPO's) with their mean R, whose
+        // mean is the step's reward.
+        for m in &metrics {
+            let tasks = m["tasks"].as_object().unwrap_or_else(|| panic!("step {} has no tasks: {m}", m["step"]));
+            assert_eq!(tasks.len(), 2, "{m}");
+            assert!(tasks.keys().all(|id| grpo_tasks.iter().any(|t| t["instance_id"] == id.as_str())), "{m}");
+            let mean = tasks.values().map(|v| v.as_f64().unwrap()).sum::<f64>() / 2.0;
+            assert!((mean - m["reward"].as_f64().unwrap()).abs() < 1e-12, "{m}");
+        }
     }
+    let pilot_rewards: Vec<f64> = ["1e-3", "1e-4"].iter().flat_map(|lr| read_jsonl(&run.join(format!("pilot/lr-{lr}/metrics.jsonl")))).flat_map(|m| m["tasks"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).collect::<Vec<_>>()).collect();
+    assert!(pilot_rewards.iter().any(|r| *r > 0.0), "some task is rewarded in the pilot, so the means are not all trivially 0: {pilot_rewards:?}");
+    curve_against_the_probe(&run, &probe);
     let best = ["1e-3", "1e-4"].iter().map(|lr| pilot["runs"][lr]["mean_reward"].as_f64().unwrap()).fold(f64::MIN, f64::max);
     let chosen_key = if chosen == 1e-3 { "1e-3" } else { "1e-4" };
     assert_eq!(pilot["runs"][chosen_key]["mean_reward"].as_f64().unwrap(), best, "the best pilot's lr: {pilot}");

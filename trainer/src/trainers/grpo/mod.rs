@@ -100,9 +100,26 @@ pub struct StepMetrics {
     /// Data-parallel ranks (absent with one process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<usize>,
+    /// The step's tasks, each with the mean R of its episodes: the step's
+    /// `reward` is their mean, and a curve can be read against each task's
+    /// own baseline (`scripts/curve_gain.py --baseline`) instead of through
+    /// the draw of tasks.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tasks: BTreeMap<String, f64>,
     /// Episodes this rank rolled out (its share of the groups).
     #[serde(skip)]
     pub rolled_out: usize,
+}
+
+/// Mean R of each task's episodes.
+fn task_means(episodes: &[rollout::episode::Episode]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for e in episodes {
+        let s = sums.entry(e.task_id.clone()).or_default();
+        s.0 += e.score.unwrap_or_default().reward;
+        s.1 += 1;
+    }
+    sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
 }
 
 /// Share of `episodes` that stopped for `reason`.
@@ -258,6 +275,7 @@ impl Trainer {
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
             ranks: (self.dist.world() > 1).then_some(self.dist.world()),
+            tasks: task_means(&episodes),
             rolled_out,
         })
     }
