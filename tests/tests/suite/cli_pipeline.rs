@@ -526,7 +526,11 @@ fn pipeline_evaluation_resumes_from_whole_chunks() {
     std::fs::write(&cfg, CONFIG.replace("heldout_tasks = 2\n", "heldout_tasks = 2\nchunk_tasks = 1\n")).unwrap();
     let run = tmp.path().join("run");
     let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
-    fusegrpo_ok(&args);
+    let first_run = fusegrpo(&args);
+    let err = String::from_utf8_lossy(&first_run.stderr);
+    assert!(first_run.status.success(), "{err}");
+    // Progress counts over the chunks (one task each), not chunk by chunk.
+    assert!(err.contains("2/2 episodes, 2 of them in"), "{err}");
     let eval = run.join("eval/grpo.jsonl");
     let chunks = run.join("eval/grpo.jsonl.chunks");
     let text = std::fs::read_to_string(&eval).unwrap();
@@ -550,6 +554,7 @@ fn pipeline_evaluation_resumes_from_whole_chunks() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{err}");
     assert!(err.contains("1 of 2 episodes done before"), "{err}");
+    assert!(err.contains("2/2 episodes, 1 of them in"), "the resumed run's pace is its own: {err}");
     let rows = read_jsonl(&eval);
     assert_eq!(rows.len(), 2, "every held-out episode once");
     assert_eq!(rows[0]["seconds"].as_f64(), Some(12345.5), "the whole chunk was kept, not rolled out again");

@@ -72,8 +72,10 @@ pub fn run_policy_resumable(
     with_policy(cfg, policy, teacher, |policy, env| {
         let bar = progress_bar((tasks.len() * group) as u64, "episodes");
         bar.set_position(done.len() as u64);
+        // One progress closure for every chunk: its mean and ETA are this run's.
+        let mut progress = on_done(&bar);
         for piece in tasks[done.len() / group..].chunks(chunk) {
-            let episodes = run_episodes(policy, env, piece, group, &cfg.episode, on_done(&bar))?;
+            let episodes = run_episodes(policy, env, piece, group, &cfg.episode, &mut progress)?;
             let mut text = String::new();
             for e in &episodes {
                 text += &serde_json::to_string(&episode_row(e))?;

@@ -77,7 +77,8 @@ pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
     // indicatif draws nothing when stderr is no terminal (nohup, a log
     // file, a pipeline's log): there a plain line a minute, and one at the end.
     let plain = !std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut last = std::time::Instant::now();
+    let start = std::time::Instant::now();
+    let mut last = start;
     let (mut n, mut sum) = (0usize, 0f64);
     move |e: &Episode| {
         let r = e.score.map_or(0.0, |s| s.reward);
@@ -88,12 +89,16 @@ pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
         let end = bar.length().is_some_and(|l| bar.position() >= l);
         if plain && (end || last.elapsed().as_secs() >= 60) {
             last = std::time::Instant::now();
+            // Episodes end in bursts (a batch decodes together), which
+            // indicatif's smoothed rate misreads: the ETA is this run's
+            // average pace over what is left.
+            let left = bar.length().map_or(0, |l| l.saturating_sub(bar.position()));
+            let secs = start.elapsed().as_secs_f64();
             let len = bar.length().map_or("?".to_string(), |l| l.to_string());
             eprintln!(
-                "{}/{len} episodes in {:.0} s (eta {:.0} s), mean R {:.3} over the {n} of this run",
+                "{}/{len} episodes, {n} of them in {secs:.0} s (eta {:.0} s), mean R {:.3} over those {n}",
                 bar.position(),
-                bar.elapsed().as_secs_f64(),
-                bar.eta().as_secs_f64(),
+                secs / n as f64 * left as f64,
                 sum / n as f64
             );
         }
