@@ -85,6 +85,17 @@ pub fn localize(
         patch: None,
         gold: Some(Default::default()),
     };
+    // A prompt that fills the episode's token budget leaves the model no
+    // turn: said here, instead of an attempt that ends with no answer.
+    let (_, prompt) = rollout::episode::driver::prompt_tokens(env.tokenizer, &task, &cfg.episode)?;
+    let limit = cfg.episode.max_total_tokens;
+    if prompt.len() >= limit {
+        bail!(
+            "the issue makes a prompt of {} tokens, and [episode] max_total_tokens = {limit} leaves no room for a turn: shorten the issue (it is {} characters) or raise the limit in the config",
+            prompt.len(),
+            task.problem_statement.chars().count()
+        );
+    }
     let mut done = 0;
     let tasks = [task];
     let episodes: Vec<Episode> = run_episodes(policy, env, &tasks, r.attempts, &cfg.episode, |_| {

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
 use serde_json::{json, Value};
 
 /// Every file under `.git` with its bytes, and `git status --porcelain`.
@@ -63,6 +63,14 @@ fn localize_sees_uncommitted_edits_and_leaves_the_repository_as_it_was() {
     // A revision is searched as committed: the edit is not there.
     let committed = localize_json(&cfg, &repo, "Calling `frobnicate_widget` on a refund returns the wrong total.", &["--rev", "HEAD"]);
     assert!(!entities(&committed, "functions").iter().any(|f| f.contains("frobnicate_widget")), "{committed}");
+
+    // An issue whose prompt fills the episode's budget is refused, saying so
+    // (it used to end its attempt with no answer and no reason).
+    let long = repo.parent().unwrap().join("long-issue.txt");
+    std::fs::write(&long, "The total is wrong after a refund. ".repeat(2000)).unwrap();
+    let out = fusegrpo(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", repo.to_str().unwrap(), "--issue", long.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("max_total_tokens") && err.contains("leaves no room for a turn") && err.contains("shorten the issue"), "{err}");
 
     let after = repo_state(&repo);
     assert_eq!(before.1, after.1, "git status changed");
@@ -138,6 +146,7 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
         (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "not a git repository"),
         (json!({"issue": "x", "rev": "no-such-rev"}), "no-such-rev"),
         (json!({"issue": "x", "attempts": 0}), "attempts must be"),
+        (json!({"issue": "The total is wrong after a refund. ".repeat(2000)}), "leaves no room for a turn"),
     ];
     let mut id = 10;
     for (arguments, needle) in bad {
