@@ -3,6 +3,18 @@
 
 use super::Episode;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Mean R of each task's episodes, by task id.
+pub fn task_rewards(episodes: &[Episode]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for e in episodes {
+        let s = sums.entry(e.task_id.clone()).or_default();
+        s.0 += e.score.unwrap_or_default().reward;
+        s.1 += 1;
+    }
+    sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
+}
 
 /// Means over episodes (the `report.json` metric names).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,6 @@
 //! same episode seeds, so differences are paired task by task.
 
 use rand::{Rng, SeedableRng};
-use rollout::episode::Episode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -24,15 +23,7 @@ pub struct Paired {
 }
 
 /// Mean reward per task id.
-pub fn task_rewards(episodes: &[Episode]) -> BTreeMap<String, f64> {
-    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for e in episodes {
-        let s = sums.entry(e.task_id.clone()).or_default();
-        s.0 += e.score.unwrap_or_default().reward;
-        s.1 += 1;
-    }
-    sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
-}
+pub use rollout::episode::summary::task_rewards;
 
 /// The 95% percentile-bootstrap interval of the mean of `values`.
 pub fn mean_ci95(values: &[f64]) -> [f64; 2] {

@@ -111,17 +111,6 @@ pub struct StepMetrics {
     pub rolled_out: usize,
 }
 
-/// Mean R of each task's episodes.
-fn task_means(episodes: &[rollout::episode::Episode]) -> BTreeMap<String, f64> {
-    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for e in episodes {
-        let s = sums.entry(e.task_id.clone()).or_default();
-        s.0 += e.score.unwrap_or_default().reward;
-        s.1 += 1;
-    }
-    sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
-}
-
 /// Share of `episodes` that stopped for `reason`.
 fn stop_share(episodes: &[rollout::episode::Episode], reason: StopReason) -> f64 {
     episodes.iter().filter(|e| e.stop_reason() == Some(reason)).count() as f64 / episodes.len().max(1) as f64
@@ -275,7 +264,7 @@ impl Trainer {
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
             ranks: (self.dist.world() > 1).then_some(self.dist.world()),
-            tasks: task_means(&episodes),
+            tasks: rollout::episode::summary::task_rewards(&episodes),
             rolled_out,
         })
     }
