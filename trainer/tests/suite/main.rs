@@ -22,3 +22,4 @@ mod recompute;
 mod runs;
 mod sft;
 mod config_reference;
+mod shipped_localizer;
