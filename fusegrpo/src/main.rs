@@ -69,6 +69,9 @@ enum Command {
     /// Several pipeline runs (seeds) side by side in Markdown: stage tables, paired differences per run
     /// and pooled over the runs, and the held-out tasks a gain would need.
     Seeds(cli::seeds::Args),
+    /// Episode files of several models on the same tasks side by side: means, and each later file
+    /// minus the first paired by task (R, file F1, answered) with 95% bootstrap intervals.
+    Compare(cli::compare::Args),
     /// The memory plan of a run config: bytes per phase and part, and whether it fits.
     Plan(cli::plan::Args),
     /// Draw a run's reward, F1, e, loss and KL curves (metrics.jsonl) to a PNG.
@@ -175,6 +178,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Sft(args) => cli::sft::run(args),
         Command::Pipeline(args) => cli::pipeline::run(args),
         Command::Seeds(args) => cli::seeds::run(args),
+        Command::Compare(args) => cli::compare::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Plot(args) => cli::plot::run(args),
         Command::PlotScaling(args) => cli::plot_scaling::run(args),

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod compare;
 pub mod dist_check;
 pub mod engine;
 pub mod env;

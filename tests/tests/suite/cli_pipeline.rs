@@ -118,6 +118,53 @@ fn pipeline_runs_every_stage_then_skips_them() {
     }
     assert_eq!(report2["stage_seconds"], report["stage_seconds"], "a rerun that skips every stage keeps their times");
     seeds_compares_runs(tmp.path(), &run, &report);
+    compare_pairs_episode_files(tmp.path(), &run, &report);
+}
+
+/// `fusegrpo compare`: two evaluations' paired difference is the report's;
+/// a task raised by a known amount moves the mean by it over the tasks and
+/// counts as better; files without a common task, or with a bad line, are
+/// refused by name.
+fn compare_pairs_episode_files(dir: &std::path::Path, run: &std::path::Path, report: &Value) {
+    let (sft, grpo) = (run.join("eval/sft.jsonl"), run.join("eval/grpo.jsonl"));
+    let json = dir.join("compare.json");
+    let out = fusegrpo_ok(&["compare", sft.to_str().unwrap(), grpo.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["paired"][0]["reward"], report["paired"]["grpo_vs_sft"], "{out}");
+    assert_eq!(v["files"][1]["summary"]["reward"], report["stages"]["grpo"]["reward"]);
+    assert_eq!(v["files"][1]["reward_ci95"], report["stages"]["grpo"]["reward_ci95"]);
+
+    let mut rows = read_jsonl(&sft);
+    let first = rows[0]["task_id"].clone();
+    let tasks = rows.iter().map(|r| r["task_id"].to_string()).collect::<std::collections::BTreeSet<_>>().len();
+    assert_eq!(tasks, 2);
+    for r in rows.iter_mut().filter(|r| r["task_id"] == first) {
+        let reward = r["score"]["reward"].as_f64().expect("scored episode");
+        r["score"]["reward"] = serde_json::json!(reward + 0.5);
+    }
+    let raised = dir.join("raised.jsonl");
+    std::fs::write(&raised, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+    let out = fusegrpo_ok(&["compare", sft.to_str().unwrap(), raised.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let p = &v["paired"][0];
+    assert!((p["reward"]["mean"].as_f64().unwrap() - 0.25).abs() < 1e-12, "{p}");
+    assert_eq!((p["better"].as_u64(), p["worse"].as_u64(), p["tasks"].as_u64()), (Some(1), Some(0), Some(2)), "{p}");
+    assert_eq!(p["f1_file"]["mean"], 0.0);
+    assert!(out.contains("| 1 / 0 / 1 |"), "{out}");
+
+    for r in rows.iter_mut() {
+        r["task_id"] = serde_json::json!(format!("other-{}", r["task_id"].as_str().unwrap()));
+    }
+    let other = dir.join("other.jsonl");
+    std::fs::write(&other, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+    let bad = fusegrpo(&["compare", sft.to_str().unwrap(), other.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("no task in common") && err.contains("other.jsonl"), "{err}");
+    let broken = dir.join("broken.jsonl");
+    std::fs::write(&broken, "{\"task_id\": 1}\n").unwrap();
+    let bad = fusegrpo(&["compare", sft.to_str().unwrap(), broken.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("broken.jsonl:1"), "{err}");
 }
 
 /// `scripts/curve_gain.py --baseline`: each step read as its tasks' R minus
