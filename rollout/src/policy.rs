@@ -55,4 +55,12 @@ pub trait Policy {
 
     /// The episode ended: release anything kept for it.
     fn finish(&mut self, _episode: u64) {}
+
+    /// How many episodes may run at once (`None`: any number); the driver
+    /// starts the others as earlier ones end. A model whose KV budget cannot
+    /// keep every live episode's cache says so ([rollout] max_live_episodes),
+    /// so that caches are not dropped and prefilled again at every turn.
+    fn max_live(&self) -> Option<usize> {
+        None
+    }
 }

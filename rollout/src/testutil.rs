@@ -126,4 +126,7 @@ impl<P: crate::policy::Policy> crate::policy::Policy for Recorder<P> {
         self.1 = r[0].messages.to_vec();
         self.0.next_turns(r)
     }
+    fn max_live(&self) -> Option<usize> {
+        self.0.max_live()
+    }
 }

@@ -85,7 +85,9 @@ pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig) -> R
 }
 
 /// Run `group` episodes for each task; `on_done` sees each as it ends.
-/// Episodes come back in task order, then sample order.
+/// Episodes come back in task order, then sample order. At most
+/// [`Policy::max_live`] episodes run at once (whole groups, at least one),
+/// the next ones starting as earlier ones end.
 pub fn run_episodes(
     policy: &mut dyn Policy,
     env: &Env<'_>,
@@ -96,16 +98,30 @@ pub fn run_episodes(
 ) -> Result<Vec<Episode>, RolloutError> {
     let mut live = start(env, tasks, group, cfg)?;
     let tools = tool_schemas();
+    let group = group.max(1);
+    let cap = policy.max_live().map_or(usize::MAX, |n| (n / group).max(1).saturating_mul(group));
+    // Episodes [0, started) have started; the rest wait for room.
+    let mut started = 0;
     loop {
-        for l in live.iter_mut().filter(|l| l.ep.phase == Phase::Generating) {
+        let running = live[..started].iter().filter(|l| !matches!(l.ep.phase, Phase::Done(_))).count();
+        let room = cap.saturating_sub(running) / group * group;
+        let end = started.saturating_add(room).min(live.len());
+        for l in &mut live[started..end] {
+            l.started = Instant::now();
+        }
+        started = end;
+        for l in live[..started].iter_mut().filter(|l| l.ep.phase == Phase::Generating) {
             if l.ep.tokens.len() >= cfg.max_total_tokens {
                 l.ep.phase = Phase::Done(StopReason::ContextFull);
             }
         }
         finish_done(&mut live, env.reward, policy, &mut on_done);
-        let active: Vec<usize> = (0..live.len()).filter(|&i| live[i].ep.phase == Phase::Generating).collect();
+        let active: Vec<usize> = (0..started).filter(|&i| live[i].ep.phase == Phase::Generating).collect();
         if active.is_empty() {
-            break;
+            if started == live.len() {
+                break;
+            }
+            continue;
         }
         let t0 = Instant::now();
         let requests: Vec<TurnRequest<'_>> = active

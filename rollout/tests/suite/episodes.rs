@@ -180,3 +180,53 @@ fn malformed_calls_cost_a_call_and_limits_stop_episodes() {
     let ep = run(vec!["<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"webby/http.py\"}}\n</tool_call>"], cfg);
     assert_eq!(ep.stop_reason(), Some(StopReason::ContextFull));
 }
+
+/// A policy that plays another with a bound on running episodes, and
+/// records the most turns it was asked for at once.
+struct Bounded {
+    inner: ScriptedTeacher,
+    max: Option<usize>,
+    most: usize,
+}
+impl Policy for Bounded {
+    fn name(&self) -> String {
+        "bounded".into()
+    }
+    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        self.most = self.most.max(r.len());
+        self.inner.next_turns(r)
+    }
+    fn max_live(&self) -> Option<usize> {
+        self.max
+    }
+}
+
+#[test]
+fn no_more_than_max_live_episodes_run_at_once_in_whole_groups() {
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let tasks = vec![task(&commit); 3];
+    let run = |max: Option<usize>| {
+        let mut p = Bounded { inner: ScriptedTeacher::varied(7), max, most: 0 };
+        let mut order = Vec::new();
+        let eps = run_episodes(&mut p, &env, &tasks, 2, &EpisodeConfig::default(), |e| order.push(e.sample)).unwrap();
+        (eps, p.most, order)
+    };
+    let (all, most, _) = run(None);
+    assert_eq!(most, 6, "unbounded: every episode asks at once");
+    // 3 rounds down to one group of 2; 1 still runs a whole group.
+    for (max, expect) in [(3, 2), (1, 2), (4, 4)] {
+        let (bounded, most, order) = run(Some(max));
+        assert_eq!(most, expect, "max_live {max}");
+        assert_eq!(order.len(), 6, "every episode ends once");
+        assert_eq!(bounded.len(), all.len());
+        for (a, b) in all.iter().zip(&bounded) {
+            assert_eq!((&a.task_id, a.sample), (&b.task_id, b.sample), "task order, then sample order");
+            assert_eq!(a.tokens, b.tokens, "the same episode whatever runs beside it");
+            assert!(b.score.is_some());
+        }
+    }
+    assert!(all.iter().any(|e| e.tokens != all[0].tokens), "the samples differ, so the comparison above means something");
+}

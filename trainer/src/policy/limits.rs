@@ -13,12 +13,15 @@ pub struct RolloutLimits {
     /// Tokens in one prefill forward (longer prefills are split by rows,
     /// then by time).
     pub max_prefill_tokens: usize,
+    /// Episodes running at once (whole groups, at least one); `None`: all
+    /// of a call's episodes.
+    pub max_live: Option<usize>,
 }
 
 impl RolloutLimits {
     /// Only a decode-batch bound, as before KV budgets.
     pub fn batch_tokens(max_batch_tokens: usize) -> Self {
-        RolloutLimits { max_batch_tokens: max_batch_tokens.max(1), max_kv_tokens: None, max_prefill_tokens: usize::MAX }
+        RolloutLimits { max_batch_tokens: max_batch_tokens.max(1), max_kv_tokens: None, max_prefill_tokens: usize::MAX, max_live: None }
     }
 }
 

@@ -231,4 +231,8 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
     fn finish(&mut self, episode: u64) {
         self.parked.remove(&episode);
     }
+
+    fn max_live(&self) -> Option<usize> {
+        self.limits.max_live
+    }
 }

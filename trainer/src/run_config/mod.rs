@@ -206,6 +206,9 @@ impl RunConfig {
         if self.rollout.max_prefill_tokens == 0 {
             return bad("rollout.max_prefill_tokens", "must be at least 1".into());
         }
+        if self.rollout.max_live_episodes == Some(0) {
+            return bad("rollout.max_live_episodes", "must be at least 1 (unset: every episode at once)".into());
+        }
         match (self.rollout.engine, &self.rollout.vllm) {
             (Engine::Vllm, None) => {
                 return bad("rollout.vllm", "engine = \"vllm\" needs a [rollout.vllm] section with url and served_model".into());

@@ -20,6 +20,14 @@ pub struct RolloutSection {
     /// Bound on tokens in one prefill forward (longer prefills are split).
     #[serde(skip_serializing_if = "is_default_prefill")]
     pub max_prefill_tokens: usize,
+    /// Episodes running at once (rounded down to whole groups, at least
+    /// one group); the next start as earlier ones end. With many tasks
+    /// (`eval` of a large file), every episode live at once can hold more
+    /// cache than `max_kv_tokens`, which then drops caches and prefills
+    /// them again at every turn; about `max_kv_tokens / (2 x [episode]
+    /// max_total_tokens)` never drops one. Unset: every episode of a call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_live_episodes: Option<usize>,
     /// What generates the model's turns: our own decoding (`builtin`) or a
     /// vLLM server (`vllm`, `[rollout.vllm]`).
     #[serde(skip_serializing_if = "is_builtin")]
@@ -92,7 +100,7 @@ fn is_default_prefill(n: &usize) -> bool {
 
 impl RolloutSection {
     pub fn limits(&self) -> crate::policy::RolloutLimits {
-        crate::policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens }
+        crate::policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens, max_live: self.max_live_episodes }
     }
 }
 
@@ -103,6 +111,7 @@ impl Default for RolloutSection {
             max_batch_tokens: 262_144,
             max_kv_tokens: None,
             max_prefill_tokens: DEFAULT_MAX_PREFILL_TOKENS,
+            max_live_episodes: None,
             engine: Engine::Builtin,
             vllm: None,
         }

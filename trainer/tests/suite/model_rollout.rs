@@ -106,7 +106,7 @@ fn rollouts_under_a_kv_budget_equal_unbounded_ones() {
         // Room for one episode's turn (2 x its tokens) and a little more: not all 6.
         let budget = 2 * longest + 64;
         assert!(budget < total, "the budget must bind: {budget} slots for {total} tokens");
-        let limits = RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 16 };
+        let limits = RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 16, max_live: None };
         let (bounded, stats) = limited_rollouts(&w, sampler, 7, limits);
         let toks = |e: &[Episode]| e.iter().map(|e| e.tokens.clone()).collect::<Vec<_>>();
         assert_eq!(toks(&bounded), toks(&free), "T = {}: same episodes under the budget", sampler.temperature);
@@ -117,6 +117,31 @@ fn rollouts_under_a_kv_budget_equal_unbounded_ones() {
         assert!(stats.peak_kv_slots <= budget, "peak {} over the budget {budget}", stats.peak_kv_slots);
         assert!(stats.prefill_tokens > free_stats.prefill_tokens, "evicted episodes were prefilled again");
     }
+}
+
+/// `[rollout] max_live_episodes`: under a KV budget that holds one group's
+/// caches but not both tasks', running one group at a time evicts nothing
+/// and prefills less than running both at once, with the same greedy
+/// episodes.
+#[test]
+fn max_live_episodes_keeps_a_kv_budget_from_evicting() {
+    let w = world();
+    let greedy = SamplerConfig::default();
+    let (free, _) = limited_rollouts(&w, greedy, 7, RolloutLimits::batch_tokens(1 << 20));
+    let longest = free.iter().map(|e| e.tokens.len()).max().unwrap();
+    // One group's decode batch: 3 rows x (the widest + its copy).
+    let budget = 6 * longest + 64;
+    let limits = |max_live| RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 1 << 20, max_live };
+    let (all_live, thrash) = limited_rollouts(&w, greedy, 7, limits(None));
+    assert!(thrash.evictions > 0, "the budget must bind with both groups live: {thrash:?}");
+    let (one_group, stats) = limited_rollouts(&w, greedy, 7, limits(Some(3)));
+    println!("budget {budget}: both groups live {thrash:?}\none group at a time {stats:?}");
+    assert_eq!(stats.evictions, 0, "{stats:?}");
+    assert!(stats.prefill_tokens < thrash.prefill_tokens, "{stats:?} vs {thrash:?}");
+    assert!(stats.peak_kv_slots <= budget);
+    let toks = |e: &[Episode]| e.iter().map(|e| (e.task_id.clone(), e.sample, e.tokens.clone())).collect::<Vec<_>>();
+    assert_eq!(toks(&one_group), toks(&free));
+    assert_eq!(toks(&all_live), toks(&free));
 }
 
 /// The identical prompts of a group are prefilled once (counted) and their
@@ -291,7 +316,7 @@ fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
     let mut free = policy(RolloutLimits::batch_tokens(1 << 20));
     let want = two_turns(&mut free);
     let budget = 2 * (40 + 12 + 12 + 15 + 12) + 8;
-    let mut tight = policy(RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 8 });
+    let mut tight = policy(RolloutLimits { max_batch_tokens: 1 << 20, max_kv_tokens: Some(budget), max_prefill_tokens: 8, max_live: None });
     let got = two_turns(&mut tight);
     let stats = tight.stats();
     let mut worst = 0f32;
