@@ -7,10 +7,9 @@
 //! that one on these tasks, beyond the noise of which tasks they are?
 
 use anyhow::{Context, Result};
-use rollout::episode::summary::Summary;
+use rollout::episode::summary::{task_means, task_rewards, Summary};
 use rollout::episode::Episode;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::PathBuf;
 use trainer::pipeline::stats;
@@ -51,39 +50,28 @@ struct PairRow {
     worse: usize,
 }
 
-/// Per task, the mean of `metric` over its episodes.
-fn per_task(episodes: &[Episode], metric: fn(&Episode) -> f64) -> BTreeMap<String, f64> {
-    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for e in episodes {
-        let s = sums.entry(e.task_id.clone()).or_default();
-        s.0 += metric(e);
-        s.1 += 1;
-    }
-    sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
-}
-
-const REWARD: fn(&Episode) -> f64 = |e| e.score.unwrap_or_default().reward;
 const F1_FILE: fn(&Episode) -> f64 = |e| e.score.unwrap_or_default().f1_file;
 const ANSWERED: fn(&Episode) -> f64 = |e| e.answered() as u8 as f64;
 
 pub fn run(args: Args) -> Result<()> {
+    // Each file: its name, episodes and per-task mean R.
     let mut loaded = Vec::new();
     for path in &args.files {
         let episodes = read_episodes(path)?;
         anyhow::ensure!(!episodes.is_empty(), "{}: no episodes", path.display());
-        loaded.push((path.display().to_string(), episodes));
+        let rewards = task_rewards(&episodes);
+        loaded.push((path.display().to_string(), episodes, rewards));
     }
     let files: Vec<FileRow> = loaded
         .iter()
-        .map(|(file, episodes)| {
-            let rewards: Vec<f64> = per_task(episodes, REWARD).into_values().collect();
-            FileRow { file: file.clone(), tasks: rewards.len(), summary: Summary::of(episodes), reward_ci95: stats::mean_ci95(&rewards) }
+        .map(|(file, episodes, rewards)| {
+            let values: Vec<f64> = rewards.values().copied().collect();
+            FileRow { file: file.clone(), tasks: values.len(), summary: Summary::of(episodes), reward_ci95: stats::mean_ci95(&values) }
         })
         .collect();
-    let (first, first_episodes) = &loaded[0];
+    let (first, first_episodes, a) = &loaded[0];
     let mut pairs = Vec::new();
-    for (file, episodes) in &loaded[1..] {
-        let (a, b) = (per_task(first_episodes, REWARD), per_task(episodes, REWARD));
+    for (file, episodes, b) in &loaded[1..] {
         let shared = a.keys().filter(|t| b.contains_key(*t)).count();
         anyhow::ensure!(shared > 0, "{file} and {first} have no task in common: nothing to pair");
         let diffs: Vec<f64> = a.iter().filter_map(|(t, x)| b.get(t).map(|y| y - x)).collect();
@@ -92,9 +80,9 @@ pub fn run(args: Args) -> Result<()> {
             later: file.clone(),
             tasks: shared,
             unpaired: a.len() + b.len() - 2 * shared,
-            reward: stats::paired(&a, &b),
-            f1_file: stats::paired(&per_task(first_episodes, F1_FILE), &per_task(episodes, F1_FILE)),
-            answered: stats::paired(&per_task(first_episodes, ANSWERED), &per_task(episodes, ANSWERED)),
+            reward: stats::paired(a, b),
+            f1_file: stats::paired(&task_means(first_episodes, F1_FILE), &task_means(episodes, F1_FILE)),
+            answered: stats::paired(&task_means(first_episodes, ANSWERED), &task_means(episodes, ANSWERED)),
             better: diffs.iter().filter(|d| **d > 1e-12).count(),
             worse: diffs.iter().filter(|d| **d < -1e-12).count(),
         });

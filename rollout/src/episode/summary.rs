@@ -7,10 +7,15 @@ use std::collections::BTreeMap;
 
 /// Mean R of each task's episodes, by task id.
 pub fn task_rewards(episodes: &[Episode]) -> BTreeMap<String, f64> {
+    task_means(episodes, |e| e.score.unwrap_or_default().reward)
+}
+
+/// Mean of `metric` over each task's episodes, by task id.
+pub fn task_means(episodes: &[Episode], metric: impl Fn(&Episode) -> f64) -> BTreeMap<String, f64> {
     let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
     for e in episodes {
         let s = sums.entry(e.task_id.clone()).or_default();
-        s.0 += e.score.unwrap_or_default().reward;
+        s.0 += metric(e);
         s.1 += 1;
     }
     sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect()
