@@ -13,3 +13,4 @@ mod snapshot;
 mod toolcall_fuzz;
 mod tools;
 mod vllm_shapes;
+mod worktree;
