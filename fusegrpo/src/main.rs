@@ -1,6 +1,10 @@
 //! `fusegrpo`: the command-line entry point. Each subcommand lives in its own
 //! module under `cli/`, with its arguments and a `run` function.
 
+// The printing macros that never panic on a closed stream (trainer::print).
+#[macro_use]
+extern crate trainer;
+
 mod cli;
 
 use clap::{Parser, Subcommand};

@@ -29,6 +29,10 @@
 //!   order, per-rank shares of groups and rows).
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
 
+// First: its printing macros shadow std's in every module below.
+#[macro_use]
+mod print;
+
 pub mod backward;
 pub mod bench;
 pub mod checkpoint;

@@ -11,6 +11,7 @@ mod cli_no_data_loss;
 mod cli_pipeline;
 mod cli_plot;
 mod cli_practice;
+mod cli_reliability;
 mod cli_repos;
 mod cli_rollout;
 mod cli_scaling;
