@@ -16,11 +16,17 @@ pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {
     if path.is_dir() {
         return Ok(path.to_path_buf());
     }
-    if path.exists() || spec.starts_with('.') || spec.starts_with('/') || spec.matches('/').count() != 1 {
+    if !is_hub_id(spec) {
         return Err(Error::Hub { id: spec.into(), message: "not a folder, and not a hub id of the form owner/name".into() });
     }
     let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0");
     if offline { from_cache(spec) } else { download(spec) }
+}
+
+/// Whether `spec` reads as a hub id (`owner/name`, not a path that exists,
+/// not starting with `.` or `/`).
+pub fn is_hub_id(spec: &str) -> bool {
+    !(Path::new(spec).exists() || spec.starts_with('.') || spec.starts_with('/') || spec.matches('/').count() != 1)
 }
 
 fn hub_error(id: &str, message: impl Into<String>) -> Error {

@@ -17,7 +17,7 @@ use crate::weights::TensorMap;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A projection LoRA can adapt, by PEFT's module name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -172,6 +172,18 @@ pub fn tensor_name(layer: usize, target: Target, which: &str) -> String {
     format!("base_model.model.model.layers.{layer}.{}.{which}.weight", target.module())
 }
 
+/// The layer, target and half (`lora_A`/`lora_B`) of a PEFT tensor name,
+/// the inverse of [`tensor_name`].
+pub fn parse_tensor_name(name: &str) -> Option<(usize, Target, &'static str)> {
+    let rest = name.strip_prefix("base_model.model.model.layers.")?.strip_suffix(".weight")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, which) = rest.rsplit_once('.')?;
+    let which = ["lora_A", "lora_B"].into_iter().find(|w| *w == which)?;
+    let target = Target::ALL.into_iter().find(|t| t.module() == module)?;
+    Some((layer, target, which))
+}
+
 /// A LoRA adapter over a model's projections: its setting and its tensors
 /// by PEFT name (f32, or the run's dtype).
 #[derive(Debug, Clone)]
@@ -222,6 +234,46 @@ impl Adapter {
         out
     }
 
+    /// Checks the tensors against their own config, with no model at hand
+    /// (what `export-adapter` can check): at least one tensor; every one a
+    /// `lora_A`/`lora_B` of a target of `target_modules` in some layer; each
+    /// rank dimension equal to `r`; both halves of every pair, and the same
+    /// targets in every layer from 0 to the last. `what` names the source.
+    pub fn check_structure(&self, what: &str) -> Result<()> {
+        let r = self.cfg.r;
+        let mut layers: BTreeMap<usize, BTreeSet<(Target, &str)>> = BTreeMap::new();
+        for (name, t) in &self.tensors {
+            let (layer, target, which) = parse_tensor_name(name).ok_or_else(|| {
+                Error::invalid(what, format!("tensor `{name}` is not a LoRA tensor (base_model.model.model.layers.N.<module>.lora_A|lora_B.weight)"))
+            })?;
+            if !self.cfg.targets.contains(&target) {
+                return Err(Error::invalid(what, format!("tensor `{name}` adapts {}, which `target_modules` in {} does not list ({})", target.name(), peft::CONFIG_FILE, self.target_names().join(", "))));
+            }
+            let dims = t.dims();
+            let rank = match (which, dims) {
+                ("lora_A", [rank, _]) | ("lora_B", [_, rank]) => *rank,
+                _ => return Err(Error::invalid(what, format!("tensor `{name}` has shape {dims:?}: a LoRA matrix has 2 dimensions"))),
+            };
+            if rank != r {
+                return Err(Error::invalid(what, format!("`r` in {} is {r}, but tensor `{name}` has rank {rank} (shape {dims:?}): the config and the weights disagree", peft::CONFIG_FILE)));
+            }
+            layers.entry(layer).or_default().insert((target, which));
+        }
+        let Some(&last) = layers.keys().next_back() else {
+            return Err(Error::invalid(what, format!("{} holds no tensor", peft::WEIGHTS_FILE)));
+        };
+        for layer in 0..=last {
+            for &t in &self.cfg.targets {
+                for which in ["lora_A", "lora_B"] {
+                    if !layers.get(&layer).is_some_and(|have| have.contains(&(t, which))) {
+                        return Err(Error::invalid(what, format!("tensor `{}` is missing (layers 0 to {last} are adapted)", tensor_name(layer, t, which))));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the tensors against `model`: every expected one present with
     /// its shape, nothing else. `what` names the source in errors.
     pub fn check(&self, model: &ModelConfig, what: &str) -> Result<()> {
@@ -229,9 +281,18 @@ impl Adapter {
         for (name, shape) in &expected {
             let t = self.tensors.get(name).ok_or_else(|| Error::invalid(what, format!("tensor `{name}` is missing")))?;
             if t.dims() != shape.as_slice() {
+                // The rank dimension (A's first, B's second) is the config's `r`.
+                let rank_dim = usize::from(name.contains(".lora_B."));
+                let r = self.cfg.r;
+                if t.dims().len() == 2 && t.dims()[rank_dim] != r && t.dims()[1 - rank_dim] == shape[1 - rank_dim] {
+                    return Err(Error::invalid(
+                        what,
+                        format!("`r` in {} is {r}, but tensor `{name}` has rank {} (shape {:?}): the config and the weights disagree", peft::CONFIG_FILE, t.dims()[rank_dim], t.dims()),
+                    ));
+                }
                 return Err(Error::invalid(
                     what,
-                    format!("tensor `{name}` has shape {:?}, this model needs {shape:?} (r = {}): the adapter was made for another base model", t.dims(), self.cfg.r),
+                    format!("tensor `{name}` has shape {:?}, this model needs {shape:?} (r = {r}): the adapter was made for another base model", t.dims()),
                 ));
             }
         }

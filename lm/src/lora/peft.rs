@@ -30,8 +30,12 @@ pub struct BaseIdentity {
     /// Its weight files (`*.safetensors`): name, size in bytes, and a
     /// fingerprint of their contents ([`fingerprint`]).
     pub weights: Vec<(String, u64, String)>,
-    /// Where it was (for messages).
+    /// Where it was (for messages): an absolute path.
     pub path: String,
+    /// Its `model_type` (`qwen3`, `llama`, ...), for messages; empty in
+    /// files written before it was recorded (the hash covers it).
+    #[serde(default)]
+    pub model_type: String,
 }
 
 impl BaseIdentity {
@@ -47,7 +51,8 @@ impl BaseIdentity {
             }
         }
         weights.sort();
-        Ok(BaseIdentity { arch_hash: cfg.arch_hash(), weights, path: dir.display().to_string() })
+        let path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
+        Ok(BaseIdentity { arch_hash: cfg.arch_hash(), weights, path, model_type: cfg.architecture.model_type().to_string() })
     }
 }
 
@@ -128,10 +133,12 @@ pub fn save(dir: &Path, adapter: &Adapter, base_name: &str, base: Option<&BaseId
 /// sibling and renamed once complete; `dst` must not exist or be empty.
 /// Returns the weights file's size in bytes.
 pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
-    read_config(src)?;
-    let weights = src.join(WEIGHTS_FILE);
-    let loaded = candle_core::safetensors::load(&weights, &Device::Cpu)
-        .map_err(|e| Error::Safetensors { path: weights.clone(), message: e.to_string() })?;
+    let adapter = read_checked(src)?;
+    if let Some((base, model)) = recorded_base(src)? {
+        adapter.check(&model, &src.join(WEIGHTS_FILE).display().to_string())?;
+        tracing::debug!("export-adapter: checked against its base {}", base.display());
+    }
+    let loaded: Vec<(String, Tensor)> = adapter.tensors.into_iter().collect();
     if dst.exists() && std::fs::read_dir(dst).map_err(|e| Error::io(dst, e))?.next().is_some() {
         return Err(Error::invalid(dst.display().to_string(), "is not empty: nothing was written (choose a new folder)"));
     }
@@ -156,6 +163,45 @@ pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
     std::fs::rename(&tmp, dst).map_err(|e| Error::io(dst, e))?;
     let bytes = std::fs::metadata(dst.join(WEIGHTS_FILE)).map_err(|e| Error::io(dst.join(WEIGHTS_FILE), e))?.len();
     Ok(bytes)
+}
+
+/// The adapter in `dir` on the CPU as stored, checked against its own
+/// config ([`Adapter::check_structure`]): what can be checked with no base.
+/// A model folder given in its place is said to be one.
+pub fn read_checked(dir: &Path) -> Result<Adapter> {
+    if !is_adapter_dir(dir) {
+        let what = if dir.join("config.json").is_file() {
+            "is a model folder (it has config.json), not an adapter"
+        } else if dir.is_dir() {
+            "holds no adapter_config.json: it is not an adapter"
+        } else {
+            "does not exist"
+        };
+        return Err(Error::invalid(dir.display().to_string(), format!("{what}; an adapter is PEFT's folder (adapter_config.json, adapter_model.safetensors) or a LoRA run's checkpoint")));
+    }
+    let cfg = read_config(dir)?;
+    let path = dir.join(WEIGHTS_FILE);
+    if !path.is_file() {
+        return Err(Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, "the adapter's weights are missing")));
+    }
+    let loaded = candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| Error::Safetensors { path: path.clone(), message: e.to_string() })?;
+    let tensors = loaded.into_iter().map(|(k, t)| (k.replace(".default.weight", ".weight"), t)).collect();
+    let adapter = Adapter { cfg, tensors };
+    adapter.check_structure(&path.display().to_string())?;
+    Ok(adapter)
+}
+
+/// The base that `base_model_name_or_path` of the adapter in `dir` names,
+/// with its config, when it is a model folder on this machine (an absolute
+/// path, as our adapters record, or one relative to the current folder);
+/// `None` for a hub id or a folder that is not here.
+fn recorded_base(dir: &Path) -> Result<Option<(std::path::PathBuf, ModelConfig)>> {
+    let Ok(name) = base_model_name(dir) else { return Ok(None) };
+    let base = Path::new(&name);
+    if !base.join("config.json").is_file() {
+        return Ok(None);
+    }
+    Ok(Some((base.to_path_buf(), ModelConfig::from_file(&base.join("config.json"))?)))
 }
 
 /// Reads the LoRA setting of `dir/adapter_config.json`, refusing what we do
@@ -228,21 +274,11 @@ pub fn read_config(dir: &Path) -> Result<LoraConfig> {
 /// onto `device` in `dtype`. Shapes, names and the recorded base identity
 /// are checked; nothing is half-loaded.
 pub fn load(dir: &Path, model: &ModelConfig, base_dir: Option<&Path>, dtype: DType, device: &Device) -> Result<Adapter> {
-    let cfg = read_config(dir)?;
-    let path = dir.join(WEIGHTS_FILE);
-    if !path.is_file() {
-        return Err(Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, "the adapter's weights are missing")));
-    }
+    let stored = read_checked(dir)?;
     check_base(dir, model, base_dir)?;
-    let loaded = candle_core::safetensors::load(&path, device).map_err(|e| Error::Safetensors { path: path.clone(), message: e.to_string() })?;
-    let tensors = loaded
-        .into_iter()
-        .map(|(k, t)| {
-            let k = k.replace(".default.weight", ".weight");
-            Ok((k, t.to_dtype(dtype)?))
-        })
-        .collect::<Result<_>>()?;
-    let adapter = Adapter { cfg, tensors };
+    let path = dir.join(WEIGHTS_FILE);
+    let tensors = stored.tensors.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?.to_device(device)?))).collect::<Result<_>>()?;
+    let adapter = Adapter { cfg: stored.cfg, tensors };
     adapter.check(model, &path.display().to_string())?;
     Ok(adapter)
 }
@@ -251,13 +287,18 @@ pub fn load(dir: &Path, model: &ModelConfig, base_dir: Option<&Path>, dtype: DTy
 fn check_base(dir: &Path, model: &ModelConfig, base_dir: Option<&Path>) -> Result<()> {
     let path = dir.join(BASE_FILE);
     if !path.is_file() {
-        return Ok(());
+        return check_named_base(dir, model);
     }
     let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
     let recorded: BaseIdentity = serde_json::from_str(&text).map_err(|source| Error::Json { path: path.clone(), source })?;
     let arch = model.arch_hash();
     if recorded.arch_hash != arch {
-        return Err(config_err(&path, "arch_hash", format!("the adapter was trained on a base of another architecture ({}), not this model's", recorded.path)));
+        let of = |t: &str| if t.is_empty() { String::new() } else { format!(" ({t})") };
+        return Err(config_err(
+            &path,
+            "arch_hash",
+            format!("the adapter was trained on {}{}, a base of another architecture than this model's{}", recorded.path, of(&recorded.model_type), of(model.architecture.model_type())),
+        ));
     }
     if let Some(base_dir) = base_dir {
         let here = BaseIdentity::of(base_dir, model)?;
@@ -271,6 +312,36 @@ fn check_base(dir: &Path, model: &ModelConfig, base_dir: Option<&Path>) -> Resul
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Without [`BASE_FILE`]: the base `base_model_name_or_path` names, when it
+/// is a folder here, must have this model's architecture. An absolute path
+/// (what our adapters record) that disagrees is refused; a relative one
+/// (resolved from the current folder, as PEFT does) or a base that cannot
+/// be found is a warning: nothing then says which base it was trained on.
+fn check_named_base(dir: &Path, model: &ModelConfig) -> Result<()> {
+    let config = dir.join(CONFIG_FILE);
+    let name = base_model_name(dir).unwrap_or_default();
+    match recorded_base(dir)? {
+        Some((base, named)) if named.arch_hash() != model.arch_hash() => {
+            let message = format!(
+                "base_model_name_or_path `{name}` is a {} model of other shapes or architecture than the base given ({}), and no {BASE_FILE} says otherwise: pass the base it was trained on",
+                named.architecture.model_type(),
+                model.architecture.model_type()
+            );
+            if base.is_absolute() {
+                return Err(config_err(&config, "base_model_name_or_path", message));
+            }
+            tracing::warn!("{}: {message}", config.display());
+        }
+        Some(_) => {}
+        None if crate::hub::is_hub_id(&name) => {}
+        None => tracing::warn!(
+            "{}: no {BASE_FILE}, and base_model_name_or_path `{name}` is not a model folder here: which base the adapter was trained on cannot be checked (its tensors fit this model's shapes)",
+            config.display()
+        ),
     }
     Ok(())
 }

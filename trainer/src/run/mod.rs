@@ -90,6 +90,9 @@ pub struct Run {
     resume_state: Option<TrainState>,
     /// The config's model (the starting point of a fresh run).
     pub base_dir: PathBuf,
+    /// `base_model_name_or_path` of adapter checkpoints: the hub id, or the
+    /// base folder's absolute path.
+    base_name: String,
     pub model_cfg: ModelConfig,
     pub device: Device,
     cfg_json: serde_json::Value,
@@ -180,6 +183,14 @@ impl Run {
             None => None,
         };
         let base_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
+        // What an adapter checkpoint records as its base: the hub id, or the
+        // folder's absolute path (the config's relative one would name
+        // another folder, or none, from wherever the checkpoint is used).
+        let base_name = if crate::hub::is_hub_id(&cfg.model.path) {
+            cfg.model.path.clone()
+        } else {
+            std::fs::canonicalize(&base_dir).unwrap_or_else(|_| base_dir.clone()).to_string_lossy().into_owned()
+        };
         let lora = cfg.lora();
         anyhow::ensure!(
             lora.is_some() || cfg.model.adapter.is_none(),
@@ -222,7 +233,7 @@ impl Run {
         interrupt::set_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
+        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, base_name, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
         Ok((run, weights, adapter))
     }
 
@@ -292,8 +303,7 @@ impl Run {
             None => checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Model(&self.model_cfg, model), &state, self.keep_last)?,
             Some((cfg, base)) => {
                 let adapter = crate::lora::Adapter { cfg: cfg.clone(), tensors: model.clone() };
-                let base_name = self.base_dir.to_string_lossy();
-                checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &base_name, base }, &state, self.keep_last)?
+                checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &self.base_name, base }, &state, self.keep_last)?
             }
         };
         crate::files::copy_tokenizer(&self.tok_dir, &dir, false)?;

@@ -184,9 +184,9 @@ fn bad_adapters_are_refused_naming_the_file_and_key() {
         let e = try_with(&*edit);
         assert!(e.contains("adapter_config.json") && e.contains(key), "{key}: {e}");
     }
-    // A rank that does not match the tensors: the shape is named.
+    // A rank that does not match the tensors: `r` and the tensor's rank are named.
     let e = try_with(&|c| c["r"] = 4.into());
-    assert!(e.contains("adapter_model.safetensors") && e.contains("has shape"), "{e}");
+    assert!(e.contains("adapter_model.safetensors") && e.contains("`r` in adapter_config.json is 4") && e.contains("has rank"), "{e}");
     // An adapter of another model's shape.
     let (llama, _) = load("llama_tied_rope3");
     let e = peft::load(&src, &llama, None, DType::F32, &Device::Cpu).unwrap_err().to_string();
