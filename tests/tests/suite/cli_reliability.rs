@@ -168,3 +168,26 @@ fn defect_8_adapters_are_checked_whole_on_export_and_record_their_base() {
     fusegrpo_ok(&["merge-adapter", "--model", s(&dir.join("model")), "--adapter", s(&bare), "--out", s(&dir.join("m3"))]);
     fusegrpo_ok(&["export-adapter", "--adapter", s(&ckpt), "--out", s(&dir.join("e5"))]);
 }
+
+#[test]
+fn defect_9_extends_errors_name_the_file_key_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).unwrap();
+        dir.join(name)
+    };
+    // A missing extended file: the config that names it and its key.
+    let missing = write("missing.toml", "extends = \"nope.toml\"\nname = \"x\"\n");
+    let err = fails(&["train", "--config", s(&missing), "--out", s(&dir.join("r"))]);
+    assert!(err.contains("missing.toml: config key `extends`: nope.toml"), "{err}");
+    // A type error in the extended file: its file, line, column and key.
+    write("base.toml", "name = \"base\"\n[model]\npath = \"model\"\n[sampling]\ntemperature = \"hot\"\n");
+    let child = write("child.toml", "extends = \"base.toml\"\nname = \"x\"\n");
+    let err = fails(&["train", "--config", s(&child), "--out", s(&dir.join("r"))]);
+    assert!(err.contains("base.toml:5:15 (extended by") && err.contains("config key `sampling.temperature`"), "{err}");
+    // ... and in the extending file.
+    let typed = write("typed.toml", "extends = \"base.toml\"\nname = \"x\"\n[sampling]\ntemperature = \"cold\"\n");
+    let err = fails(&["train", "--config", s(&typed), "--out", s(&dir.join("r"))]);
+    assert!(err.contains("typed.toml:4:16: config key `sampling.temperature`"), "{err}");
+}

@@ -96,7 +96,7 @@ fn extended(path: &Path, mut table: toml::Table, seen: &mut Vec<PathBuf>) -> Res
     if base_path.parent().map(|p| p.canonicalize().ok()) != Some(dir.canonicalize().ok()) {
         return Err(key_err(format!("{name}: the extended config must be in the same folder (relative paths in it are taken from there)")));
     }
-    let canonical = base_path.canonicalize().map_err(|e| Error::io(&base_path, e))?;
+    let canonical = base_path.canonicalize().map_err(|e| key_err(format!("{name}: cannot read {}: {e}", base_path.display())))?;
     if seen.contains(&canonical) {
         return Err(key_err(format!("{name}: a cycle of extends")));
     }
@@ -106,6 +106,44 @@ fn extended(path: &Path, mut table: toml::Table, seen: &mut Vec<PathBuf>) -> Res
     let mut merged = extended(&base_path, parent, seen)?;
     merge(&mut merged, table);
     Ok(merged)
+}
+
+/// A type error in a config with `extends`: the merged table has no
+/// positions, so each file of the chain is read alone to find the one
+/// that sets the bad value (`file:line:column` and its key, as without
+/// `extends`); else the merged error, naming the chain.
+fn extends_error(path: &Path, chain: &[PathBuf], merged: toml::de::Error) -> Error {
+    for file in std::iter::once(path).chain(chain.iter().map(PathBuf::as_path)) {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        if let Err(e) = toml::from_str::<RunConfig>(&without_extends(&text)) {
+            // A file alone may lack what the other files give.
+            if !e.message().starts_with("missing field") {
+                let mut err = toml_error(file, &text, &e);
+                if file != path {
+                    if let Error::Invalid { what, .. } = &mut err {
+                        what.push_str(&format!(" (extended by {})", path.display()));
+                    }
+                }
+                return err;
+            }
+        }
+    }
+    let files: Vec<String> = chain.iter().map(|p| p.display().to_string()).collect();
+    Error::Invalid { what: format!("{} (with what it extends: {})", path.display(), files.join(", ")), message: merged.message().trim().to_string() }
+}
+
+/// `text` with its top-level `extends` line commented out (lines and
+/// columns unchanged), so the file parses alone.
+fn without_extends(text: &str) -> String {
+    let mut top = true;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            top &= !l.trim_start().starts_with('[');
+            if top && l.trim_start().starts_with("extends") { format!("#{l}") } else { l.to_string() }
+        })
+        .collect();
+    lines.join("\n")
 }
 
 /// `over`'s keys into `into`: tables merge key by key, anything else replaces.
@@ -132,8 +170,9 @@ impl RunConfig {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let value: toml::Table = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
         let mut cfg: RunConfig = if value.contains_key("extends") {
-            let merged = extended(path, value, &mut vec![])?;
-            toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| Error::Invalid { what: format!("{} (with what it extends)", path.display()), message: e.message().trim().to_string() })?
+            let mut chain = vec![];
+            let merged = extended(path, value, &mut chain)?;
+            toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| extends_error(path, &chain, e))?
         } else {
             toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?
         };
