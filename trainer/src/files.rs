@@ -1,10 +1,72 @@
 //! Files a run writes: JSON lines and bytes written atomically (through a
 //! `.partial` sibling renamed into place), rows streamed as they finish,
-//! and the tokenizer files a checkpoint carries.
+//! the tokenizer files a checkpoint carries, and the check that a
+//! command's outputs are none of its inputs ([`check_outputs`]).
 
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
+
+/// Refuses, before any work, an output that is (or resolves to, through
+/// symlinks, `./` or `..` spellings and hard links) one of the command's
+/// inputs or another of its outputs. Each path comes with the argument that
+/// gave it (`--tasks`), and the error names both arguments.
+pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<()> {
+    for (i, (out_flag, out)) in outputs.iter().enumerate() {
+        for (in_flag, input) in inputs {
+            if same_file(out, input) {
+                anyhow::bail!(
+                    "{out_flag} {} is the input {in_flag} {}: writing it would destroy the input; nothing was done (choose another {out_flag})",
+                    out.display(),
+                    input.display()
+                );
+            }
+        }
+        for (other_flag, other) in &outputs[..i] {
+            if same_file(out, other) {
+                anyhow::bail!(
+                    "{out_flag} {} is also {other_flag} {}: one output would replace the other; nothing was done (give them different paths)",
+                    out.display(),
+                    other.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same file or folder (existing or not).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        if (x.dev(), x.ino()) == (y.dev(), y.ino()) {
+            return true;
+        }
+    }
+    matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// `path` made absolute with every symlink of its longest existing prefix
+/// resolved, and the rest (not there yet) appended with `.` and `..`
+/// folded. None when the working folder cannot be read.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let parts: Vec<Component> = abs.components().collect();
+    for cut in (1..=parts.len()).rev() {
+        let Ok(mut out) = std::fs::canonicalize(parts[..cut].iter().collect::<PathBuf>()) else { continue };
+        for part in &parts[cut..] {
+            match part {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => out.push(name),
+                _ => {}
+            }
+        }
+        return Some(out);
+    }
+    Some(abs)
+}
 
 /// Copy `tokenizer.json` and `tokenizer_config.json` from `from` into `to`.
 /// A missing file is an error naming it when `required` (init-tiny's

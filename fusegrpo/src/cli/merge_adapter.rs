@@ -28,6 +28,7 @@ pub struct Args {
 const SHARD_BYTES: usize = 5 << 30;
 
 pub fn run(args: Args) -> Result<()> {
+    trainer::files::check_outputs(&[("--model", args.model.as_ref()), ("--adapter", &args.adapter)], &[("--out", &args.out)])?;
     if args.out.exists() && std::fs::read_dir(&args.out).with_context(|| format!("reading --out {}", args.out.display()))?.next().is_some() {
         anyhow::bail!("--out {} is not empty: nothing was written (choose a new folder)", args.out.display());
     }

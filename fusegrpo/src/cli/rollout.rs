@@ -86,6 +86,7 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
 /// Runs the episodes of `args` (or, with `--attempts`, the attempts and
 /// their selections), prints the table, writes what was asked.
 fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
+    check_paths(args)?;
     let (cfg, tasks, teacher) = inputs(args)?;
     if let Some(sc) = args.scaling.config(cfg.sampling.seed)? {
         anyhow::ensure!(args.group.is_none(), "--group and --attempts both set the episodes per task: give one");
@@ -120,6 +121,17 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         println!("{table}");
     }
     Ok(())
+}
+
+/// Refuses an `--out` or `--out-dir` that is one of the inputs (or each other).
+fn check_paths(args: &Args) -> Result<()> {
+    let mut inputs = vec![("--config", args.config.as_path()), ("--tasks", args.tasks.as_path())];
+    inputs.extend(args.model.as_deref().map(|m| ("--model", m)));
+    inputs.extend(args.adapter.as_deref().map(|a| ("--adapter", a)));
+    let mut outputs = Vec::new();
+    outputs.extend(args.out.as_deref().map(|o| ("--out", o)));
+    outputs.extend(args.scaling.out_dir.as_deref().map(|o| ("--out-dir", o)));
+    trainer::files::check_outputs(&inputs, &outputs)
 }
 
 fn policy_name(p: &PolicyChoice) -> String {

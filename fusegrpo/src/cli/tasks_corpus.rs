@@ -62,6 +62,9 @@ struct ImportReport {
 
 /// Runs `tasks import`.
 pub fn import(args: ImportArgs) -> Result<()> {
+    let mut outputs = vec![("--out", args.out.as_path())];
+    outputs.extend(args.report.as_deref().map(|r| ("--report", r)));
+    trainer::files::check_outputs(&[("--input", &args.input)], &outputs)?;
     let file = std::fs::File::open(&args.input).with_context(|| format!("--input {}", args.input.display()))?;
     let mut report = ImportReport::default();
     let mut tasks = Vec::new();
@@ -157,6 +160,9 @@ pub struct SplitArgs {
 
 /// Runs `tasks split`.
 pub fn split(args: SplitArgs) -> Result<()> {
+    let mut inputs: Vec<(&str, &std::path::Path)> = args.input.iter().map(|p| ("--input", p.as_path())).collect();
+    inputs.push(("--heldout-repos", &args.heldout_repos));
+    trainer::files::check_outputs(&inputs, &[("--train", &args.train), ("--heldout", &args.heldout)])?;
     let text = std::fs::read_to_string(&args.heldout_repos).with_context(|| format!("--heldout-repos {}", args.heldout_repos.display()))?;
     let mut held = BTreeSet::new();
     for (i, line) in text.lines().enumerate() {

@@ -1,0 +1,69 @@
+//! Issue 52's data-loss regressions: an output that is an input (or another
+//! output) is refused before any work, whatever its spelling.
+
+use e2e::{fusegrpo, shop_world};
+use std::path::Path;
+
+/// Runs, requires exit status 1 (not a panic), returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = fusegrpo(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "fusegrpo {args:?} should fail with status 1:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn eval_and_rollout_refuse_an_out_that_is_their_tasks_or_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let tasks = dir.join("tasks.jsonl");
+    let before = std::fs::read(&tasks).unwrap();
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&tasks, dir.join("link.jsonl")).unwrap();
+    for out in [tasks.clone(), dir.join("./sub/../tasks.jsonl"), dir.join("link.jsonl")] {
+        for cmd in ["eval", "rollout"] {
+            let err = fails(&[cmd, "--config", s(&cfg), "--tasks", s(&tasks), "--policy", "scripted", "--group", "1", "--out", s(&out)]);
+            assert!(err.contains("--out") && err.contains("--tasks") && err.contains("nothing was done"), "{cmd} --out {}: {err}", out.display());
+            assert_eq!(std::fs::read(&tasks).unwrap(), before, "{cmd} --out {}: the tasks file changed", out.display());
+        }
+    }
+    let config_before = std::fs::read(&cfg).unwrap();
+    let err = fails(&["eval", "--config", s(&cfg), "--tasks", s(&tasks), "--policy", "scripted", "--out", s(&cfg)]);
+    assert!(err.contains("--config"), "{err}");
+    assert_eq!(std::fs::read(&cfg).unwrap(), config_before);
+}
+
+#[test]
+fn tasks_import_and_split_refuse_outputs_on_their_inputs_or_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    e2e::shop_repo(dir);
+    let tasks = dir.join("tasks.jsonl");
+    let before = std::fs::read(&tasks).unwrap();
+    let repos = dir.join("repos");
+    let err = fails(&["tasks", "import", "--format", "swe-bench", "--input", s(&tasks), "--repos-dir", s(&repos), "--out", s(&tasks)]);
+    assert!(err.contains("--out") && err.contains("--input"), "{err}");
+    let report = dir.join("r.json");
+    let err = fails(&["tasks", "import", "--format", "swe-bench", "--input", s(&tasks), "--repos-dir", s(&repos), "--out", s(&report), "--report", s(&report)]);
+    assert!(err.contains("--report") && err.contains("--out"), "{err}");
+    assert!(!report.exists());
+
+    let held = dir.join("held.txt");
+    std::fs::write(&held, "acme/shop\n").unwrap();
+    let out = dir.join("o.jsonl");
+    let err = fails(&["tasks", "split", "--input", s(&tasks), "--heldout-repos", s(&held), "--train", s(&out), "--heldout", s(&dir.join("./o.jsonl"))]);
+    assert!(err.contains("--train") && err.contains("--heldout"), "{err}");
+    assert!(!out.exists(), "nothing written");
+    let err = fails(&["tasks", "split", "--input", s(&tasks), "--heldout-repos", s(&held), "--train", s(&tasks), "--heldout", s(&out)]);
+    assert!(err.contains("--train") && err.contains("--input"), "{err}");
+    assert_eq!(std::fs::read(&tasks).unwrap(), before);
+    let err = fails(&["tasks", "split", "--input", s(&tasks), "--heldout-repos", s(&held), "--train", s(&out), "--heldout", s(&held)]);
+    assert!(err.contains("--heldout-repos"), "{err}");
+    assert_eq!(std::fs::read_to_string(&held).unwrap(), "acme/shop\n");
+}
