@@ -119,7 +119,12 @@ pub struct Imported {
 pub const IMPORT_AUTHOR: (&str, &str) = ("fusegrpo tasks import", "import@fusegrpo.invalid");
 const IMPORT_TIME: i64 = 946_684_800;
 
-/// The ref that keeps a SWE-smith row's commit reachable (so no `git gc` drops it).
+/// The ref that keeps a SWE-smith row's commit reachable (so no `git gc`
+/// drops it), one per id: an id that is already a clean ref name (letters,
+/// digits, `-`, `_`, `.`; all of SWE-smith's) is used as it is, as imports
+/// always did; any other is cleaned and given `=` and a hash of the exact
+/// id (`col x` -> `col_x=<12 hex digits>`), which no clean id contains, so
+/// `col x` and `col_x` never share a ref.
 pub fn import_ref(instance_id: &str) -> String {
     let clean: String =
         instance_id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
@@ -127,6 +132,10 @@ pub fn import_ref(instance_id: &str) -> String {
     let mut clean = clean.replace("..", "_.").trim_matches('.').to_string();
     if clean.ends_with(".lock") || clean.is_empty() {
         clean.push('_');
+    }
+    if clean != instance_id {
+        let hash = Oid::hash_object(git2::ObjectType::Blob, instance_id.as_bytes()).expect("hashing bytes in memory");
+        clean = format!("{clean}={}", &hash.to_string()[..12]);
     }
     format!("refs/fusegrpo/swe-smith/{clean}")
 }

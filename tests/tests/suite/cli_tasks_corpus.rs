@@ -203,3 +203,28 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
     let out = fusegrpo(&["tasks", "split", "--input", &d(&a), "--heldout-repos", &d(&held), "--train", &d(&train), "--heldout", &d(&heldout)]);
     assert!(!out.status.success() && stderr(&out).contains("held.txt:1"), "{}", stderr(&out));
 }
+
+#[test]
+fn swe_smith_ids_that_clean_alike_both_evaluate_after_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let input = dir.join("rows.jsonl");
+    std::fs::write(&input, [row("col x", "o/calc", &base, &bug_add, &[]), row("col_x", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    let (out, repos) = (dir.join("tasks.jsonl"), dir.join("repos"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    fusegrpo_ok(&["tasks", "import", "--format", "swe-smith", "--input", &d(&input), "--repos-dir", &d(&repos), "--out", &d(&out)]);
+    let work = repos.join("o__calc");
+    let refs = git(&work, &["for-each-ref", "--format=%(refname)", "refs/fusegrpo"]);
+    assert_eq!(refs.lines().count(), 2, "one ref per id: {refs}");
+    git(&work, &["gc", "--prune=now", "-q"]);
+    fusegrpo_ok(&["init-tiny", "--out", &d(&dir.join("model")), "--small-vocab", "1024", "--seed", "2"]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, "name = \"e2e\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 3\nmax_turn_tokens = 16\n").unwrap();
+    let episodes = dir.join("episodes.jsonl");
+    fusegrpo_ok(&["eval", "--config", &d(&cfg), "--tasks", &d(&out), "--policy", "scripted", "--group", "1", "--out", &d(&episodes)]);
+    let ids: Vec<String> = read_jsonl(&episodes).iter().map(|e| e["task_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, ["col x", "col_x"]);
+}
