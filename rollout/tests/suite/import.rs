@@ -200,12 +200,16 @@ fn rows_that_cannot_become_tasks_are_typed_errors() {
     // A bug patch made against other contents does not apply.
     let stale = bug.replace("-    return a + b", "-    return a + b + 0");
     assert_ne!(stale, bug);
-    let err = import_row(&g, &row("o__calc.stale", &base[..7], &stale, None), ImportFormat::SweSmith).unwrap_err();
-    assert!(matches!(err, ImportError::DoesNotApply { ref commit, .. } if *commit == base), "{err}");
     // A patch of a file the tree lacks.
     let elsewhere = bug.replace("calc.py", "nowhere.py");
-    let err = import_row(&g, &row("o__calc.nowhere", &base[..7], &elsewhere, None), ImportFormat::SweSmith).unwrap_err();
-    assert!(matches!(err, ImportError::DoesNotApply { .. }), "{err}");
+    // Whatever the format: a fix (SWE-bench, SWE-Gym) that does not apply to
+    // its base commit is not that commit's fix either.
+    for format in [ImportFormat::SweSmith, ImportFormat::SweBench, ImportFormat::SweGym] {
+        let err = import_row(&g, &row("o__calc.stale", &base[..7], &stale, None), format).unwrap_err();
+        assert!(matches!(err, ImportError::DoesNotApply { ref commit, .. } if *commit == base), "{format:?}: {err}");
+        let err = import_row(&g, &row("o__calc.nowhere", &base[..7], &elsewhere, None), format).unwrap_err();
+        assert!(matches!(err, ImportError::DoesNotApply { .. }), "{format:?}: {err}");
+    }
     // An empty statement.
     let mut blank = row("o__calc.blank", &base, &bug, None);
     blank.problem_statement = "  \n".into();

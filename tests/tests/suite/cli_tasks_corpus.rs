@@ -205,6 +205,29 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
 }
 
 #[test]
+fn tasks_import_swe_bench_skips_a_fix_that_does_not_apply_by_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let fix = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let stale = fix.replace("-    return a - b", "-    return a - b - 0");
+    assert_ne!(stale, fix);
+    let input = dir.join("bench.jsonl");
+    std::fs::write(&input, [row("calc-1", "o/calc", &base, &fix, &[]), row("calc-2", "o/calc", &base, &stale, &[])].join("\n")).unwrap();
+    let out = dir.join("tasks.jsonl");
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    for format in ["swe-bench", "swe-gym"] {
+        let run = fusegrpo(&["tasks", "import", "--format", format, "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out)]);
+        let err = stderr(&run);
+        assert!(run.status.success(), "{err}");
+        assert!(err.contains("skipped calc-2 (") && err.contains("bench.jsonl:2") && err.contains("does not apply"), "{format}: {err}");
+        assert!(err.contains("1 of 2 rows imported"), "{err}");
+        let ids: Vec<String> = read_jsonl(&out).iter().map(|t| t["instance_id"].as_str().unwrap().to_string()).collect();
+        assert_eq!(ids, ["calc-1"], "{format}");
+    }
+}
+
+#[test]
 fn swe_smith_ids_that_clean_alike_both_evaluate_after_gc() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
