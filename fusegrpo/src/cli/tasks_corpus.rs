@@ -66,12 +66,13 @@ pub fn import(args: ImportArgs) -> Result<()> {
     outputs.extend(args.report.as_deref().map(|r| ("--report", r)));
     trainer::files::check_outputs(&[("--input", &args.input)], &outputs)?;
     let file = std::fs::File::open(&args.input).with_context(|| format!("--input {}", args.input.display()))?;
+    let lines = std::io::BufReader::new(file).lines().collect::<std::io::Result<Vec<String>>>().with_context(|| format!("reading {}", args.input.display()))?;
+    check_row_ids(&args.input, &lines)?;
     let mut report = ImportReport::default();
     let mut tasks = Vec::new();
     let mut repos: BTreeMap<String, Option<git2::Repository>> = BTreeMap::new();
     let mut pairs = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", args.input.display()))?;
+    for (i, line) in lines.into_iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
@@ -135,6 +136,19 @@ pub fn import(args: ImportArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing --report {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Refuses, before any row is imported, an empty or repeated `instance_id`
+/// (by line): which row a task is would be ambiguous. Lines that are not
+/// rows are left to the import, which names and skips them.
+fn check_row_ids(path: &std::path::Path, lines: &[String]) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        instance_id: String,
+    }
+    let ids = lines.iter().enumerate().filter_map(|(i, l)| Some((i + 1, serde_json::from_str::<Id>(l).ok()?.instance_id)));
+    let ids: Vec<(usize, String)> = ids.collect();
+    rollout::tasks::check_ids(path, ids.iter().map(|(line, id)| (*line, id.as_str()))).map_err(|e| anyhow::anyhow!("{e}; nothing was imported"))
 }
 
 /// `fusegrpo tasks split`.

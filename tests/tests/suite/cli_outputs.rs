@@ -1,7 +1,8 @@
 //! Issue 52's data-loss regressions: an output that is an input (or another
-//! output) is refused before any work, whatever its spelling.
+//! output) is refused before any work, whatever its spelling; a task file
+//! with a repeated id is refused by line.
 
-use e2e::{fusegrpo, shop_world};
+use e2e::{fusegrpo, read_jsonl, shop_world};
 use std::path::Path;
 
 /// Runs, requires exit status 1 (not a panic), returns stderr.
@@ -66,4 +67,22 @@ fn tasks_import_and_split_refuse_outputs_on_their_inputs_or_each_other() {
     let err = fails(&["tasks", "split", "--input", s(&tasks), "--heldout-repos", s(&held), "--train", s(&out), "--heldout", s(&held)]);
     assert!(err.contains("--heldout-repos"), "{err}");
     assert_eq!(std::fs::read_to_string(&held).unwrap(), "acme/shop\n");
+}
+
+#[test]
+fn eval_refuses_a_task_file_with_a_repeated_id_by_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let tasks = dir.join("tasks.jsonl");
+    let mut lines: Vec<serde_json::Value> = read_jsonl(&tasks);
+    lines[1]["instance_id"] = lines[0]["instance_id"].clone();
+    let dup = dir.join("dup.jsonl");
+    std::fs::write(&dup, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
+    let err = fails(&["eval", "--config", s(&cfg), "--tasks", s(&dup), "--policy", "scripted", "--group", "1"]);
+    assert!(err.contains("dup.jsonl:2") && err.contains("shop-1") && err.contains("line 1"), "{err}");
+    lines[1]["instance_id"] = "".into();
+    std::fs::write(&dup, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
+    let err = fails(&["eval", "--config", s(&cfg), "--tasks", s(&dup), "--policy", "scripted", "--group", "1", "--skip-bad-tasks"]);
+    assert!(err.contains("dup.jsonl:2") && err.contains("instance_id") && err.contains("empty"), "{err}");
 }

@@ -205,6 +205,31 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
 }
 
 #[test]
+fn tasks_import_refuses_repeated_and_empty_ids_before_any_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let input = dir.join("rows.jsonl");
+    let out = dir.join("tasks.jsonl");
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let import = |format: &str| fusegrpo(&["tasks", "import", "--format", format, "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out)]);
+    std::fs::write(&input, [row("calc.a", "o/calc", &base, &bug_add, &[]), row("calc.b", "o/calc", &base, &bug_sub, &[]), row("calc.a", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    for format in ["swe-smith", "swe-bench"] {
+        let run = import(format);
+        let err = stderr(&run);
+        assert!(!run.status.success() && err.contains("rows.jsonl:3") && err.contains("calc.a") && err.contains("line 1"), "{format}: {err}");
+        assert!(!out.exists(), "{format}: nothing written");
+    }
+    assert!(git(&dir.join("repos/o__calc"), &["for-each-ref", "refs/fusegrpo"]).is_empty(), "no row was imported");
+    std::fs::write(&input, [row("calc.a", "o/calc", &base, &bug_add, &[]), row("", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    let run = import("swe-gym");
+    let err = stderr(&run);
+    assert!(!run.status.success() && err.contains("rows.jsonl:2") && err.contains("instance_id") && err.contains("empty"), "{err}");
+}
+
+#[test]
 fn tasks_import_swe_bench_skips_a_fix_that_does_not_apply_by_line() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
