@@ -165,10 +165,11 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
         .join("\n"),
     )
     .unwrap();
-    // one-1 again (dropped: first seen wins), and a third repository.
-    std::fs::write(&b, [task("one-1", "acme/three", "short"), task("three-1", "acme/three", "short"), task("two-2", "acme/two", "short")].join("\n")).unwrap();
+    // one-1 again word for word (kept once), and a third repository.
+    std::fs::write(&b, [task("one-1", "acme/one", "short"), task("three-1", "acme/three", "short"), task("two-2", "acme/two", "short")].join("\n")).unwrap();
     let held = dir.join("held.txt");
-    std::fs::write(&held, "# the held-out repositories\nacme/two  # a comment\n\n").unwrap();
+    // Spelled as GitHub would accept it: names ignore case.
+    std::fs::write(&held, "# the held-out repositories\nAcme/Two  # a comment\n\n").unwrap();
     let (train, heldout) = (dir.join("train.jsonl"), dir.join("heldout.jsonl"));
     let d = |p: &Path| p.to_str().unwrap().to_string();
     let ids = |p: &Path| read_jsonl(p).iter().map(|t| format!("{}@{}", t["instance_id"].as_str().unwrap(), t["repo"].as_str().unwrap())).collect::<Vec<_>>();
@@ -185,6 +186,7 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
     assert_eq!(ids(&train), ["one-1@acme/one", "one-2@acme/one", "three-1@acme/three"]);
     assert_eq!(ids(&heldout), ["two-1@acme/two", "two-2@acme/two"]);
     assert!(err.contains("2 tasks of SWE-bench's repositories left out of training"), "{err}");
+    assert!(err.contains("1 tasks repeated word for word"), "{err}");
 
     let err = split(&["--max-statement-chars", "100"]);
     assert_eq!(ids(&train), ["one-1@acme/one", "three-1@acme/three"], "the long statement is dropped");
@@ -202,6 +204,42 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
     std::fs::write(&held, "not-a-repo\n").unwrap();
     let out = fusegrpo(&["tasks", "split", "--input", &d(&a), "--heldout-repos", &d(&held), "--train", &d(&train), "--heldout", &d(&heldout)]);
     assert!(!out.status.success() && stderr(&out).contains("held.txt:1"), "{}", stderr(&out));
+}
+
+#[test]
+fn tasks_split_refuses_an_id_repeated_with_other_contents_and_a_heldout_name_that_matches_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, held) = (dir.join("a.jsonl"), dir.join("b.jsonl"), dir.join("held.txt"));
+    std::fs::write(&a, [task("one-1", "acme/one", "short"), task("two-1", "Acme/Two", "short")].join("\n")).unwrap();
+    std::fs::write(&b, task("one-1", "acme/three", "short")).unwrap();
+    std::fs::write(&held, "acme/two\n").unwrap();
+    let (train, heldout) = (dir.join("train.jsonl"), dir.join("heldout.jsonl"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let split = |inputs: &[&Path]| {
+        let mut args = vec!["tasks".to_string(), "split".into(), "--input".into()];
+        args.extend(inputs.iter().map(|p| d(p)));
+        args.extend(["--heldout-repos".into(), d(&held), "--train".into(), d(&train), "--heldout".into(), d(&heldout)]);
+        fusegrpo(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = split(&[&a, &b]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("b.jsonl:1") && err.contains("one-1") && err.contains("a.jsonl:1"), "{err}");
+    assert!(!train.exists() && !heldout.exists(), "nothing written");
+    // Within one file: refused by line.
+    std::fs::write(&b, [task("x-1", "acme/one", "short"), task("x-1", "acme/one", "other")].join("\n")).unwrap();
+    let out = split(&[&b]);
+    assert!(!out.status.success() && stderr(&out).contains("b.jsonl:2"), "{}", stderr(&out));
+    // `acme/two` holds out `Acme/Two`'s tasks.
+    let out = split(&[&a]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(read_jsonl(&heldout).len(), 1);
+    assert_eq!(read_jsonl(&train).len(), 1);
+    // A held-out name that matches no task is a typo, not an empty split.
+    std::fs::write(&held, "acme/two\nacme/tow\n").unwrap();
+    let out = split(&[&a]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("acme/tow") && err.contains("match no task"), "{err}");
 }
 
 #[test]
