@@ -1,8 +1,9 @@
 //! Issue 52's data-loss regressions: an output that is an input (or another
 //! output) is refused before any work, whatever its spelling; a task file
-//! with a repeated id is refused by line.
+//! with a repeated id is refused by line; `compare` names the field of a
+//! bad episode line and refuses numbers out of range.
 
-use e2e::{fusegrpo, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world};
 use std::path::Path;
 
 /// Runs, requires exit status 1 (not a panic), returns stderr.
@@ -85,4 +86,46 @@ fn eval_refuses_a_task_file_with_a_repeated_id_by_line() {
     std::fs::write(&dup, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
     let err = fails(&["eval", "--config", s(&cfg), "--tasks", s(&dup), "--policy", "scripted", "--group", "1", "--skip-bad-tasks"]);
     assert!(err.contains("dup.jsonl:2") && err.contains("instance_id") && err.contains("empty"), "{err}");
+}
+
+#[test]
+fn compare_names_the_bad_field_and_refuses_numbers_out_of_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let good = dir.join("good.jsonl");
+    fusegrpo_ok(&["eval", "--config", s(&cfg), "--tasks", s(&dir.join("tasks.jsonl")), "--policy", "scripted", "--group", "1", "--out", s(&good)]);
+    let rows = read_jsonl(&good);
+    let with = |name: &str, edit: &dyn Fn(&mut serde_json::Value) -> String| {
+        let mut rows = rows.clone();
+        let mut text = String::new();
+        for (i, r) in rows.iter_mut().enumerate() {
+            text += &if i == 1 { edit(r) } else { r.to_string() };
+            text += "\n";
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        fails(&["compare", s(&good), s(&path)])
+    };
+    let set = |field: &'static str, v: serde_json::Value| {
+        move |r: &mut serde_json::Value| {
+            r["score"][field] = v.clone();
+            r.to_string()
+        }
+    };
+    let err = with("null.jsonl", &set("reward", serde_json::Value::Null));
+    assert!(err.contains("null.jsonl:2") && err.contains("score.reward is null"), "{err}");
+    let err = with("nan.jsonl", &|r| r.to_string().replace(&format!("\"reward\":{}", r["score"]["reward"]), "\"reward\":NaN"));
+    assert!(err.contains("nan.jsonl:2") && err.contains("NaN"), "{err}");
+    let err = with("huge.jsonl", &set("reward", 1e300.into()));
+    assert!(err.contains("huge.jsonl:2") && err.contains("score.reward is 1e+300"), "{err}");
+    let err = with("seven.jsonl", &set("f1_file", 7.into()));
+    assert!(err.contains("seven.jsonl:2") && err.contains("score.f1_file is 7") && err.contains("[0, 1]"), "{err}");
+    let err = with("neg.jsonl", &set("e", (-0.5).into()));
+    assert!(err.contains("score.e is -0.5"), "{err}");
+    let err = with("secs.jsonl", &|r| {
+        r["seconds"] = serde_json::Value::Null;
+        r.to_string()
+    });
+    assert!(err.contains("secs.jsonl:2") && err.contains("seconds"), "{err}");
 }
