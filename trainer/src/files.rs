@@ -90,9 +90,7 @@ pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
     let mut config: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
     let src = std::fs::read_to_string(template).with_context(|| format!("reading the chat template {}", template.display()))?;
     config["chat_template"] = src.into();
-    let tmp = dir.join("tokenizer_config.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+    write_atomic(&path, (serde_json::to_string_pretty(&config)? + "\n").as_bytes())
 }
 
 /// Write one JSON value per line, atomically: into `path.partial`, then
@@ -114,16 +112,58 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// `write` streams into `path.partial` (buffered), which is then renamed
-/// over `path`: a failure leaves `path` as it was.
+/// over `path`: a failure leaves `path` as it was, and no `.partial`.
 fn write_through_partial(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<()>) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let tmp = Partial::new(PathBuf::from(tmp));
+    let file = std::fs::File::create(tmp.path()).with_context(|| format!("creating {}", tmp.path().display()))?;
     let mut w = std::io::BufWriter::new(file);
-    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.display()))?;
+    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.path().display()))?;
     drop(w);
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    tmp.commit(path)
+}
+
+/// A temporary file or folder (`X.partial`) that becomes `X` by
+/// [`Partial::commit`], and is removed when dropped uncommitted: a write that
+/// fails midway (a full disk, an error) leaves nothing behind.
+pub struct Partial {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Partial {
+    /// Guards `path`, which the caller creates.
+    pub fn new(path: PathBuf) -> Partial {
+        Partial { path, committed: false }
+    }
+
+    /// The temporary path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames it over `to` (on failure it is removed).
+    pub fn commit(mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to).with_context(|| format!("renaming {} to {}", self.path.display(), to.display()))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let removed = if self.path.is_dir() { std::fs::remove_dir_all(&self.path) } else { std::fs::remove_file(&self.path) };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove a partial output")
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Rows of an output written as they finish, `{"row": i, ...}` lines in

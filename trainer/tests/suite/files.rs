@@ -1,4 +1,5 @@
-//! `trainer::files`: outputs that are inputs refused before any work.
+//! `trainer::files`: outputs that are inputs refused before any work, and
+//! `.partial` files removed when a write fails.
 
 use std::path::Path;
 use trainer::files::check_outputs;
@@ -59,4 +60,40 @@ fn pathdiff(path: &Path, base: &Path) -> std::path::PathBuf {
         out.push("..");
     }
     out.join(path.strip_prefix("/").unwrap())
+}
+
+/// A row that serializes, or one that fails to (as a write fails midway).
+enum Row {
+    Good(u32),
+    Unwritable,
+}
+
+impl serde::Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Row::Good(n) => s.serialize_u32(*n),
+            Row::Unwritable => Err(serde::ser::Error::custom("no room left")),
+        }
+    }
+}
+
+#[test]
+fn a_failed_write_leaves_the_old_file_and_no_partial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("out.jsonl");
+    std::fs::write(&path, "old\n").unwrap();
+    let err = trainer::files::write_json_lines(&path, &[Row::Good(1), Row::Unwritable]).unwrap_err();
+    assert!(format!("{err:#}").contains("no room left"), "{err:#}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\n");
+    assert!(!tmp.path().join("out.jsonl.partial").exists(), "the .partial stays after a failure");
+    // A folder guarded the same way goes too, files and all.
+    let dir = tmp.path().join("model.partial");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/w.bin"), b"x").unwrap();
+    drop(trainer::files::Partial::new(dir.clone()));
+    assert!(!dir.exists());
+    // Committed, it is renamed into place and kept.
+    std::fs::create_dir(&dir).unwrap();
+    trainer::files::Partial::new(dir.clone()).commit(&tmp.path().join("model")).unwrap();
+    assert!(tmp.path().join("model").is_dir() && !dir.exists());
 }
