@@ -189,3 +189,24 @@ impl RowStream {
         writeln!(self.file, "{value}").and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
     }
 }
+
+/// Refuses, before any work, an output file `path` (of argument `flag`)
+/// that could not be written at the end: `path` a folder, or the folder
+/// that holds it (or the nearest one that exists, when the writer creates
+/// the rest) not a writable folder (a probe file is created there and
+/// removed).
+pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
+    anyhow::ensure!(!path.is_dir(), "{flag} {} is a folder: give a file path; nothing was run", path.display());
+    let mut dir = path;
+    loop {
+        dir = dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if dir.exists() || dir == Path::new(".") {
+            break;
+        }
+    }
+    anyhow::ensure!(dir.is_dir(), "{flag} {}: {} is not a folder; nothing was run", path.display(), dir.display());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
+    std::fs::File::create(&probe).with_context(|| format!("{flag} {}: cannot write into {}; nothing was run", path.display(), dir.display()))?;
+    std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))
+}

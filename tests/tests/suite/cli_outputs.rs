@@ -1,7 +1,8 @@
 //! Issue 52's data-loss regressions: an output that is an input (or another
-//! output) is refused before any work, whatever its spelling; a task file
-//! with a repeated id is refused by line; `compare` names the field of a
-//! bad episode line and refuses numbers out of range.
+//! output) is refused before any work, whatever its spelling; `eval` learns
+//! that `--out` cannot be written before it runs an episode; a task file
+//! with a repeated id is refused by line; `compare` names the field of a bad
+//! episode line and refuses numbers out of range.
 
 use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world};
 use std::path::Path;
@@ -68,6 +69,24 @@ fn tasks_import_and_split_refuse_outputs_on_their_inputs_or_each_other() {
     let err = fails(&["tasks", "split", "--input", s(&tasks), "--heldout-repos", s(&held), "--train", s(&out), "--heldout", s(&held)]);
     assert!(err.contains("--heldout-repos"), "{err}");
     assert_eq!(std::fs::read_to_string(&held).unwrap(), "acme/shop\n");
+}
+
+#[test]
+fn eval_finds_an_unwritable_out_before_running_an_episode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let tasks = dir.join("tasks.jsonl");
+    // A teacher nobody serves: an episode that ran would fail on it first.
+    let nobody = "http://127.0.0.1:9";
+    for out in [dir.join("tasks.jsonl/e.jsonl"), dir.join("model")] {
+        let err = fails(&["eval", "--config", s(&cfg), "--tasks", s(&tasks), "--policy", nobody, "--out", s(&out)]);
+        assert!(err.contains("--out") && err.contains("nothing was run"), "{}: {err}", out.display());
+    }
+    // Folders that do not exist yet are made.
+    let nested = dir.join("new/dir/e.jsonl");
+    fusegrpo_ok(&["eval", "--config", s(&cfg), "--tasks", s(&tasks), "--policy", "scripted", "--group", "1", "--out", s(&nested)]);
+    assert_eq!(read_jsonl(&nested).len(), 2);
 }
 
 #[test]
