@@ -74,6 +74,28 @@ pub struct Score {
     pub reward: f64,
 }
 
+/// The largest R (and weighted F1) an episode may hold. R = alpha * F1 +
+/// gamma * F1 * e is at most (alpha + gamma) * (w_file + w_func), which
+/// episodes do not record; the shipped configs give 2, and a number above
+/// this bound is a broken file, not a config.
+pub const MAX_REWARD: f64 = 100.0;
+
+impl Score {
+    /// The first number outside its range, as (field, value, the range in
+    /// words): F1_file, F1_func and e in [0, 1]; F1 and R finite, in
+    /// [0, [`MAX_REWARD`]].
+    pub fn out_of_range(&self) -> Option<(&'static str, f64, String)> {
+        let unit = [("f1_file", self.f1_file), ("f1_func", self.f1_func), ("e", self.e)];
+        let weighted = [("f1", self.f1), ("reward", self.reward)];
+        let bad = |max: f64| move |(_, v): &(&'static str, f64)| !(0.0..=max).contains(v);
+        if let Some((field, value)) = unit.into_iter().find(bad(1.0)) {
+            return Some((field, value, "a number in [0, 1]".into()));
+        }
+        let (field, value) = weighted.into_iter().find(bad(MAX_REWARD))?;
+        Some((field, value, format!("a finite number in [0, {MAX_REWARD}] (R = alpha*F1 + gamma*F1*e)")))
+    }
+}
+
 /// The reward GRPO's advantages use: R (`reward`, 0 without a score) plus
 /// `answer_bonus` when the episode `answered` (ended with a non-empty
 /// answer).

@@ -1,10 +1,72 @@
 //! Files a run writes: JSON lines and bytes written atomically (through a
 //! `.partial` sibling renamed into place), rows streamed as they finish,
-//! and the tokenizer files a checkpoint carries.
+//! the tokenizer files a checkpoint carries, and the check that a
+//! command's outputs are none of its inputs ([`check_outputs`]).
 
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
+
+/// Refuses, before any work, an output that is (or resolves to, through
+/// symlinks, `./` or `..` spellings and hard links) one of the command's
+/// inputs or another of its outputs. Each path comes with the argument that
+/// gave it (`--tasks`), and the error names both arguments.
+pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<()> {
+    for (i, (out_flag, out)) in outputs.iter().enumerate() {
+        for (in_flag, input) in inputs {
+            if same_file(out, input) {
+                anyhow::bail!(
+                    "{out_flag} {} is the input {in_flag} {}: writing it would destroy the input; nothing was done (choose another {out_flag})",
+                    out.display(),
+                    input.display()
+                );
+            }
+        }
+        for (other_flag, other) in &outputs[..i] {
+            if same_file(out, other) {
+                anyhow::bail!(
+                    "{out_flag} {} is also {other_flag} {}: one output would replace the other; nothing was done (give them different paths)",
+                    out.display(),
+                    other.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same file or folder (existing or not).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        if (x.dev(), x.ino()) == (y.dev(), y.ino()) {
+            return true;
+        }
+    }
+    matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// `path` made absolute with every symlink of its longest existing prefix
+/// resolved, and the rest (not there yet) appended with `.` and `..`
+/// folded. None when the working folder cannot be read.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let parts: Vec<Component> = abs.components().collect();
+    for cut in (1..=parts.len()).rev() {
+        let Ok(mut out) = std::fs::canonicalize(parts[..cut].iter().collect::<PathBuf>()) else { continue };
+        for part in &parts[cut..] {
+            match part {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => out.push(name),
+                _ => {}
+            }
+        }
+        return Some(out);
+    }
+    Some(abs)
+}
 
 /// Copy `tokenizer.json` and `tokenizer_config.json` from `from` into `to`.
 /// A missing file is an error naming it when `required` (init-tiny's
@@ -28,9 +90,7 @@ pub fn set_chat_template(dir: &Path, template: &Path) -> Result<()> {
     let mut config: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
     let src = std::fs::read_to_string(template).with_context(|| format!("reading the chat template {}", template.display()))?;
     config["chat_template"] = src.into();
-    let tmp = dir.join("tokenizer_config.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+    write_atomic(&path, (serde_json::to_string_pretty(&config)? + "\n").as_bytes())
 }
 
 /// Write one JSON value per line, atomically: into `path.partial`, then
@@ -52,16 +112,58 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// `write` streams into `path.partial` (buffered), which is then renamed
-/// over `path`: a failure leaves `path` as it was.
+/// over `path`: a failure leaves `path` as it was, and no `.partial`.
 fn write_through_partial(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<()>) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let tmp = Partial::new(PathBuf::from(tmp));
+    let file = std::fs::File::create(tmp.path()).with_context(|| format!("creating {}", tmp.path().display()))?;
     let mut w = std::io::BufWriter::new(file);
-    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.display()))?;
+    write(&mut w).and_then(|_| Ok(w.flush()?)).with_context(|| format!("writing {}", tmp.path().display()))?;
     drop(w);
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    tmp.commit(path)
+}
+
+/// A temporary file or folder (`X.partial`) that becomes `X` by
+/// [`Partial::commit`], and is removed when dropped uncommitted: a write that
+/// fails midway (a full disk, an error) leaves nothing behind.
+pub struct Partial {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Partial {
+    /// Guards `path`, which the caller creates.
+    pub fn new(path: PathBuf) -> Partial {
+        Partial { path, committed: false }
+    }
+
+    /// The temporary path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames it over `to` (on failure it is removed).
+    pub fn commit(mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to).with_context(|| format!("renaming {} to {}", self.path.display(), to.display()))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let removed = if self.path.is_dir() { std::fs::remove_dir_all(&self.path) } else { std::fs::remove_file(&self.path) };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove a partial output")
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Rows of an output written as they finish, `{"row": i, ...}` lines in
@@ -86,4 +188,25 @@ impl RowStream {
         value["row"] = row.into();
         writeln!(self.file, "{value}").and_then(|_| self.file.flush()).with_context(|| format!("writing {}", self.path.display()))
     }
+}
+
+/// Refuses, before any work, an output file `path` (of argument `flag`)
+/// that could not be written at the end: `path` a folder, or the folder
+/// that holds it (or the nearest one that exists, when the writer creates
+/// the rest) not a writable folder (a probe file is created there and
+/// removed).
+pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
+    anyhow::ensure!(!path.is_dir(), "{flag} {} is a folder: give a file path; nothing was run", path.display());
+    let mut dir = path;
+    loop {
+        dir = dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if dir.exists() || dir == Path::new(".") {
+            break;
+        }
+    }
+    anyhow::ensure!(dir.is_dir(), "{flag} {}: {} is not a folder; nothing was run", path.display(), dir.display());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
+    std::fs::File::create(&probe).with_context(|| format!("{flag} {}: cannot write into {}; nothing was run", path.display(), dir.display()))?;
+    std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))
 }

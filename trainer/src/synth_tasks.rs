@@ -23,7 +23,6 @@ use rollout::synth::{synthesize, SynthConfig, SynthReport, SynthTask};
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -160,12 +159,5 @@ pub fn write_tasks_atomic(path: &Path, tasks: &[SynthTask]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("jsonl.partial");
-    let mut text = Vec::new();
-    for t in tasks {
-        serde_json::to_writer(&mut text, t)?;
-        text.write_all(b"\n")?;
-    }
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    crate::files::write_json_lines(path, tasks)
 }

@@ -54,6 +54,8 @@ const F1_FILE: fn(&Episode) -> f64 = |e| e.score.unwrap_or_default().f1_file;
 const ANSWERED: fn(&Episode) -> f64 = |e| e.answered() as u8 as f64;
 
 pub fn run(args: Args) -> Result<()> {
+    let inputs: Vec<(&str, &std::path::Path)> = args.files.iter().map(|p| ("FILES", p.as_path())).collect();
+    trainer::files::check_outputs(&inputs, &args.json.iter().map(|j| ("--json", j.as_path())).collect::<Vec<_>>())?;
     // Each file: its name, episodes and per-task mean R.
     let mut loaded = Vec::new();
     for path in &args.files {

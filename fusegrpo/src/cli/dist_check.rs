@@ -38,6 +38,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let mut inputs = vec![("--config", args.config.as_path())];
+    inputs.extend(args.episodes.as_deref().map(|e| ("--episodes", e)));
+    trainer::files::check_outputs(&inputs, &args.out.iter().map(|o| ("--out", o.as_path())).collect::<Vec<_>>())?;
     let mut cfg = RunConfig::from_file(&args.config)?;
     if let Some(g) = args.group {
         anyhow::ensure!(g > 0, "--group: must be at least 1");

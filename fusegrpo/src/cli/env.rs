@@ -203,6 +203,7 @@ struct GoldRow<'a> {
 }
 
 fn run_gold(args: GoldArgs) -> Result<()> {
+    trainer::files::check_outputs(&[("--input", &args.input)], &[("--output", &args.output)])?;
     let tasks = load_tasks(&args.input)?;
     let store = SnapshotStore::open(&args.repos_dir);
     let mut out = Vec::new();

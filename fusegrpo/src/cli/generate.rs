@@ -44,6 +44,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    trainer::files::check_outputs(&[("--input", &args.input), ("--model", args.model.as_ref())], &[("--output", &args.output)])?;
     anyhow::ensure!(args.temperature >= 0.0, "--temperature must be >= 0, got {}", args.temperature);
     anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p must be in (0, 1], got {}", args.top_p);
     let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;

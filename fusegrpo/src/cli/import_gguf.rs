@@ -24,6 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    trainer::files::check_outputs(&[("--gguf", &args.gguf)], &[("--out", &args.out)])?;
     let dtype = match args.dtype {
         DtypeArg::F32 => candle_core::DType::F32,
         DtypeArg::Bf16 => candle_core::DType::BF16,

@@ -28,6 +28,7 @@ pub struct Args {
 const SHARD_BYTES: usize = 5 << 30;
 
 pub fn run(args: Args) -> Result<()> {
+    trainer::files::check_outputs(&[("--model", args.model.as_ref()), ("--adapter", &args.adapter)], &[("--out", &args.out)])?;
     if args.out.exists() && std::fs::read_dir(&args.out).with_context(|| format!("reading --out {}", args.out.display()))?.next().is_some() {
         anyhow::bail!("--out {} is not empty: nothing was written (choose a new folder)", args.out.display());
     }
@@ -39,18 +40,20 @@ pub fn run(args: Args) -> Result<()> {
     let dtype: candle_core::DType = args.dtype.into();
     let merged: trainer::weights::TensorMap = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     // Into a temporary sibling, renamed once complete.
+    // (removed on failure).
     let tmp = args.out.with_file_name(format!(".{}.partial", args.out.file_name().and_then(|n| n.to_str()).unwrap_or("merged")));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
     }
+    let tmp = trainer::files::Partial::new(tmp);
     let bytes: usize = merged.values().map(|t: &candle_core::Tensor| t.elem_count() * t.dtype().size_in_bytes()).sum();
     let shards = if bytes <= SHARD_BYTES { ShardPolicy::Single } else { ShardPolicy::MaxBytes(SHARD_BYTES) };
-    save_checkpoint(&tmp, &cfg, &merged, shards)?;
-    trainer::files::copy_tokenizer(&spec.base, &tmp, false)?;
+    save_checkpoint(tmp.path(), &cfg, &merged, shards)?;
+    trainer::files::copy_tokenizer(&spec.base, tmp.path(), false)?;
     if args.out.exists() {
         std::fs::remove_dir(&args.out).with_context(|| format!("replacing the empty {}", args.out.display()))?;
     }
-    std::fs::rename(&tmp, &args.out).with_context(|| format!("renaming {} to {}", tmp.display(), args.out.display()))?;
+    tmp.commit(&args.out)?;
     eprintln!(
         "merged {} (r = {}, {} targets, scale {}) into {} -> {}",
         args.adapter.display(),

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use rollout::episode::summary::Summary;
 use rollout::tasks::Task;
 use std::path::PathBuf;
-use trainer::rollouts::episodes::write_episodes;
+use trainer::rollouts::episodes::write_episodes_atomic;
 use trainer::rollouts::{run_policy, TeacherOpts};
 use trainer::run_config::{PolicyChoice, RunConfig};
 
@@ -18,7 +18,8 @@ pub struct Args {
     /// Tasks (JSONL, SWE-bench-style rows).
     #[arg(long)]
     pub tasks: PathBuf,
-    /// Episodes (JSONL), one line per episode.
+    /// Episodes (JSONL), one line per episode (its folders created; checked
+    /// writable, and not an input, before any episode runs).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// model | scripted | http://host:port (OpenAI-compatible teacher).
@@ -86,6 +87,7 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
 /// Runs the episodes of `args` (or, with `--attempts`, the attempts and
 /// their selections), prints the table, writes what was asked.
 fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
+    check_paths(args)?;
     let (cfg, tasks, teacher) = inputs(args)?;
     if let Some(sc) = args.scaling.config(cfg.sampling.seed)? {
         anyhow::ensure!(args.group.is_none(), "--group and --attempts both set the episodes per task: give one");
@@ -96,7 +98,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         let judge = args.scaling.judge.clone().unwrap_or(super::scaling::JudgeSpec::Evidence);
         let run = trainer::rollouts::scaling::run(&cfg, &tasks, &args.policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
         if let Some(out) = &args.out {
-            write_episodes(out, &run.attempts)?;
+            write_episodes_atomic(out, &run.attempts)?;
         }
         let judge = judge.name();
         if let Some(dir) = &args.scaling.out_dir {
@@ -111,7 +113,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     let group = args.group.unwrap_or(cfg.rollout.group);
     let episodes = run_policy(&cfg, &tasks, &args.policy, group, &teacher)?;
     if let Some(out) = &out {
-        write_episodes(out, &episodes)?;
+        write_episodes_atomic(out, &episodes)?;
     }
     let table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
     if out_required {
@@ -120,6 +122,20 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         println!("{table}");
     }
     Ok(())
+}
+
+/// Refuses an `--out` or `--out-dir` that is one of the inputs (or each
+/// other), and an `--out` that could not be written.
+fn check_paths(args: &Args) -> Result<()> {
+    let mut inputs = vec![("--config", args.config.as_path()), ("--tasks", args.tasks.as_path())];
+    inputs.extend(args.model.as_deref().map(|m| ("--model", m)));
+    inputs.extend(args.adapter.as_deref().map(|a| ("--adapter", a)));
+    let mut outputs = Vec::new();
+    outputs.extend(args.out.as_deref().map(|o| ("--out", o)));
+    outputs.extend(args.scaling.out_dir.as_deref().map(|o| ("--out-dir", o)));
+    trainer::files::check_outputs(&inputs, &outputs)?;
+    // Found now, not after every episode has run.
+    args.out.as_deref().map_or(Ok(()), |out| trainer::files::check_writable("--out", out))
 }
 
 fn policy_name(p: &PolicyChoice) -> String {

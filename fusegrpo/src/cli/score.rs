@@ -24,6 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    trainer::files::check_outputs(&[("--input", &args.input), ("--model", args.model.as_ref())], &[("--output", &args.output)])?;
     let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;
     let tokenizer = model_tokenizer(&args.model)?;
     let rows = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;

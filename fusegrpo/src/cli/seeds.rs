@@ -36,6 +36,9 @@ struct Run {
 
 pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(args.gain > 0.0, "--gain must be above 0 (got {})", args.gain);
+    let reports: Vec<PathBuf> = args.runs.iter().map(|r| r.join("report.json")).collect();
+    let inputs: Vec<(&str, &Path)> = args.runs.iter().chain(&reports).map(|p| ("RUNS", p.as_path())).collect();
+    trainer::files::check_outputs(&inputs, &args.json.iter().map(|j| ("--json", j.as_path())).collect::<Vec<_>>())?;
     let runs = args.runs.iter().map(|dir| load(dir)).collect::<Result<Vec<_>>>()?;
     let pooled = pool(&runs);
     print!("{}", stage_table(&runs));

@@ -40,6 +40,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    trainer::files::check_outputs(&[("--config", &args.config), ("--tasks", &args.tasks)], &[("--out", &args.out)])?;
+    trainer::files::check_writable("--out", &args.out)?;
     anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
     let cfg = RunConfig::from_file(&args.config)?;

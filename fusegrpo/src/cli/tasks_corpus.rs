@@ -62,13 +62,17 @@ struct ImportReport {
 
 /// Runs `tasks import`.
 pub fn import(args: ImportArgs) -> Result<()> {
+    let mut outputs = vec![("--out", args.out.as_path())];
+    outputs.extend(args.report.as_deref().map(|r| ("--report", r)));
+    trainer::files::check_outputs(&[("--input", &args.input)], &outputs)?;
     let file = std::fs::File::open(&args.input).with_context(|| format!("--input {}", args.input.display()))?;
+    let lines = std::io::BufReader::new(file).lines().collect::<std::io::Result<Vec<String>>>().with_context(|| format!("reading {}", args.input.display()))?;
+    check_row_ids(&args.input, &lines)?;
     let mut report = ImportReport::default();
     let mut tasks = Vec::new();
     let mut repos: BTreeMap<String, Option<git2::Repository>> = BTreeMap::new();
     let mut pairs = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", args.input.display()))?;
+    for (i, line) in lines.into_iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
@@ -134,13 +138,47 @@ pub fn import(args: ImportArgs) -> Result<()> {
     Ok(())
 }
 
+/// The held-out repositories of `path` (`owner/name` lines, `#` comments),
+/// keyed by their lowercase spelling (GitHub's names ignore case).
+fn heldout_names(path: &std::path::Path) -> Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--heldout-repos {}", path.display()))?;
+    let mut held = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let name = line.split('#').next().unwrap_or("").trim();
+        if name.is_empty() {
+            continue;
+        }
+        rollout::repo::repo_dir_name(name).with_context(|| format!("{}:{}", path.display(), i + 1))?;
+        held.insert(name.to_lowercase(), name.to_string());
+    }
+    if held.is_empty() {
+        bail!("--heldout-repos {}: names no repository", path.display());
+    }
+    Ok(held)
+}
+
+/// Refuses, before any row is imported, an empty or repeated `instance_id`
+/// (by line): which row a task is would be ambiguous. Lines that are not
+/// rows are left to the import, which names and skips them.
+fn check_row_ids(path: &std::path::Path, lines: &[String]) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        instance_id: String,
+    }
+    let ids = lines.iter().enumerate().filter_map(|(i, l)| Some((i + 1, serde_json::from_str::<Id>(l).ok()?.instance_id)));
+    let ids: Vec<(usize, String)> = ids.collect();
+    rollout::tasks::check_ids(path, ids.iter().map(|(line, id)| (*line, id.as_str()))).map_err(|e| anyhow::anyhow!("{e}; nothing was imported"))
+}
+
 /// `fusegrpo tasks split`.
 #[derive(clap::Args)]
 pub struct SplitArgs {
-    /// Task files (JSONL), read in order; a task id seen before is dropped.
+    /// Task files (JSONL), read in order; a task repeated word for word in a
+    /// later file is kept once, an id repeated with other contents refused.
     #[arg(long, required = true, num_args = 1..)]
     pub input: Vec<PathBuf>,
-    /// The held-out repositories: a file of `owner/name` lines (`#` starts a comment).
+    /// The held-out repositories: a file of `owner/name` lines (`#` starts a
+    /// comment), compared ignoring case as GitHub does; each must match a task.
     #[arg(long)]
     pub heldout_repos: PathBuf,
     /// Output: the training tasks (no held-out repository, no SWE-bench repository).
@@ -157,43 +195,55 @@ pub struct SplitArgs {
 
 /// Runs `tasks split`.
 pub fn split(args: SplitArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.heldout_repos).with_context(|| format!("--heldout-repos {}", args.heldout_repos.display()))?;
-    let mut held = BTreeSet::new();
-    for (i, line) in text.lines().enumerate() {
-        let name = line.split('#').next().unwrap_or("").trim();
-        if name.is_empty() {
-            continue;
-        }
-        rollout::repo::repo_dir_name(name).with_context(|| format!("{}:{}", args.heldout_repos.display(), i + 1))?;
-        held.insert(name.to_string());
-    }
-    if held.is_empty() {
-        bail!("--heldout-repos {}: names no repository", args.heldout_repos.display());
-    }
-    let mut seen = BTreeSet::new();
-    let (mut train, mut heldout, mut swe_bench, mut long) = (Vec::<Task>::new(), Vec::<Task>::new(), 0usize, 0usize);
+    let mut inputs: Vec<(&str, &std::path::Path)> = args.input.iter().map(|p| ("--input", p.as_path())).collect();
+    inputs.push(("--heldout-repos", &args.heldout_repos));
+    trainer::files::check_outputs(&inputs, &[("--train", &args.train), ("--heldout", &args.heldout)])?;
+    let held = heldout_names(&args.heldout_repos)?;
+    // id -> where it was first seen, and the task.
+    let mut seen: BTreeMap<String, (String, Task)> = BTreeMap::new();
+    let (mut train, mut heldout) = (Vec::<Task>::new(), Vec::<Task>::new());
+    let (mut swe_bench, mut long, mut repeated) = (0usize, 0usize, 0usize);
     for path in &args.input {
-        for (_, task) in load_task_lines(path)? {
-            if !seen.insert(task.instance_id.clone()) {
+        for (line, task) in load_task_lines(path)? {
+            if let Some((first, earlier)) = seen.get(&task.instance_id) {
+                anyhow::ensure!(
+                    *earlier == task,
+                    "{}:{line}: task '{}' is also {first}, with other contents: instance ids must be unique; nothing was written",
+                    path.display(),
+                    task.instance_id
+                );
+                repeated += 1;
                 continue;
             }
+            seen.insert(task.instance_id.clone(), (format!("{}:{line}", path.display()), task.clone()));
             if args.max_statement_chars.is_some_and(|max| task.problem_statement.chars().count() > max) {
                 long += 1;
                 continue;
             }
-            if held.contains(&task.repo) {
+            if held.contains_key(&task.repo.to_lowercase()) {
                 heldout.push(task);
-            } else if SWE_BENCH_REPOS.contains(&task.repo.as_str()) {
+            } else if SWE_BENCH_REPOS.iter().any(|r| r.eq_ignore_ascii_case(&task.repo)) {
                 swe_bench += 1;
             } else {
                 train.push(task);
             }
         }
     }
-    let count = |tasks: &[Task]| tasks.iter().map(|t| t.repo.as_str()).collect::<BTreeSet<_>>().len();
-    let missing: Vec<&String> = held.iter().filter(|r| !heldout.iter().any(|t| &t.repo == *r)).collect();
+    let count = |tasks: &[Task]| tasks.iter().map(|t| t.repo.to_lowercase()).collect::<BTreeSet<_>>().len();
+    let found: BTreeSet<String> = seen.values().map(|(_, t)| t.repo.to_lowercase()).collect();
+    let missing: Vec<&String> = held.iter().filter(|(key, _)| !found.contains(*key)).map(|(_, name)| name).collect();
     if !missing.is_empty() {
-        eprintln!("tasks split: no task of the held-out repositories {missing:?}");
+        bail!(
+            "--heldout-repos {}: {missing:?} match no task of the inputs (names are compared as GitHub does, ignoring case); nothing was written",
+            args.heldout_repos.display()
+        );
+    }
+    let empty: Vec<&String> = held.iter().filter(|(key, _)| !heldout.iter().any(|t| t.repo.to_lowercase() == **key)).map(|(_, name)| name).collect();
+    if !empty.is_empty() {
+        eprintln!("tasks split: no task of the held-out repositories {empty:?} is kept (all over --max-statement-chars)");
+    }
+    if repeated > 0 {
+        eprintln!("tasks split: {repeated} tasks repeated word for word in a later input, kept once");
     }
     if long > 0 {
         eprintln!("tasks split: {long} tasks dropped, their problem statement is over --max-statement-chars");

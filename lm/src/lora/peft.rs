@@ -148,6 +148,19 @@ pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
         std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
     std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    // A failure midway (a full disk) leaves no partial folder.
+    let written = write_export(src, &tmp, dst, loaded, dtype);
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    written?;
+    let bytes = std::fs::metadata(dst.join(WEIGHTS_FILE)).map_err(|e| Error::io(dst.join(WEIGHTS_FILE), e))?.len();
+    Ok(bytes)
+}
+
+/// [`export`]'s writing: the tensors in `dtype` and PEFT's files into
+/// `tmp`, renamed to `dst`.
+fn write_export(src: &Path, tmp: &Path, dst: &Path, loaded: std::collections::HashMap<String, Tensor>, dtype: DType) -> Result<()> {
     let mut tensors: Vec<(String, Tensor)> = loaded.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(k, t)| (k.clone(), t)).collect();
@@ -160,9 +173,7 @@ pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
     if dst.exists() {
         std::fs::remove_dir(dst).map_err(|e| Error::io(dst, e))?;
     }
-    std::fs::rename(&tmp, dst).map_err(|e| Error::io(dst, e))?;
-    let bytes = std::fs::metadata(dst.join(WEIGHTS_FILE)).map_err(|e| Error::io(dst.join(WEIGHTS_FILE), e))?.len();
-    Ok(bytes)
+    std::fs::rename(tmp, dst).map_err(|e| Error::io(dst, e))
 }
 
 /// The adapter in `dir` on the CPU as stored, checked against its own

@@ -6,7 +6,7 @@
 //! is that commit's diff back to the base).
 //!
 //! A row that cannot become a task (its commit is missing, its patch does
-//! not apply, its gold is empty) is an [`ImportError`] for that row alone;
+//! not apply to that commit, whatever the format, its gold is empty) is an [`ImportError`] for that row alone;
 //! the caller names it and goes on.
 
 use std::collections::BTreeSet;
@@ -119,7 +119,12 @@ pub struct Imported {
 pub const IMPORT_AUTHOR: (&str, &str) = ("fusegrpo tasks import", "import@fusegrpo.invalid");
 const IMPORT_TIME: i64 = 946_684_800;
 
-/// The ref that keeps a SWE-smith row's commit reachable (so no `git gc` drops it).
+/// The ref that keeps a SWE-smith row's commit reachable (so no `git gc`
+/// drops it), one per id: an id that is already a clean ref name (letters,
+/// digits, `-`, `_`, `.`; all of SWE-smith's) is used as it is, as imports
+/// always did; any other is cleaned and given `=` and a hash of the exact
+/// id (`col x` -> `col_x=<12 hex digits>`), which no clean id contains, so
+/// `col x` and `col_x` never share a ref.
 pub fn import_ref(instance_id: &str) -> String {
     let clean: String =
         instance_id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
@@ -127,6 +132,10 @@ pub fn import_ref(instance_id: &str) -> String {
     let mut clean = clean.replace("..", "_.").trim_matches('.').to_string();
     if clean.ends_with(".lock") || clean.is_empty() {
         clean.push('_');
+    }
+    if clean != instance_id {
+        let hash = Oid::hash_object(git2::ObjectType::Blob, instance_id.as_bytes()).expect("hashing bytes in memory");
+        clean = format!("{clean}={}", &hash.to_string()[..12]);
     }
     format!("refs/fusegrpo/swe-smith/{clean}")
 }
@@ -143,6 +152,8 @@ pub fn import_row(git: &Repository, row: &Row, format: ImportFormat) -> Result<I
     match format {
         ImportFormat::SweBench | ImportFormat::SweGym => {
             let tree = base.tree().map_err(git_err(format!("tree of {}", base.id())))?;
+            // As `git apply --check`: a fix that does not apply is not this commit's.
+            apply_patch(git, &row.patch, base.id(), &tree)?;
             let report = derive_gold(&row.patch, &TreeFiles { git, tree: &tree })?;
             Ok(imported(row, base.id(), row.patch.clone(), report, None)?)
         }
@@ -180,10 +191,8 @@ fn imported(
 /// Applies the bug onto `base` as a commit (fixed author and date, kept by
 /// [`import_ref`]); returns its id and the fix (its diff back to `base`).
 fn apply_bug(git: &Repository, row: &Row, base: &git2::Commit<'_>) -> Result<(Oid, String), ImportError> {
-    let does_not_apply = |e: git2::Error| ImportError::DoesNotApply { commit: base.id().to_string(), message: e.message().to_string() };
-    let diff = Diff::from_buffer(row.patch.as_bytes()).map_err(does_not_apply)?;
     let base_tree = base.tree().map_err(git_err(format!("tree of {}", base.id())))?;
-    let mut index = git.apply_to_tree(&base_tree, &diff, None).map_err(does_not_apply)?;
+    let mut index = apply_patch(git, &row.patch, base.id(), &base_tree)?;
     let tree_id = index.write_tree_to(git).map_err(git_err("writing the buggy tree"))?;
     let tree = git.find_tree(tree_id).map_err(git_err("reading the buggy tree"))?;
     if tree_id == base_tree.id() {
@@ -199,6 +208,15 @@ fn apply_bug(git: &Repository, row: &Row, base: &git2::Commit<'_>) -> Result<(Oi
     let fix = git.diff_tree_to_tree(Some(&tree), Some(&base_tree), Some(&mut options)).map_err(git_err("diff of the fix"))?;
     let text = diff_text(&fix).map_err(git_err("text of the fix"))?;
     Ok((commit, text))
+}
+
+/// `patch` applied to `tree` (of commit `base`) in memory, as `git apply
+/// --check` would: [`ImportError::DoesNotApply`] when it does not parse or
+/// a hunk does not match.
+fn apply_patch(git: &Repository, patch: &str, base: Oid, tree: &git2::Tree<'_>) -> Result<git2::Index, ImportError> {
+    let does_not_apply = |e: git2::Error| ImportError::DoesNotApply { commit: base.to_string(), message: e.message().to_string() };
+    let diff = Diff::from_buffer(patch.as_bytes()).map_err(does_not_apply)?;
+    git.apply_to_tree(tree, &diff, None).map_err(does_not_apply)
 }
 
 /// How our gold functions compare with the published ones over the rows

@@ -64,6 +64,27 @@ pub enum TaskError {
         /// The task.
         instance_id: String,
     },
+    /// A task whose `instance_id` is empty (or blank).
+    #[error("{path}:{line}: the task's 'instance_id' is empty")]
+    EmptyId {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+    },
+    /// Two tasks with one `instance_id`: which one a result is of would be
+    /// ambiguous.
+    #[error("{path}:{line}: task '{instance_id}' again (first at line {first}): instance ids must be unique")]
+    DuplicateId {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the repeat.
+        line: usize,
+        /// 1-based line of the first.
+        first: usize,
+        /// The id.
+        instance_id: String,
+    },
 }
 
 /// Loads a JSONL file of tasks (blank lines skipped).
@@ -71,7 +92,8 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
     Ok(load_task_lines(path)?.into_iter().map(|(_, t)| t).collect())
 }
 
-/// Loads a JSONL file of tasks, each with its 1-based line (blank lines skipped).
+/// Loads a JSONL file of tasks, each with its 1-based line (blank lines
+/// skipped); an empty or repeated `instance_id` is refused by line.
 pub fn load_task_lines(path: &Path) -> Result<Vec<(usize, Task)>, TaskError> {
     let text = std::fs::read_to_string(path).map_err(|source| TaskError::Io { path: path.into(), source })?;
     let mut tasks = Vec::new();
@@ -86,5 +108,21 @@ pub fn load_task_lines(path: &Path) -> Result<Vec<(usize, Task)>, TaskError> {
         }
         tasks.push((i + 1, task));
     }
+    check_ids(path, tasks.iter().map(|(line, t)| (*line, t.instance_id.as_str())))?;
     Ok(tasks)
+}
+
+/// Refuses the first empty (or blank) id, and the first id seen twice, of
+/// the rows of `path` given as (1-based line, id).
+pub fn check_ids<'a>(path: &Path, ids: impl IntoIterator<Item = (usize, &'a str)>) -> Result<(), TaskError> {
+    let mut seen = std::collections::HashMap::new();
+    for (line, id) in ids {
+        if id.trim().is_empty() {
+            return Err(TaskError::EmptyId { path: path.into(), line });
+        }
+        if let Some(first) = seen.insert(id, line) {
+            return Err(TaskError::DuplicateId { path: path.into(), line, first, instance_id: id.to_string() });
+        }
+    }
+    Ok(())
 }

@@ -136,6 +136,23 @@ fn jsonl_loader_reports_line_numbers() {
 }
 
 #[test]
+fn jsonl_loader_refuses_empty_and_repeated_ids_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    let task = |id: &str, file: &str| format!(r#"{{"instance_id":"{id}","repo":"o/r","base_commit":"abc","problem_statement":"p","gold":{{"files":["{file}"],"functions":[]}}}}"#);
+    std::fs::write(&path, [task("a", "x.py"), task("b", "x.py"), String::new(), task("a", "y.py")].join("\n")).unwrap();
+    let err = load_tasks(&path).unwrap_err();
+    assert!(matches!(err, TaskError::DuplicateId { line: 4, first: 1, ref instance_id, .. } if instance_id == "a"), "{err}");
+    assert!(err.to_string().contains("t.jsonl:4") && err.to_string().contains("line 1"), "{err}");
+    for blank in ["", "  "] {
+        std::fs::write(&path, [task("a", "x.py"), task(blank, "x.py")].join("\n")).unwrap();
+        let err = load_tasks(&path).unwrap_err();
+        assert!(matches!(err, TaskError::EmptyId { line: 2, .. }), "{blank:?}: {err}");
+        assert!(err.to_string().contains("t.jsonl:2") && err.to_string().contains("instance_id"), "{err}");
+    }
+}
+
+#[test]
 fn tasks_from_history_filters_and_derives_gold() {
     let repo = TempRepo::new("o/hist");
     repo.file("m.py", BASE);

@@ -200,12 +200,16 @@ fn rows_that_cannot_become_tasks_are_typed_errors() {
     // A bug patch made against other contents does not apply.
     let stale = bug.replace("-    return a + b", "-    return a + b + 0");
     assert_ne!(stale, bug);
-    let err = import_row(&g, &row("o__calc.stale", &base[..7], &stale, None), ImportFormat::SweSmith).unwrap_err();
-    assert!(matches!(err, ImportError::DoesNotApply { ref commit, .. } if *commit == base), "{err}");
     // A patch of a file the tree lacks.
     let elsewhere = bug.replace("calc.py", "nowhere.py");
-    let err = import_row(&g, &row("o__calc.nowhere", &base[..7], &elsewhere, None), ImportFormat::SweSmith).unwrap_err();
-    assert!(matches!(err, ImportError::DoesNotApply { .. }), "{err}");
+    // Whatever the format: a fix (SWE-bench, SWE-Gym) that does not apply to
+    // its base commit is not that commit's fix either.
+    for format in [ImportFormat::SweSmith, ImportFormat::SweBench, ImportFormat::SweGym] {
+        let err = import_row(&g, &row("o__calc.stale", &base[..7], &stale, None), format).unwrap_err();
+        assert!(matches!(err, ImportError::DoesNotApply { ref commit, .. } if *commit == base), "{format:?}: {err}");
+        let err = import_row(&g, &row("o__calc.nowhere", &base[..7], &elsewhere, None), format).unwrap_err();
+        assert!(matches!(err, ImportError::DoesNotApply { .. }), "{format:?}: {err}");
+    }
     // An empty statement.
     let mut blank = row("o__calc.blank", &base, &bug, None);
     blank.problem_statement = "  \n".into();
@@ -217,9 +221,33 @@ fn rows_that_cannot_become_tasks_are_typed_errors() {
 
 #[test]
 fn import_ref_is_a_valid_ref_name_for_odd_ids() {
-    assert_eq!(import_ref("a/b c:d"), "refs/fusegrpo/swe-smith/a_b_c_d");
-    assert_eq!(import_ref("..x"), "refs/fusegrpo/swe-smith/_.x");
+    assert_eq!(import_ref("pandas-dev__pandas.95280573.combine_file__abc"), "refs/fusegrpo/swe-smith/pandas-dev__pandas.95280573.combine_file__abc");
+    assert!(import_ref("a/b c:d").starts_with("refs/fusegrpo/swe-smith/a_b_c_d="), "{}", import_ref("a/b c:d"));
+    assert!(import_ref("..x").starts_with("refs/fusegrpo/swe-smith/_.x="));
     for id in ["a/b c:d", "x~1^2", "pandas-dev__pandas.95280573.combine_file__abc", "a..b", "x.lock", "x.", ".", ".."] {
         assert!(git2::Reference::is_valid_name(&import_ref(id)), "{id}: {}", import_ref(id));
+    }
+}
+
+#[test]
+fn import_refs_of_ids_that_clean_alike_differ() {
+    let ids = ["col x", "col_x", "col/x", "col:x", "x.", "x", "x.lock", "x.lock_", "..", "_", "", "_."];
+    let refs: BTreeSet<String> = ids.iter().map(|id| import_ref(id)).collect();
+    assert_eq!(refs.len(), ids.len(), "{refs:?}");
+}
+
+#[test]
+fn swe_smith_ids_that_clean_alike_keep_both_commits_through_gc() {
+    let (repo, base) = calc_repo();
+    let g = git2::Repository::open(&repo.work).unwrap();
+    let sub = diff_of(&repo, "calc.py", &CALC.replace("a - b", "b - a"));
+    let add = diff_of(&repo, "calc.py", &CALC.replace("a + b", "a * b"));
+    let a = import_row(&g, &row("col x", &base, &add, None), ImportFormat::SweSmith).unwrap();
+    let b = import_row(&g, &row("col_x", &base, &sub, None), ImportFormat::SweSmith).unwrap();
+    assert_ne!(a.task.base_commit, b.task.base_commit);
+    git(&repo.work, &["gc", "--prune=now", "-q"]);
+    for t in [&a.task, &b.task] {
+        let kind = git(&repo.work, &["cat-file", "-t", &t.base_commit]);
+        assert_eq!(kind.trim(), "commit", "{}: {} was dropped by gc", t.instance_id, t.base_commit);
     }
 }

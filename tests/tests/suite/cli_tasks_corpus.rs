@@ -165,10 +165,11 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
         .join("\n"),
     )
     .unwrap();
-    // one-1 again (dropped: first seen wins), and a third repository.
-    std::fs::write(&b, [task("one-1", "acme/three", "short"), task("three-1", "acme/three", "short"), task("two-2", "acme/two", "short")].join("\n")).unwrap();
+    // one-1 again word for word (kept once), and a third repository.
+    std::fs::write(&b, [task("one-1", "acme/one", "short"), task("three-1", "acme/three", "short"), task("two-2", "acme/two", "short")].join("\n")).unwrap();
     let held = dir.join("held.txt");
-    std::fs::write(&held, "# the held-out repositories\nacme/two  # a comment\n\n").unwrap();
+    // Spelled as GitHub would accept it: names ignore case.
+    std::fs::write(&held, "# the held-out repositories\nAcme/Two  # a comment\n\n").unwrap();
     let (train, heldout) = (dir.join("train.jsonl"), dir.join("heldout.jsonl"));
     let d = |p: &Path| p.to_str().unwrap().to_string();
     let ids = |p: &Path| read_jsonl(p).iter().map(|t| format!("{}@{}", t["instance_id"].as_str().unwrap(), t["repo"].as_str().unwrap())).collect::<Vec<_>>();
@@ -185,6 +186,7 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
     assert_eq!(ids(&train), ["one-1@acme/one", "one-2@acme/one", "three-1@acme/three"]);
     assert_eq!(ids(&heldout), ["two-1@acme/two", "two-2@acme/two"]);
     assert!(err.contains("2 tasks of SWE-bench's repositories left out of training"), "{err}");
+    assert!(err.contains("1 tasks repeated word for word"), "{err}");
 
     let err = split(&["--max-statement-chars", "100"]);
     assert_eq!(ids(&train), ["one-1@acme/one", "three-1@acme/three"], "the long statement is dropped");
@@ -202,4 +204,113 @@ fn tasks_split_by_repository_keeps_swe_bench_out_of_training() {
     std::fs::write(&held, "not-a-repo\n").unwrap();
     let out = fusegrpo(&["tasks", "split", "--input", &d(&a), "--heldout-repos", &d(&held), "--train", &d(&train), "--heldout", &d(&heldout)]);
     assert!(!out.status.success() && stderr(&out).contains("held.txt:1"), "{}", stderr(&out));
+}
+
+#[test]
+fn tasks_split_refuses_an_id_repeated_with_other_contents_and_a_heldout_name_that_matches_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, held) = (dir.join("a.jsonl"), dir.join("b.jsonl"), dir.join("held.txt"));
+    std::fs::write(&a, [task("one-1", "acme/one", "short"), task("two-1", "Acme/Two", "short")].join("\n")).unwrap();
+    std::fs::write(&b, task("one-1", "acme/three", "short")).unwrap();
+    std::fs::write(&held, "acme/two\n").unwrap();
+    let (train, heldout) = (dir.join("train.jsonl"), dir.join("heldout.jsonl"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let split = |inputs: &[&Path]| {
+        let mut args = vec!["tasks".to_string(), "split".into(), "--input".into()];
+        args.extend(inputs.iter().map(|p| d(p)));
+        args.extend(["--heldout-repos".into(), d(&held), "--train".into(), d(&train), "--heldout".into(), d(&heldout)]);
+        fusegrpo(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = split(&[&a, &b]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("b.jsonl:1") && err.contains("one-1") && err.contains("a.jsonl:1"), "{err}");
+    assert!(!train.exists() && !heldout.exists(), "nothing written");
+    // Within one file: refused by line.
+    std::fs::write(&b, [task("x-1", "acme/one", "short"), task("x-1", "acme/one", "other")].join("\n")).unwrap();
+    let out = split(&[&b]);
+    assert!(!out.status.success() && stderr(&out).contains("b.jsonl:2"), "{}", stderr(&out));
+    // `acme/two` holds out `Acme/Two`'s tasks.
+    let out = split(&[&a]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(read_jsonl(&heldout).len(), 1);
+    assert_eq!(read_jsonl(&train).len(), 1);
+    // A held-out name that matches no task is a typo, not an empty split.
+    std::fs::write(&held, "acme/two\nacme/tow\n").unwrap();
+    let out = split(&[&a]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("acme/tow") && err.contains("match no task"), "{err}");
+}
+
+#[test]
+fn tasks_import_refuses_repeated_and_empty_ids_before_any_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let input = dir.join("rows.jsonl");
+    let out = dir.join("tasks.jsonl");
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    let import = |format: &str| fusegrpo(&["tasks", "import", "--format", format, "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out)]);
+    std::fs::write(&input, [row("calc.a", "o/calc", &base, &bug_add, &[]), row("calc.b", "o/calc", &base, &bug_sub, &[]), row("calc.a", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    for format in ["swe-smith", "swe-bench"] {
+        let run = import(format);
+        let err = stderr(&run);
+        assert!(!run.status.success() && err.contains("rows.jsonl:3") && err.contains("calc.a") && err.contains("line 1"), "{format}: {err}");
+        assert!(!out.exists(), "{format}: nothing written");
+    }
+    assert!(git(&dir.join("repos/o__calc"), &["for-each-ref", "refs/fusegrpo"]).is_empty(), "no row was imported");
+    std::fs::write(&input, [row("calc.a", "o/calc", &base, &bug_add, &[]), row("", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    let run = import("swe-gym");
+    let err = stderr(&run);
+    assert!(!run.status.success() && err.contains("rows.jsonl:2") && err.contains("instance_id") && err.contains("empty"), "{err}");
+}
+
+#[test]
+fn tasks_import_swe_bench_skips_a_fix_that_does_not_apply_by_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let fix = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let stale = fix.replace("-    return a - b", "-    return a - b - 0");
+    assert_ne!(stale, fix);
+    let input = dir.join("bench.jsonl");
+    std::fs::write(&input, [row("calc-1", "o/calc", &base, &fix, &[]), row("calc-2", "o/calc", &base, &stale, &[])].join("\n")).unwrap();
+    let out = dir.join("tasks.jsonl");
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    for format in ["swe-bench", "swe-gym"] {
+        let run = fusegrpo(&["tasks", "import", "--format", format, "--input", &d(&input), "--repos-dir", &d(&dir.join("repos")), "--out", &d(&out)]);
+        let err = stderr(&run);
+        assert!(run.status.success(), "{err}");
+        assert!(err.contains("skipped calc-2 (") && err.contains("bench.jsonl:2") && err.contains("does not apply"), "{format}: {err}");
+        assert!(err.contains("1 of 2 rows imported"), "{err}");
+        let ids: Vec<String> = read_jsonl(&out).iter().map(|t| t["instance_id"].as_str().unwrap().to_string()).collect();
+        assert_eq!(ids, ["calc-1"], "{format}");
+    }
+}
+
+#[test]
+fn swe_smith_ids_that_clean_alike_both_evaluate_after_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let base = calc_repo(dir);
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let input = dir.join("rows.jsonl");
+    std::fs::write(&input, [row("col x", "o/calc", &base, &bug_add, &[]), row("col_x", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
+    let (out, repos) = (dir.join("tasks.jsonl"), dir.join("repos"));
+    let d = |p: &Path| p.to_str().unwrap().to_string();
+    fusegrpo_ok(&["tasks", "import", "--format", "swe-smith", "--input", &d(&input), "--repos-dir", &d(&repos), "--out", &d(&out)]);
+    let work = repos.join("o__calc");
+    let refs = git(&work, &["for-each-ref", "--format=%(refname)", "refs/fusegrpo"]);
+    assert_eq!(refs.lines().count(), 2, "one ref per id: {refs}");
+    git(&work, &["gc", "--prune=now", "-q"]);
+    fusegrpo_ok(&["init-tiny", "--out", &d(&dir.join("model")), "--small-vocab", "1024", "--seed", "2"]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, "name = \"e2e\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 3\nmax_turn_tokens = 16\n").unwrap();
+    let episodes = dir.join("episodes.jsonl");
+    fusegrpo_ok(&["eval", "--config", &d(&cfg), "--tasks", &d(&out), "--policy", "scripted", "--group", "1", "--out", &d(&episodes)]);
+    let ids: Vec<String> = read_jsonl(&episodes).iter().map(|e| e["task_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, ["col x", "col_x"]);
 }

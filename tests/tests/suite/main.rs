@@ -8,6 +8,7 @@ mod cli_localize;
 mod cli_lora;
 mod cli_model;
 mod cli_no_data_loss;
+mod cli_outputs;
 mod cli_pipeline;
 mod cli_plot;
 mod cli_practice;

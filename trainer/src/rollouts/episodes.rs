@@ -104,6 +104,48 @@ pub fn run_policy_resumable(
     Ok(done)
 }
 
+/// Why `line` is not an episode, naming the field where that can be told:
+/// not JSON at all (NaN and Infinity are not JSON numbers), a score number
+/// that is null or missing, a field missing, or serde's reason with the key
+/// before the position it stopped at.
+fn why_not_an_episode(line: &str, err: &serde_json::Error) -> String {
+    const WHAT: &str = "not an episode line (fusegrpo synth/rollout output)";
+    let value: serde_json::Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) if ["NaN", "Infinity"].iter().any(|w| line.contains(w)) => {
+            return format!("{WHAT}: not JSON ({e}): NaN and Infinity are not JSON numbers, and every score must be a finite number")
+        }
+        Err(e) => return format!("{WHAT}: not JSON ({e})"),
+    };
+    let score = &value["score"];
+    if score.is_object() {
+        for field in ["f1_file", "f1_func", "f1", "e", "reward"] {
+            if !score[field].is_number() {
+                let got = if score[field].is_null() && score.get(field).is_none() { "missing".to_string() } else { score[field].to_string() };
+                return format!("{WHAT}: score.{field} is {got}: expected a finite number");
+            }
+        }
+    }
+    if let Some(map) = value.as_object() {
+        let required = ["task_id", "sample", "tokens", "loss_mask", "logprobs", "prompt_tokens", "turns", "phase", "answer", "seconds"];
+        if let Some(field) = required.iter().find(|k| !map.contains_key(**k)) {
+            return format!("{WHAT}: field `{field}` is missing");
+        }
+    }
+    match key_before(line, err.column()) {
+        Some(key) => format!("{WHAT}: at `{key}`: {err}"),
+        None => format!("{WHAT}: {err}"),
+    }
+}
+
+/// The last `"key":` of `line` that starts before 1-based `column`.
+fn key_before(line: &str, column: usize) -> Option<&str> {
+    let head = line.get(..column.min(line.len()))?;
+    let colon = head.rfind("\":")?;
+    let open = head[..colon].rfind('"')?;
+    Some(&head[open + 1..colon])
+}
+
 /// The whole chunks of a partial episode file (see [`run_policy_resumable`]),
 /// rewritten without what follows them; empty when there is no file.
 fn read_whole_chunks(partial: &Path, tasks: &[Task], group: usize, chunk: usize) -> Result<Vec<Episode>> {
@@ -147,7 +189,11 @@ pub fn read(path: &Path) -> Result<Vec<Episode>> {
         if line.trim().is_empty() {
             continue;
         }
-        let e: Episode = serde_json::from_str(&line).with_context(|| format!("{}:{}: not an episode line (fusegrpo synth/rollout output)", path.display(), n + 1))?;
+        let e: Episode = serde_json::from_str(&line).map_err(|err| anyhow::anyhow!("{}:{}: {}", path.display(), n + 1, why_not_an_episode(&line, &err)))?;
+        if let Some((field, value, range)) = e.score.as_ref().and_then(|s| s.out_of_range()) {
+            // As JSON writes it (1e300, not 300 digits).
+            anyhow::bail!("{}:{}: score.{field} is {}: expected {range}", path.display(), n + 1, serde_json::json!(value));
+        }
         anyhow::ensure!(
             e.tokens.len() == e.loss_mask.len(),
             "{}:{}: {} tokens but {} loss-mask entries",

@@ -8,6 +8,7 @@ mod checkpoints;
 mod configs;
 mod device;
 mod engine_sync;
+mod files;
 mod fused_logprobs;
 mod gguf_import;
 mod grpo_learning;
