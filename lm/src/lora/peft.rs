@@ -160,7 +160,7 @@ pub fn export(src: &Path, dst: &Path, dtype: DType) -> Result<u64> {
 
 /// [`export`]'s writing: the tensors in `dtype` and PEFT's files into
 /// `tmp`, renamed to `dst`.
-fn write_export(src: &Path, tmp: &Path, dst: &Path, loaded: std::collections::HashMap<String, Tensor>, dtype: DType) -> Result<()> {
+fn write_export(src: &Path, tmp: &Path, dst: &Path, loaded: Vec<(String, Tensor)>, dtype: DType) -> Result<()> {
     let mut tensors: Vec<(String, Tensor)> = loaded.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     let refs: Vec<(String, &Tensor)> = tensors.iter().map(|(k, t)| (k.clone(), t)).collect();
