@@ -74,11 +74,23 @@ failures=0
 echo "| case | expected | exit | first line of the message |"
 echo "|---|---|---|---|"
 # check NAME EXPECTED_STATUS same|- COMMAND...
+# With `inputs="FILE..."` set before it, those files must also be
+# byte-identical afterwards (reset after each check); with `leak=TEXT`,
+# the output must not contain TEXT; with `expect=TEXT`, stdout must.
+inputs=""
+leak=""
+expect=""
 check() {
     local name=$1 want=$2 keep=$3; shift 3
-    local before="" status=0
+    local before="" status=0 kept=""
     [ "$keep" = same ] && before=$(fingerprint run; fingerprint sftrun)
-    timeout 60 "$@" > out.txt 2> err.txt < /dev/null || status=$?
+    [ -n "$inputs" ] && kept=$(md5sum $inputs)
+    if declare -F "$1" > /dev/null; then
+        # A shell function of this script (exported below): timeout runs it in bash.
+        timeout 60 bash -c '"$@"' _ "$@" > out.txt 2> err.txt < /dev/null || status=$?
+    else
+        timeout 60 "$@" > out.txt 2> err.txt < /dev/null || status=$?
+    fi
     local line
     line=$( (grep -v '^\s*$' err.txt || true) | head -1 | cut -c1-220 | sed 's/|/\\|/g')
     [ -n "$line" ] || line=$(head -c 220 out.txt | head -1 | sed 's/|/\\|/g')
@@ -87,6 +99,10 @@ check() {
     [ "$status" = 124 ] && bad="hung (60 s)"
     grep -q "panicked" err.txt && bad="panicked"
     if [ "$keep" = same ] && [ "$before" != "$(fingerprint run; fingerprint sftrun)" ]; then bad="changed the run folder"; fi
+    if [ -n "$inputs" ] && [ "$kept" != "$(md5sum $inputs)" ]; then bad="changed an input ($inputs)"; fi
+    if [ -n "$leak" ] && grep -q "$leak" out.txt err.txt; then bad="read outside the repository"; fi
+    if [ -n "$expect" ] && ! grep -q "$expect" out.txt; then bad="no $expect in the output"; fi
+    inputs=""; leak=""; expect=""
     if [ -n "$bad" ]; then failures=$((failures + 1)); line="**$bad** $line"; fi
     echo "| $name | $want | $status | ${line//$w\//} |"
 }
@@ -183,6 +199,63 @@ check "tool: read_file reversed range (error text for the model)" 0 same $B tool
 check "tool: path escaping the repository (error text for the model)" 0 same $B tool --repos-dir repos --repo practice/shop --commit "$commit" --call '{"name": "read_file", "arguments": {"path": "../../etc/passwd"}}'
 check "tool: unknown commit" 1 same $B tool --repos-dir repos --repo practice/shop --commit 0000000 --call '{"name": "glob", "arguments": {"pattern": "*"}}'
 check "pipeline: config without [pipeline]" 1 same $B pipeline --config cfg.toml --out pipe
+
+# Issue 52: nothing escapes, nothing lost.
+# A committed folder replaced by a symlink to a folder outside the repository.
+mkdir -p outside && echo SECRET_42 > outside/passwd
+git init -q sym && (cd sym && echo 'x = 1' > a.py && mkdir -p sub deep/er && echo placeholder > sub/passwd && echo placeholder > deep/er/passwd \
+    && git add -A && git -c user.name=t -c user.email=t@t commit -qm init && rm -rf sub deep/er && ln -s "$w/outside" sub && ln -s "$w/outside" deep/er)
+echo "SECRET_42 is wrong in passwd" > issue.txt
+printf '%s\n' 'name = "loc"' '[model]' 'path = "model"' '[env]' 'repos_dir = "repos"' '[episode]' 'max_turns = 4' 'max_turn_tokens = 400' 'max_total_tokens = 16000' > loc.toml
+leak=SECRET_42
+check "localize: a folder replaced by a symlink is not followed" 0 same $B localize --config loc.toml --policy scripted --repo sym --issue issue.txt
+mcp_read() { printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}' "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"$1\",\"arguments\":$2}}" \
+    | { cat; sleep 2; } | $B mcp --config loc.toml --policy scripted --repo sym; }
+export -f mcp_read
+export B
+for call in 'read_file {"path":"sub/passwd"}' 'read_file {"path":"deep/er/passwd"}' 'grep {"pattern":"SECRET_42"}' 'glob {"pattern":"**/passwd"}'; do
+    leak=SECRET_42
+    [ "${call%% *}" = glob ] && leak='sub/passwd\|er/passwd'
+    expect='"id":2,'
+    check "mcp $call through a symlinked folder" 0 same mcp_read "${call%% *}" "${call#* }"
+done
+# Outputs that are inputs.
+cp tasks.jsonl tasks.bak
+inputs=tasks.jsonl
+check "outputs: eval --out is --tasks" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --out ./tasks.jsonl
+inputs=tasks.jsonl
+check "outputs: tasks import --out is --input" 1 same $B tasks import --format swe-bench --input tasks.jsonl --repos-dir repos --out tasks.jsonl
+echo practice/shop > held.txt
+inputs="tasks.jsonl held.txt"
+check "outputs: tasks split --train is --heldout" 1 same $B tasks split --input tasks.jsonl --heldout-repos held.txt --train o.jsonl --heldout o.jsonl
+[ -e o.jsonl ] && { echo "tasks split wrote o.jsonl" >&2; failures=$((failures + 1)); }
+cp tasks.bak tasks.jsonl   # the cases below need it whole, whatever happened above
+echo Practice/Nope > nope.txt
+check "tasks split: a held-out name that matches nothing" 1 same $B tasks split --input tasks.jsonl --heldout-repos nope.txt --train a.jsonl --heldout b.jsonl
+# Imports and task files.
+(head -1 tasks.jsonl; head -1 tasks.jsonl) > dupid.jsonl
+check "tasks: a repeated instance_id" 1 same $B eval --config cfg.toml --tasks dupid.jsonl --policy scripted
+check "tasks import: a repeated instance_id" 1 same $B tasks import --format swe-bench --input dupid.jsonl --repos-dir repos --out dupimp.jsonl
+taskvariant noid.jsonl 't["instance_id"] = ""'
+check "tasks: an empty instance_id" 1 same $B eval --config cfg.toml --tasks noid.jsonl --policy scripted
+check "eval: --out under a file (before any episode)" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --out tasks.jsonl/e.jsonl
+python3 -c "import json;r=json.loads(open('traj.jsonl').readline());r['score']['reward']=1e300;print(json.dumps(r))" > huge.jsonl
+check "compare: a reward out of range" 1 same $B compare traj.jsonl huge.jsonl
+# A closed stderr: the job's status, no panic (101).
+closed_stderr() { "$@" 2>&1 >/dev/null | true; return "${PIPESTATUS[0]}"; }
+export -f closed_stderr
+taskvariant badcommit.jsonl 't["base_commit"] = "0" * 40'
+check "stderr a closed pipe (a refused task file)" 1 same closed_stderr $B eval --config cfg.toml --tasks badcommit.jsonl --policy scripted
+# Adapters and configs.
+printf '[sft]\nepochs = 1\nbatch_rows = 1\n[sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\n[lora]\nr = 4\nalpha = 8\n' | cat cfg.toml - > lora.toml
+$B sft --config lora.toml --data traj.jsonl --out lrun --max-steps 1 2>/dev/null
+cp -r lrun/step_00000001 r8 && sed -i 's/"r": 4/"r": 8/' r8/adapter_config.json
+check "export-adapter: r disagrees with the tensors" 1 same $B export-adapter --adapter r8 --out exported
+[ -e exported ] && { echo "export-adapter wrote exported/" >&2; failures=$((failures + 1)); }
+check "export-adapter: a model folder as --adapter" 1 same $B export-adapter --adapter model --out exported
+printf 'extends = "nope.toml"\nname = "x"\n' > ext.toml
+check "config: extends a missing file" 1 same $B train --config ext.toml --out run
 
 echo
 if [ "$failures" -gt 0 ]; then
