@@ -4,8 +4,11 @@
 //! follow-up. The model loads once, on a worker thread that serves the
 //! localizations one at a time (further calls queue); a call with a
 //! progress token gets a progress notification after each attempt. Every
-//! bad input is a tool error (`isError`), never a dead server. Logs go to
+//! bad input is a tool error (`isError`), never a dead server; every
+//! malformed frame gets a JSON-RPC error reply ([`frames`]). Logs go to
 //! stderr: stdout carries only the protocol.
+
+pub mod frames;
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -293,11 +296,17 @@ pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::Polic
     }
     let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let service = server.serve(rmcp::transport::stdio()).await.context("the MCP handshake")?;
+    let served = runtime.block_on(async move {
+        let (transport, writer) = frames::transport(tokio::io::stdin(), tokio::io::stdout());
+        let service = server.serve(transport).await.context("the MCP handshake")?;
         service.waiting().await.context("serving MCP")?;
+        // Every reply queued before the end is written before the exit.
+        let _ = writer.await;
         anyhow::Ok(())
-    })?;
+    });
+    // A read of stdin still blocked on its thread must not hold the exit.
+    runtime.shutdown_background();
+    served?;
     drop(worker);
     Ok(())
 }
