@@ -154,3 +154,192 @@ fn mcp_answers_every_malformed_frame_with_its_json_rpc_error() {
     let refused = stderr.lines().filter(|l| l.contains("refused")).count();
     assert_eq!(refused, frames.len() + 1, "one log line per refused frame:\n{stderr}");
 }
+
+/// splitmix64: the fuzz's seeded draws.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+    /// A byte that is not a newline (which would split the frame).
+    fn byte(&mut self) -> u8 {
+        match self.next() as u8 {
+            b'\n' => b'?',
+            b => b,
+        }
+    }
+}
+
+/// A request whose `"id"` comes first, so that whatever breaks after it,
+/// the id can still be read.
+fn with_id(id: &Value, rest: &str) -> Vec<u8> {
+    format!("{{\"id\":{id},{rest}").into_bytes()
+}
+
+/// One fuzz frame and the ids it carries (each must get one reply).
+fn fuzz_frame(d: &mut Draw, next_id: &mut u64) -> (Vec<u8>, Vec<Value>) {
+    let mut id = || {
+        *next_id += 1;
+        if *next_id % 3 == 0 {
+            json!(format!("s-{next_id}"))
+        } else {
+            json!(*next_id)
+        }
+    };
+    let patterns = ["compute_tax", "(", "[a-", "a{99999}", ".*", "\\\\d+", "x|y", "\\\\u{10FFFF}"];
+    let paths = ["shop/tax.py", "../../etc/passwd", "/etc/passwd", "shop", "nope.py", "shop/\\u0000x", ""];
+    let call = |name: &str, args: &str| format!(r#""jsonrpc":"2.0","method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#);
+    let good = |d: &mut Draw| -> String {
+        match d.below(5) {
+            0 => r#""jsonrpc":"2.0","method":"tools/list"}"#.to_string(),
+            1 => r#""jsonrpc":"2.0","method":"ping"}"#.to_string(),
+            2 => call("grep", &format!(r#"{{"pattern":"{}"}}"#, d.pick(&patterns))),
+            3 => call("read_file", &format!(r#"{{"path":"{}","start_line":{}}}"#, d.pick(&paths), d.below(5))),
+            _ => call("glob", &format!(r#"{{"pattern":"{}"}}"#, d.pick(&["**/*.py", "[", "*", "{a,b"]))),
+        }
+    };
+    match d.below(16) {
+        0..=2 => {
+            let i = id();
+            (with_id(&i, &good(d)), vec![i])
+        }
+        3 => {
+            let i = id();
+            let mut f = with_id(&i, &good(d));
+            let prefix = format!("{{\"id\":{i},").len();
+            f.truncate(prefix + d.below(f.len() - prefix));
+            (f, vec![i])
+        }
+        4 | 5 => {
+            let i = id();
+            let mut f = with_id(&i, &good(d));
+            let prefix = format!("{{\"id\":{i},").len();
+            for _ in 0..=d.below(3) {
+                let at = prefix + d.below(f.len() - prefix);
+                f[at] = d.byte();
+            }
+            (f, vec![i])
+        }
+        6 => {
+            let i = id();
+            let bad = d.pick(&["\\ud800", "\\udfff x", "\u{0}", "\\u12"]).to_string();
+            (with_id(&i, &call("grep", &format!(r#"{{"pattern":"a{bad}"}}"#))), vec![i])
+        }
+        7 => {
+            let i = id();
+            let mut f = with_id(&i, &call("read_file", r#"{"path":"shop/@"}"#));
+            let at = f.iter().position(|&b| b == b'@').unwrap();
+            f[at] = *d.pick(&[0xff, 0xc3, 0x80, 0xed]);
+            (f, vec![i])
+        }
+        8 => {
+            let i = id();
+            let v = d.pick(&["\"1.0\"", "2.0", "null", "\"2.0 \""]).to_string();
+            (with_id(&i, &format!(r#""jsonrpc":{v},"method":"tools/list"}}"#)), vec![i])
+        }
+        9 => {
+            let i = id();
+            let params = d.pick(&["", r#","params":null"#, r#","params":7"#, r#","params":{"arguments":{}}"#, r#","params":{"name":5}"#, r#","params":{"name":"grep","arguments":"x"}"#, r#","params":{"name":"grep","arguments":[]}"#]);
+            (with_id(&i, &format!(r#""jsonrpc":"2.0","method":"tools/call"{params}}}"#)), vec![i])
+        }
+        10 => {
+            let ids: Vec<Value> = (0..=d.below(3)).map(|_| id()).collect();
+            let members: Vec<String> = ids.iter().map(|i| String::from_utf8(with_id(i, &good(d))).unwrap()).collect();
+            (format!("[{}]", members.join(",")).into_bytes(), ids)
+        }
+        11 => {
+            let i = id();
+            let method = d.pick(&["tools/frobnicate", "", "notifications/initialized", "initialize", "resources/list", "tools/list\u{0}"]).to_string();
+            let params = d.pick(&["", r#","params":{}"#, r#","params":5"#, r#","params":[1,2]"#]).to_string();
+            (with_id(&i, &format!(r#""jsonrpc":"2.0","method":"{method}"{params}}}"#)), vec![i])
+        }
+        12 => {
+            let i = id();
+            let mut f = with_id(&i, &good(d));
+            f.extend_from_slice(d.pick(&[" x", "}", ",", "{}", "\u{0}"]).as_bytes());
+            (f, vec![i])
+        }
+        13 => {
+            let i = id();
+            let depth = 100 + d.below(400);
+            (with_id(&i, &format!(r#""jsonrpc":"2.0","method":"tools/list","params":{{"x":{}{}}}}}"#, "[".repeat(depth), "]".repeat(depth))), vec![i])
+        }
+        14 => {
+            let n = d.below(200);
+            ((0..n).map(|_| d.byte()).collect(), Vec::new())
+        }
+        _ => {
+            let f = d.pick(&[
+                r#"{"jsonrpc":"2.0","method":"notifications/frobnicated"}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"never-sent"}}"#,
+                r#"{"jsonrpc":"2.0","method":"$/lsp"}"#,
+                r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#,
+                "   ",
+                "",
+            ]);
+            (f.as_bytes().to_vec(), Vec::new())
+        }
+    }
+}
+
+/// The acceptance fuzz of issue 52: 300 seeded random and malformed frames
+/// after the handshake. Every frame with an id gets exactly one reply,
+/// nothing hangs (all within a time bound), stdout stays JSON-RPC, and the
+/// server still answers `tools/list` after it and exits cleanly.
+#[test]
+fn mcp_frame_fuzz_leaves_no_id_unanswered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let mut mcp = Mcp::start(&cfg, &tmp.path().join("repos/acme__shop"), "scripted");
+    let seed = std::env::var("FUSEGRPO_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(52);
+    let mut d = Draw(seed);
+    let mut next_id = 1000;
+    let mut expected: Vec<Value> = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..300 {
+        let (frame, ids) = fuzz_frame(&mut d, &mut next_id);
+        mcp.send_raw(&frame);
+        expected.extend(ids);
+    }
+    mcp.send(json!({"jsonrpc": "2.0", "id": "final", "method": "tools/list"}));
+    expected.push(json!("final"));
+    let deadline = t0 + Duration::from_secs(60);
+    let mut answered: Vec<Value> = Vec::new();
+    let mut unanswered = expected.len();
+    while unanswered > 0 {
+        let Some(r) = mcp.next(deadline.saturating_duration_since(Instant::now())) else { break };
+        assert_eq!(r["jsonrpc"], "2.0", "{r}");
+        assert!(r.get("result").is_some() != r.get("error").is_some(), "a result or an error: {r}");
+        if r["id"] == "final" {
+            assert!(r["result"]["tools"].as_array().is_some_and(|t| t.len() == 4), "{r}");
+        }
+        if !r["id"].is_null() {
+            if expected.contains(&r["id"]) && !answered.contains(&r["id"]) {
+                unanswered -= 1;
+            }
+            answered.push(r["id"].clone());
+        }
+    }
+    let missing: Vec<&Value> = expected.iter().filter(|e| !answered.contains(e)).collect();
+    assert!(missing.is_empty(), "seed {seed}: no reply to ids {missing:?} of {} within the bound", expected.len());
+    let mut sorted: Vec<String> = answered.iter().map(Value::to_string).collect();
+    sorted.sort();
+    let n = sorted.len();
+    sorted.dedup();
+    assert_eq!(sorted.len(), n, "seed {seed}: an id answered twice");
+    println!("seed {seed}: {} ids answered in {:.2?}", answered.len(), t0.elapsed());
+    let (status, stderr) = mcp.finish();
+    assert!(status.success(), "{stderr}");
+}
