@@ -29,6 +29,10 @@ use serde::Deserialize;
 use crate::localize::{localize, Request};
 use crate::rollouts::{with_policy, TeacherOpts};
 
+/// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
+/// `select`); a longer one is refused by its length, not echoed.
+pub const MAX_ARGUMENT_BYTES: usize = 4096;
+
 /// A localization for the worker, and where its progress and result go.
 struct Job {
     request: Request,
@@ -119,6 +123,15 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
+/// Refuses a string argument over [`MAX_ARGUMENT_BYTES`], saying its
+/// length and the cap (never its text).
+fn check_lengths(arguments: &[(&str, Option<&str>)]) -> std::result::Result<(), CallToolResult> {
+    match arguments.iter().find_map(|(name, v)| v.filter(|v| v.len() > MAX_ARGUMENT_BYTES).map(|v| (name, v.len()))) {
+        Some((name, len)) => Err(tool_error(format!("`{name}` is {len} bytes long; arguments are capped at {MAX_ARGUMENT_BYTES} bytes"))),
+        None => Ok(()),
+    }
+}
+
 impl Server {
     fn repo(&self, given: Option<String>) -> std::result::Result<PathBuf, CallToolResult> {
         given
@@ -129,6 +142,10 @@ impl Server {
 
     /// Runs one sandboxed tool on the repository's snapshot.
     async fn sandboxed(&self, name: &str, arguments: serde_json::Value, repo: Option<String>, rev: Option<String>) -> CallToolResult {
+        let strings: Vec<(&str, Option<&str>)> = ["path", "glob"].iter().map(|k| (*k, arguments.get(*k).and_then(|v| v.as_str()))).collect();
+        if let Err(e) = check_lengths(&strings).and_then(|()| check_lengths(&[("repo", repo.as_deref()), ("rev", rev.as_deref())])) {
+            return e;
+        }
         let repo = match self.repo(repo) {
             Ok(r) => r,
             Err(e) => return e,
@@ -163,6 +180,9 @@ impl Server {
         meta: RequestMetaObject,
         client: Peer<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
+        if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref())]) {
+            return Ok(e);
+        }
         let repo = match self.repo(p.repo) {
             Ok(r) => r,
             Err(e) => return Ok(e),

@@ -91,6 +91,10 @@ impl Mcp {
         }
     }
 
+    fn call(id: Value, tool: &str, arguments: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+    }
+
     /// Closes stdin; the exit status (the server must exit within 30 s)
     /// and stderr.
     fn finish(mut self) -> (ExitStatus, String) {
@@ -153,6 +157,32 @@ fn mcp_answers_every_malformed_frame_with_its_json_rpc_error() {
     assert!(status.success(), "{stderr}");
     let refused = stderr.lines().filter(|l| l.contains("refused")).count();
     assert_eq!(refused, frames.len() + 1, "one log line per refused frame:\n{stderr}");
+}
+
+/// A 10 MB `path` is refused by its length and the cap, not echoed (the
+/// reply carried the whole path back); `repo` and `rev` likewise.
+#[test]
+fn mcp_refuses_over_long_arguments_without_echoing_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let mut mcp = Mcp::start(&cfg, &tmp.path().join("repos/acme__shop"), "scripted");
+    let long = "a/".repeat(5 << 20);
+    let cases = [
+        ("read_file", json!({"path": long})),
+        ("grep", json!({"pattern": "x", "path": long})),
+        ("glob", json!({"pattern": "*", "rev": long})),
+        ("localize", json!({"issue": "x", "repo": long})),
+    ];
+    for (i, (tool, arguments)) in cases.into_iter().enumerate() {
+        mcp.send(Mcp::call(json!(i), tool, arguments));
+        let r = mcp.reply(&json!(i), Duration::from_secs(30));
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        assert_eq!(r["result"]["isError"], true, "{tool}: {}", &text[..text.len().min(300)]);
+        assert!(r.to_string().len() < 1000, "{tool}: a reply of {} bytes", r.to_string().len());
+        assert!(text.contains("10485760 bytes long; arguments are capped at 4096 bytes"), "{tool}: {text}");
+    }
+    mcp.send(Mcp::call(json!("ok"), "read_file", json!({"path": "shop/tax.py"})));
+    assert!(mcp.reply(&json!("ok"), Duration::from_secs(30))["result"]["content"][0]["text"].as_str().unwrap().contains("compute_tax"));
 }
 
 /// splitmix64: the fuzz's seeded draws.
