@@ -3,30 +3,35 @@
 //! three sandboxed tools (`grep`, `glob`, `read_file`) for their own
 //! follow-up. The model loads once, on a worker thread that serves the
 //! localizations one at a time (further calls queue); a call with a
-//! progress token gets a progress notification after each attempt. Every
-//! bad input is a tool error (`isError`), never a dead server; every
-//! malformed frame gets a JSON-RPC error reply ([`frames`]). Logs go to
-//! stderr: stdout carries only the protocol.
+//! progress token gets a progress notification after each attempt, and a
+//! call the client cancels (`notifications/cancelled`) is skipped if still
+//! queued, or stopped before the model's next token (a policy that does not
+//! generate tokens here: at its next turn). Every bad input is a tool
+//! error (`isError`), never a dead server; every malformed frame gets a
+//! JSON-RPC error reply ([`frames`]). Logs go to stderr: stdout carries
+//! only the protocol.
 
 pub mod frames;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use anyhow::{Context, Result};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
+    CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, ServerCapabilities,
 };
-use rmcp::{tool, tool_handler, tool_router, Peer, RoleServer, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
 use rollout::localize::Localization;
 use rollout::toolcall::ToolCall;
 use rollout::tools::ToolRunner;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::localize::{localize, Request};
+use crate::localize::{localize_until, Request};
 use crate::rollouts::{with_policy, TeacherOpts};
 
 /// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
@@ -34,8 +39,12 @@ use crate::rollouts::{with_policy, TeacherOpts};
 pub const MAX_ARGUMENT_BYTES: usize = 4096;
 
 /// A localization for the worker, and where its progress and result go.
+/// `cancel` is set once the call's handler is done with it (answered, or
+/// cancelled by the client): the worker then never starts the job, or
+/// stops it before the model's next token.
 struct Job {
     request: Request,
+    cancel: Arc<AtomicBool>,
     progress: tokio::sync::mpsc::UnboundedSender<(usize, usize)>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<Localization, String>>,
 }
@@ -119,6 +128,15 @@ pub struct Server {
     tools: Arc<ToolRunner>,
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
@@ -177,8 +195,7 @@ impl Server {
     async fn localize(
         &self,
         Parameters(p): Parameters<LocalizeParams>,
-        meta: RequestMetaObject,
-        client: Peer<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
         if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref())]) {
             return Ok(e);
@@ -198,13 +215,17 @@ impl Server {
         }
         let (progress, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let (reply, mut reply_rx) = tokio::sync::oneshot::channel();
-        let sent = self.jobs.lock().map_err(|_| ()).and_then(|jobs| jobs.send(Job { request, progress, reply }).map_err(|_| ()));
+        let cancel = Arc::new(AtomicBool::new(false));
+        // However this handler ends (a reply, the client's cancel, the
+        // server's end), its job stops.
+        let _stop = SetOnDrop(cancel.clone());
+        let sent = self.jobs.lock().map_err(|_| ()).and_then(|jobs| jobs.send(Job { request, cancel, progress, reply }).map_err(|_| ()));
         if sent.is_err() {
             return Ok(tool_error("the localizer's worker has stopped; restart the server"));
         }
-        let token = meta.get_progress_token();
+        let token = context.meta.get_progress_token();
         let notify = |(done, total): (usize, usize)| {
-            let client = client.clone();
+            let client = context.peer.clone();
             let token = token.clone();
             async move {
                 if let Some(token) = token {
@@ -219,6 +240,12 @@ impl Server {
             tokio::select! {
                 Some(p) = progress_rx.recv() => notify(p).await,
                 r = &mut reply_rx => break r,
+                () = context.ct.cancelled() => {
+                    // rmcp sends no response to a cancelled call; `_stop`
+                    // tells the worker to stop this job.
+                    tracing::info!(id = %context.id, "fusegrpo mcp: localize cancelled by the client");
+                    return Ok(tool_error("cancelled by the client"));
+                }
             }
         };
         // The worker sends every attempt's progress before its reply: what
@@ -297,10 +324,19 @@ pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::Polic
         let served = with_policy(&cfg, &policy, &TeacherOpts::default(), |policy, env| {
             let _ = ready_tx.send(Ok(()));
             for job in jobs_rx {
+                if job.cancel.load(Ordering::Relaxed) {
+                    tracing::info!("fusegrpo mcp: a cancelled localize call was dropped from the queue");
+                    continue;
+                }
                 let progress = job.progress.clone();
-                let result = localize(&cfg, policy, env, &job.request, &mut |done, total| {
+                let result = localize_until(&cfg, policy, env, &job.request, &mut |done, total| {
                     let _ = progress.send((done, total));
-                });
+                }, &job.cancel);
+                if let Err(e) = &result {
+                    if job.cancel.load(Ordering::Relaxed) {
+                        tracing::info!("fusegrpo mcp: a cancelled localize call stopped: {e:#}");
+                    }
+                }
                 let _ = job.reply.send(result.map_err(|e| format!("{e:#}")));
             }
             Ok(())

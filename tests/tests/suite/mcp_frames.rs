@@ -373,3 +373,46 @@ fn mcp_frame_fuzz_leaves_no_id_unanswered() {
     let (status, stderr) = mcp.finish();
     assert!(status.success(), "{stderr}");
 }
+
+/// A `localize` call the client cancels stops (issue 52: the next call
+/// waited 22.6 s): a running one before the model's next token, a queued
+/// one never starts, neither is answered, and the call queued after them
+/// is answered in a small part of the time an uncancelled call takes.
+#[test]
+fn mcp_cancelled_localize_stops_and_the_next_call_does_not_wait() {
+    let tmp = tempfile::tempdir().unwrap();
+    shop_world(tmp.path());
+    // Greedy, the tiny model never ends a turn: each attempt runs to max_turn_tokens.
+    let cfg = tmp.path().join("slow.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"slow\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n[episode]\nmax_turns = 2\nmax_turn_tokens = 8000\nmax_total_tokens = 16000\n[sampling]\ntemperature = 0.0\nseed = 3\n",
+    )
+    .unwrap();
+    let mut mcp = Mcp::start(&cfg, &tmp.path().join("repos/acme__shop"), "model");
+    let issue = "`compute_tax` uses a flat rate; it must depend on the region.";
+    let wait = Duration::from_secs(300);
+    let t0 = Instant::now();
+    mcp.send(Mcp::call(json!(1), "localize", json!({"issue": issue, "attempts": 4})));
+    let r = mcp.reply(&json!(1), wait);
+    let full = t0.elapsed();
+    assert_eq!(r["result"]["structuredContent"]["cost"]["policy_tokens"], 32000, "{r}");
+    mcp.send(Mcp::call(json!(2), "localize", json!({"issue": issue, "attempts": 4})));
+    mcp.send(Mcp::call(json!(3), "localize", json!({"issue": issue, "attempts": 4})));
+    std::thread::sleep(full / 8);
+    for id in [3, 2] {
+        mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "test"}}));
+    }
+    // A call the worker answers at once (its revision does not exist), once
+    // its turn in the queue comes.
+    let t1 = Instant::now();
+    mcp.send(Mcp::call(json!(4), "localize", json!({"issue": issue, "rev": "no-such-rev"})));
+    let r = mcp.reply(&json!(4), wait);
+    let next = t1.elapsed();
+    println!("an uncancelled call took {full:.2?}; the call queued after two cancelled ones was answered in {next:.2?}");
+    assert!(r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("no-such-rev")), "{r}");
+    assert!(next < full / 2, "the call after the cancelled ones waited {next:?}; an uncancelled call takes {full:?}");
+    mcp.send(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
+    mcp.reply(&json!(5), Duration::from_secs(30));
+    assert!(mcp.unclaimed.iter().all(|r| r["id"] != 2 && r["id"] != 3), "a cancelled call is not answered: {:?}", mcp.unclaimed);
+}
