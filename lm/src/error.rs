@@ -55,6 +55,9 @@ pub enum Error {
     OptimizerState { name: String, message: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// The caller asked to stop ([`crate::generate::generate_until`]).
+    #[error("generation cancelled after {tokens} tokens")]
+    Cancelled { tokens: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -46,6 +46,29 @@ pub fn generate_each<R: Rng>(
     prompts: &[Vec<u32>],
     cfg: &GenerateConfig,
     rng: &mut R,
+    on_done: impl FnMut(usize, &Generation) -> Result<()>,
+) -> Result<Vec<Generation>> {
+    generate_inner(model, prompts, cfg, rng, &|| false, on_done)
+}
+
+/// [`generate`] that stops before the next decode step once `cancelled()`
+/// says so (`serve`'s client hung up), with [`Error::Cancelled`].
+pub fn generate_until<R: Rng>(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    cfg: &GenerateConfig,
+    rng: &mut R,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Vec<Generation>> {
+    generate_inner(model, prompts, cfg, rng, cancelled, |_, _| Ok(()))
+}
+
+fn generate_inner<R: Rng>(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    cfg: &GenerateConfig,
+    rng: &mut R,
+    cancelled: &dyn Fn() -> bool,
     mut on_done: impl FnMut(usize, &Generation) -> Result<()>,
 ) -> Result<Vec<Generation>> {
     if let Some(i) = prompts.iter().position(Vec::is_empty) {
@@ -71,7 +94,7 @@ pub fn generate_each<R: Rng>(
     let next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
     let streams = (0..prompts.len() as u64).collect::<Vec<_>>();
     let draws = Draws { streams: DrawStreams::for_sampler(&cfg.sampler, rng), keys: &streams };
-    let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets, draws };
+    let step = DecodeStep { sampler: &cfg.sampler, stop_tokens: &cfg.stop_tokens, budgets: &budgets, draws, cancelled };
     decode(model, &mut cache, last, next_pos, &step, &mut out, |i, _, _, g| on_done(i, g))?;
     Ok(out)
 }
@@ -83,6 +106,8 @@ pub struct DecodeStep<'a> {
     /// New-token budget of each row (indexed like `out`).
     pub budgets: &'a [usize],
     pub draws: Draws<'a>,
+    /// Checked before each step: true stops the decode with [`Error::Cancelled`].
+    pub cancelled: &'a dyn Fn() -> bool,
 }
 
 /// Where each row's uniforms come from: its stream (indexed like `out`)
@@ -118,6 +143,9 @@ pub fn decode(
     // rows[b] = index into `out` of batch row b, None once that row is done.
     let mut rows: Vec<Option<usize>> = (0..out.len()).map(Some).collect();
     loop {
+        if (step.cancelled)() {
+            return Err(Error::Cancelled { tokens: out.iter().map(|g| g.ids.len()).sum() });
+        }
         let live: Vec<usize> = (0..rows.len()).filter(|&b| rows[b].is_some()).collect();
         let mut picks = sample_live(model, &last, &live, step, |b| (rows[b].expect("live"), next_pos[b]))?.into_iter();
         let mut fed = Vec::with_capacity(rows.len());
@@ -205,5 +233,24 @@ mod tests {
         let greedy = GenerateConfig { sampler: SamplerConfig::default(), ..cfg.clone() };
         generate(&model, &prompts, &greedy, &mut rng).unwrap();
         assert_eq!(rng.random::<u64>(), rand_chacha::ChaCha8Rng::seed_from_u64(4).random::<u64>(), "greedy draws nothing");
+    }
+
+    /// A generation whose caller gives up stops before the next decode
+    /// step, saying how many tokens it had made (serve's client hung up).
+    #[test]
+    fn a_cancelled_generation_stops_at_the_next_step() {
+        let model = tiny();
+        let prompts: Vec<Vec<u32>> = vec![vec![5, 6, 7], vec![9; 11]];
+        let cfg = GenerateConfig { max_new_tokens: 40, sampler: SamplerConfig::default(), stop_tokens: vec![] };
+        let checks = std::cell::Cell::new(0);
+        let cancelled = || {
+            checks.set(checks.get() + 1);
+            checks.get() > 3
+        };
+        let r = generate_until(&model, &prompts, &cfg, &mut rand_chacha::ChaCha8Rng::seed_from_u64(4), &cancelled);
+        assert!(matches!(r, Err(Error::Cancelled { tokens: 6 })), "{r:?}");
+        assert_eq!(checks.get(), 4, "no step after the cancel");
+        let whole = generate_until(&model, &prompts, &cfg, &mut rand_chacha::ChaCha8Rng::seed_from_u64(4), &|| false).unwrap();
+        assert!(whole.iter().all(|g| g.ids.len() == 40));
     }
 }

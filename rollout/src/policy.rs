@@ -56,6 +56,11 @@ pub trait Policy {
     /// The episode ended: release anything kept for it.
     fn finish(&mut self, _episode: u64) {}
 
+    /// Once `flag` is set, the current [`Policy::next_turns`] may end early
+    /// with an error (the driver then reports the run cancelled); `None`
+    /// forgets it. A policy that ignores it is stopped at turn boundaries.
+    fn interrupt_on(&mut self, _flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {}
+
     /// How many episodes may run at once (`None`: any number); the driver
     /// starts the others as earlier ones end. A model whose KV budget cannot
     /// keep every live episode's cache says so ([rollout] max_live_episodes),

@@ -6,11 +6,12 @@
 //! (`fusegrpo mcp`, [`crate::serve::mcp`]) both call [`localize`].
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::run_config::RunConfig;
 use anyhow::{bail, Result};
-use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::driver::{run_episodes_until, Env};
 use rollout::episode::Episode;
 use rollout::localize::Localization;
 use rollout::policy::Policy;
@@ -73,6 +74,20 @@ pub fn localize(
     r: &Request,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Localization> {
+    localize_until(cfg, policy, env, r, progress, &Arc::new(AtomicBool::new(false)))
+}
+
+/// [`localize`] that stops once `cancel` is set (the MCP client cancelled
+/// the call): before the model's next token, or at the next turn boundary
+/// ([`run_episodes_until`]), with an error.
+pub fn localize_until(
+    cfg: &RunConfig,
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    r: &Request,
+    progress: &mut dyn FnMut(usize, usize),
+    cancel: &Arc<AtomicBool>,
+) -> Result<Localization> {
     check_request(r)?;
     let (name, snap) = snapshot(r)?;
     let label = if r.rev.is_some() { snap.commit().to_string() } else { WORKTREE.to_string() };
@@ -98,7 +113,7 @@ pub fn localize(
     }
     let mut done = 0;
     let tasks = [task];
-    let episodes: Vec<Episode> = run_episodes(policy, env, &tasks, r.attempts, &cfg.episode, |_| {
+    let episodes: Vec<Episode> = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, |_| {
         done += 1;
         progress(done, r.attempts);
     })?;

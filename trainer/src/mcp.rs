@@ -3,32 +3,48 @@
 //! three sandboxed tools (`grep`, `glob`, `read_file`) for their own
 //! follow-up. The model loads once, on a worker thread that serves the
 //! localizations one at a time (further calls queue); a call with a
-//! progress token gets a progress notification after each attempt. Every
-//! bad input is a tool error (`isError`), never a dead server. Logs go to
-//! stderr: stdout carries only the protocol.
+//! progress token gets a progress notification after each attempt, and a
+//! call the client cancels (`notifications/cancelled`) is skipped if still
+//! queued, or stopped before the model's next token (a policy that does not
+//! generate tokens here: at its next turn). Every bad input is a tool
+//! error (`isError`), never a dead server; every malformed frame gets a
+//! JSON-RPC error reply ([`frames`]). Logs go to stderr: stdout carries
+//! only the protocol.
+
+pub mod frames;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use anyhow::{Context, Result};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
+    CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, ServerCapabilities,
 };
-use rmcp::{tool, tool_handler, tool_router, Peer, RoleServer, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
 use rollout::localize::Localization;
 use rollout::toolcall::ToolCall;
 use rollout::tools::ToolRunner;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::localize::{localize, Request};
+use crate::localize::{localize_until, Request};
 use crate::rollouts::{with_policy, TeacherOpts};
 
+/// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
+/// `select`); a longer one is refused by its length, not echoed.
+pub const MAX_ARGUMENT_BYTES: usize = 4096;
+
 /// A localization for the worker, and where its progress and result go.
+/// `cancel` is set once the call's handler is done with it (answered, or
+/// cancelled by the client): the worker then never starts the job, or
+/// stops it before the model's next token.
 struct Job {
     request: Request,
+    cancel: Arc<AtomicBool>,
     progress: tokio::sync::mpsc::UnboundedSender<(usize, usize)>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<Localization, String>>,
 }
@@ -112,8 +128,26 @@ pub struct Server {
     tools: Arc<ToolRunner>,
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// Refuses a string argument over [`MAX_ARGUMENT_BYTES`], saying its
+/// length and the cap (never its text).
+fn check_lengths(arguments: &[(&str, Option<&str>)]) -> std::result::Result<(), CallToolResult> {
+    match arguments.iter().find_map(|(name, v)| v.filter(|v| v.len() > MAX_ARGUMENT_BYTES).map(|v| (name, v.len()))) {
+        Some((name, len)) => Err(tool_error(format!("`{name}` is {len} bytes long; arguments are capped at {MAX_ARGUMENT_BYTES} bytes"))),
+        None => Ok(()),
+    }
 }
 
 impl Server {
@@ -126,6 +160,10 @@ impl Server {
 
     /// Runs one sandboxed tool on the repository's snapshot.
     async fn sandboxed(&self, name: &str, arguments: serde_json::Value, repo: Option<String>, rev: Option<String>) -> CallToolResult {
+        let strings: Vec<(&str, Option<&str>)> = ["path", "glob"].iter().map(|k| (*k, arguments.get(*k).and_then(|v| v.as_str()))).collect();
+        if let Err(e) = check_lengths(&strings).and_then(|()| check_lengths(&[("repo", repo.as_deref()), ("rev", rev.as_deref())])) {
+            return e;
+        }
         let repo = match self.repo(repo) {
             Ok(r) => r,
             Err(e) => return e,
@@ -157,9 +195,11 @@ impl Server {
     async fn localize(
         &self,
         Parameters(p): Parameters<LocalizeParams>,
-        meta: RequestMetaObject,
-        client: Peer<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
+        if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref())]) {
+            return Ok(e);
+        }
         let repo = match self.repo(p.repo) {
             Ok(r) => r,
             Err(e) => return Ok(e),
@@ -175,13 +215,17 @@ impl Server {
         }
         let (progress, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let (reply, mut reply_rx) = tokio::sync::oneshot::channel();
-        let sent = self.jobs.lock().map_err(|_| ()).and_then(|jobs| jobs.send(Job { request, progress, reply }).map_err(|_| ()));
+        let cancel = Arc::new(AtomicBool::new(false));
+        // However this handler ends (a reply, the client's cancel, the
+        // server's end), its job stops.
+        let _stop = SetOnDrop(cancel.clone());
+        let sent = self.jobs.lock().map_err(|_| ()).and_then(|jobs| jobs.send(Job { request, cancel, progress, reply }).map_err(|_| ()));
         if sent.is_err() {
             return Ok(tool_error("the localizer's worker has stopped; restart the server"));
         }
-        let token = meta.get_progress_token();
+        let token = context.meta.get_progress_token();
         let notify = |(done, total): (usize, usize)| {
-            let client = client.clone();
+            let client = context.peer.clone();
             let token = token.clone();
             async move {
                 if let Some(token) = token {
@@ -196,6 +240,12 @@ impl Server {
             tokio::select! {
                 Some(p) = progress_rx.recv() => notify(p).await,
                 r = &mut reply_rx => break r,
+                () = context.ct.cancelled() => {
+                    // rmcp sends no response to a cancelled call; `_stop`
+                    // tells the worker to stop this job.
+                    tracing::info!(id = %context.id, "fusegrpo mcp: localize cancelled by the client");
+                    return Ok(tool_error("cancelled by the client"));
+                }
             }
         };
         // The worker sends every attempt's progress before its reply: what
@@ -274,10 +324,19 @@ pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::Polic
         let served = with_policy(&cfg, &policy, &TeacherOpts::default(), |policy, env| {
             let _ = ready_tx.send(Ok(()));
             for job in jobs_rx {
+                if job.cancel.load(Ordering::Relaxed) {
+                    tracing::info!("fusegrpo mcp: a cancelled localize call was dropped from the queue");
+                    continue;
+                }
                 let progress = job.progress.clone();
-                let result = localize(&cfg, policy, env, &job.request, &mut |done, total| {
+                let result = localize_until(&cfg, policy, env, &job.request, &mut |done, total| {
                     let _ = progress.send((done, total));
-                });
+                }, &job.cancel);
+                if let Err(e) = &result {
+                    if job.cancel.load(Ordering::Relaxed) {
+                        tracing::info!("fusegrpo mcp: a cancelled localize call stopped: {e:#}");
+                    }
+                }
                 let _ = job.reply.send(result.map_err(|e| format!("{e:#}")));
             }
             Ok(())
@@ -293,11 +352,17 @@ pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::Polic
     }
     let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let service = server.serve(rmcp::transport::stdio()).await.context("the MCP handshake")?;
+    let served = runtime.block_on(async move {
+        let (transport, writer) = frames::transport(tokio::io::stdin(), tokio::io::stdout());
+        let service = server.serve(transport).await.context("the MCP handshake")?;
         service.waiting().await.context("serving MCP")?;
+        // Every reply queued before the end is written before the exit.
+        let _ = writer.await;
         anyhow::Ok(())
-    })?;
+    });
+    // A read of stdin still blocked on its thread must not hold the exit.
+    runtime.shutdown_background();
+    served?;
     drop(worker);
     Ok(())
 }

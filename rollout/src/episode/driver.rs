@@ -15,6 +15,7 @@ use crate::toolcall::{parse_tool_calls, ToolCall, ToolCallError};
 use crate::tools::ToolRunner;
 use rayon::prelude::*;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,6 +36,9 @@ pub enum RolloutError {
     Policy(#[from] PolicyError),
     #[error("chat format: {0}")]
     Chat(#[from] crate::chat::ChatError),
+    /// The caller asked to stop ([`run_episodes_until`]); the episodes were dropped.
+    #[error("cancelled after {turns} turns")]
+    Cancelled { turns: usize },
 }
 
 /// A running episode and what it needs besides its record.
@@ -94,8 +98,41 @@ pub fn run_episodes(
     tasks: &[Task],
     group: usize,
     cfg: &EpisodeConfig,
+    on_done: impl FnMut(&Episode),
+) -> Result<Vec<Episode>, RolloutError> {
+    run_episodes_until(policy, env, tasks, group, cfg, &Arc::new(AtomicBool::new(false)), on_done)
+}
+
+/// [`run_episodes`] that stops once `cancel` is set: at the next turn
+/// boundary, or sooner where the policy watches it too
+/// ([`Policy::interrupt_on`]; a model stops before its next token). The
+/// policy is told every unfinished episode ended, and the result is
+/// [`RolloutError::Cancelled`] (what ran is dropped).
+pub fn run_episodes_until(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[Task],
+    group: usize,
+    cfg: &EpisodeConfig,
+    cancel: &Arc<AtomicBool>,
+    on_done: impl FnMut(&Episode),
+) -> Result<Vec<Episode>, RolloutError> {
+    policy.interrupt_on(Some(cancel.clone()));
+    let result = drive(policy, env, tasks, group, cfg, cancel, on_done);
+    policy.interrupt_on(None);
+    result
+}
+
+fn drive(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[Task],
+    group: usize,
+    cfg: &EpisodeConfig,
+    cancel: &AtomicBool,
     mut on_done: impl FnMut(&Episode),
 ) -> Result<Vec<Episode>, RolloutError> {
+    let cancelled = || cancel.load(Ordering::Relaxed);
     let mut live = start(env, tasks, group, cfg)?;
     let tools = tool_schemas();
     let group = group.max(1);
@@ -123,6 +160,9 @@ pub fn run_episodes(
             }
             continue;
         }
+        if cancelled() {
+            return Err(cancel_all(&live, policy));
+        }
         let t0 = Instant::now();
         let requests: Vec<TurnRequest<'_>> = active
             .iter()
@@ -134,7 +174,10 @@ pub fn run_episodes(
                 max_new_tokens: cfg.max_turn_tokens.min(cfg.max_total_tokens.saturating_sub(live[i].ep.tokens.len())),
             })
             .collect();
-        let outputs = policy.next_turns(&requests)?;
+        let outputs = match policy.next_turns(&requests) {
+            Err(_) if cancelled() => return Err(cancel_all(&live, policy)),
+            r => r?,
+        };
         if outputs.len() != active.len() {
             return Err(PolicyError { policy: policy.name(), message: format!("{} turns for {} requests", outputs.len(), active.len()) }.into());
         }
@@ -154,6 +197,15 @@ pub fn run_episodes(
         finish_done(&mut live, env.reward, policy, &mut on_done);
     }
     Ok(live.into_iter().map(|l| l.ep).collect())
+}
+
+/// Releases what the policy keeps for the unfinished episodes of a
+/// cancelled run; the error says how many turns had run.
+fn cancel_all(live: &[Live], policy: &mut dyn Policy) -> RolloutError {
+    for (i, _) in live.iter().enumerate().filter(|(_, l)| !matches!(l.ep.phase, Phase::Done(_))) {
+        policy.finish(i as u64);
+    }
+    RolloutError::Cancelled { turns: live.iter().map(|l| l.ep.turns.len()).sum() }
 }
 
 /// Score every episode that just ended and tell the policy and the caller.

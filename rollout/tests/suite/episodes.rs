@@ -7,7 +7,7 @@ use crate::repo_builder;
 
 use repo_builder::TempRepo;
 use rollout::chat::{write_small_tokenizer, ChatRequest, ChatTokenizer};
-use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::driver::{run_episodes, run_episodes_until, Env, RolloutError};
 use rollout::episode::prompt::tool_schemas;
 use rollout::episode::{EpisodeConfig, Phase, StopReason};
 use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
@@ -17,6 +17,8 @@ use rollout::tasks::Task;
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 const HTTP: &str = "\
 import socket
@@ -229,4 +231,57 @@ fn no_more_than_max_live_episodes_run_at_once_in_whole_groups() {
         }
     }
     assert!(all.iter().any(|e| e.tokens != all[0].tokens), "the samples differ, so the comparison above means something");
+}
+
+/// A policy that plays the scripted teacher, counting the turns asked of
+/// it and the episodes it was told ended, and cancels the run (through
+/// the flag the driver gives it) after some turns.
+struct Counting {
+    inner: ScriptedTeacher,
+    turns: usize,
+    /// Set after this many turns, if any.
+    cancel_after: Option<usize>,
+    flag: Option<Arc<AtomicBool>>,
+    finished: Vec<u64>,
+}
+impl Policy for Counting {
+    fn name(&self) -> String {
+        "counting".into()
+    }
+    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        self.turns += 1;
+        if self.cancel_after == Some(self.turns) {
+            self.flag.as_ref().expect("the driver installs its flag").store(true, Ordering::Relaxed);
+        }
+        self.inner.next_turns(r)
+    }
+    fn finish(&mut self, episode: u64) {
+        self.finished.push(episode);
+    }
+    fn interrupt_on(&mut self, flag: Option<Arc<AtomicBool>>) {
+        self.flag = flag;
+    }
+}
+
+/// A run cancelled after its first turn asks the policy for no further
+/// turn, releases every unfinished episode, and says it was cancelled
+/// (the MCP server stops a localization so; issue 52).
+#[test]
+fn a_cancelled_run_stops_at_the_next_turn_boundary() {
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut p = Counting { inner: ScriptedTeacher::default(), turns: 0, cancel_after: Some(1), flag: None, finished: Vec::new() };
+    let mut ended = 0;
+    let r = run_episodes_until(&mut p, &env, &[task(&commit)], 2, &EpisodeConfig::default(), &cancel, |_| ended += 1);
+    assert!(matches!(r, Err(RolloutError::Cancelled { turns: 2 })), "{:?}", r.map(|e| e.len()));
+    assert_eq!((p.turns, ended), (1, 0), "one turn asked, no episode ended");
+    assert_eq!(p.finished, vec![0, 1], "both episodes released");
+    assert!(p.flag.is_none(), "the flag is taken back");
+    // Never cancelled: the same run ends as run_episodes does.
+    let mut p = Counting { inner: ScriptedTeacher::default(), turns: 0, cancel_after: None, flag: None, finished: Vec::new() };
+    let eps = run_episodes_until(&mut p, &env, &[task(&commit)], 2, &EpisodeConfig::default(), &Arc::new(AtomicBool::new(false)), |_| {}).unwrap();
+    assert!(eps.iter().all(|e| e.stop_reason() == Some(StopReason::Answer)));
 }

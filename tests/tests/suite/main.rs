@@ -19,6 +19,7 @@ mod cli_scaling;
 mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_train;
+mod mcp_frames;
 mod module_cycles;
 mod mpi;
 mod serve_http;

@@ -464,3 +464,39 @@ fn tournament_with_serve_as_the_judge() {
     let both: u64 = sums.iter().filter(|s| s["attempt"].as_u64().unwrap() < 2).take(2).map(|s| s["written_tokens"].as_u64().unwrap()).sum();
     assert_eq!(at2["cost"]["summary_tokens"].as_u64().unwrap(), both, "{at2}");
 }
+
+/// A client that hangs up during a long completion stops its generation
+/// (issue 52: the next request waited 14.8 s for tokens nobody would
+/// read): the next request is answered in a small part of the time the
+/// whole completion takes, and the log says where generation stopped.
+#[test]
+fn serve_stops_generating_for_a_client_that_hung_up() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    tiny_model(&model);
+    let mut server = serve(&model);
+    let url = format!("{}/v1/chat/completions", server.url);
+    // Greedy, this model never writes a stop token: it runs to max_tokens.
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 16000}).to_string();
+    let t0 = std::time::Instant::now();
+    let (status, whole) = post(&url, &body);
+    let full = t0.elapsed();
+    assert_eq!((status, whole["usage"]["completion_tokens"].as_u64()), (200, Some(16000)), "{whole}");
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let mut client = std::net::TcpStream::connect(&addr).unwrap();
+    write!(client, "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    std::thread::sleep(full / 8);
+    drop(client);
+    let t1 = std::time::Instant::now();
+    let health = ureq::get(&format!("{}/health", server.url)).timeout(Duration::from_secs(120)).call().unwrap();
+    let next = t1.elapsed();
+    println!("whole completion {full:.2?}; the request after a hang-up answered in {next:.2?}");
+    assert_eq!(health.status(), 200);
+    assert!(next < full / 3, "the request after a hang-up waited {next:?} (the whole completion takes {full:?})");
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let mut err = String::new();
+    server.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("status=499") && err.contains("the client closed the connection; generation stopped after"), "{err}");
+}

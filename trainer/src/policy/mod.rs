@@ -35,6 +35,7 @@ use limits::batch_kv_slots;
 use rand::Rng;
 use rollout::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A parked episode: its cache (shared by the episodes of a group until
@@ -69,13 +70,15 @@ pub struct ModelPolicy<'m, R: Rng> {
     limits: RolloutLimits,
     parked: HashMap<u64, Parked>,
     stats: PolicyStats,
+    /// Set: the decode stops before its next token ([`Policy::interrupt_on`]).
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
     pub fn new(model: &'m CausalLm, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
         let limits = RolloutLimits { max_batch_tokens: limits.max_batch_tokens.max(1), max_prefill_tokens: limits.max_prefill_tokens.max(1), ..limits };
-        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default() }
+        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default(), interrupt: None }
     }
 
     /// The caller's RNG (to checkpoint its state).
@@ -188,7 +191,9 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         let budgets: Vec<usize> = reqs.iter().map(|r| r.max_new_tokens.max(1)).collect();
         let episodes: Vec<u64> = reqs.iter().map(|r| r.episode).collect();
         let draws = Draws { streams, keys: &episodes };
-        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets, draws };
+        let interrupt = self.interrupt.clone();
+        let cancelled = || interrupt.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
+        let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets, draws, cancelled: &cancelled };
         let parked = &mut self.parked;
         decode(self.model, &mut cache, last, next_pos, &step, &mut out, |i, row, cache, generated| {
             // The last sampled token is not in the cache yet.
@@ -230,6 +235,10 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
 
     fn finish(&mut self, episode: u64) {
         self.parked.remove(&episode);
+    }
+
+    fn interrupt_on(&mut self, flag: Option<Arc<AtomicBool>>) {
+        self.interrupt = flag;
     }
 
     fn max_live(&self) -> Option<usize> {

@@ -16,10 +16,13 @@
 //!   tokens (the stop token included).
 //! - [`request`]: every field is checked; a bad one is a 400 with OpenAI's
 //!   error body naming it. Nothing a client sends can panic the server.
+//! - A client that hangs up during its completion stops the generation
+//!   before the next token ([`hangup`]), so the next request does not wait.
 
+pub mod hangup;
 pub mod request;
 
-use crate::generate::{generate, GenerateConfig};
+use crate::generate::{generate_until, GenerateConfig};
 use crate::model::CausalLm;
 use rand::{Rng, SeedableRng};
 use request::{parse_request, ApiError, ApiErrorKind};
@@ -97,9 +100,15 @@ impl ChatServer {
 
     /// Route one request: `(status, JSON body)`. Never panics on client input.
     pub fn handle(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        self.handle_until(method, path, body, &|| false)
+    }
+
+    /// [`Self::handle`], with a completion stopped (status 499) once
+    /// `cancelled()` says so (the client hung up).
+    pub fn handle_until(&mut self, method: &str, path: &str, body: &[u8], cancelled: &dyn Fn() -> bool) -> (u16, Value) {
         let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
         let result = match (method, path) {
-            ("POST", "/v1/chat/completions") => self.chat_completion(body),
+            ("POST", "/v1/chat/completions") => self.chat_completion_until(body, cancelled),
             ("GET", "/v1/models") => Ok(self.models()),
             ("GET", "/health") => Ok(json!({"status": "ok"})),
             (_, "/v1/chat/completions" | "/v1/models" | "/health") => Err(ApiError {
@@ -125,6 +134,13 @@ impl ChatServer {
 
     /// `POST /v1/chat/completions`.
     pub fn chat_completion(&mut self, body: &[u8]) -> Result<Value, ApiError> {
+        self.chat_completion_until(body, &|| false)
+    }
+
+    /// [`Self::chat_completion`] that stops generating once `cancelled()`
+    /// says so: a 499 (nginx's "client closed request"), which nobody reads
+    /// but the log.
+    pub fn chat_completion_until(&mut self, body: &[u8], cancelled: &dyn Fn() -> bool) -> Result<Value, ApiError> {
         let req = parse_request(body)?;
         let t0 = std::time::Instant::now();
         let chat = ChatRequest {
@@ -165,8 +181,16 @@ impl ChatServer {
             sampler: req.sampler,
             stop_tokens: self.stop_tokens.clone(),
         };
-        let generation = generate(&self.model, std::slice::from_ref(&prompt), &cfg, &mut rng)
-            .map_err(|e| ApiError::server(format!("generation failed: {e}")))?
+        let generation = generate_until(&self.model, std::slice::from_ref(&prompt), &cfg, &mut rng, cancelled)
+            .map_err(|e| match e {
+                lm::error::Error::Cancelled { tokens } => ApiError {
+                    status: 499,
+                    kind: ApiErrorKind::InvalidRequest,
+                    param: None,
+                    message: format!("the client closed the connection; generation stopped after {tokens} of at most {max_tokens} tokens"),
+                },
+                e => ApiError::server(format!("generation failed: {e}")),
+            })?
             .pop()
             .ok_or_else(|| ApiError::server("generation returned no row"))?;
         let ended = generation
@@ -238,6 +262,7 @@ impl ChatServer {
 
     /// Answer requests from `http` forever, one at a time.
     pub fn run(&mut self, http: &tiny_http::Server) {
+        let local = http.server_addr().to_ip();
         for mut request in http.incoming_requests() {
             let method = request.method().to_string().to_ascii_uppercase();
             let path = request.url().to_string();
@@ -260,7 +285,16 @@ impl ChatServer {
                     };
                     (413, e.body())
                 }
-                Ok(_) => self.handle(&method, &path, &body),
+                Ok(_) => {
+                    // Found at the first check, so requests that generate nothing never look.
+                    let socket = std::cell::OnceCell::new();
+                    let peer = request.remote_addr().copied();
+                    let cancelled = || {
+                        let socket = socket.get_or_init(|| local.zip(peer).and_then(|(local, peer)| hangup::Hangup::find(local, peer)));
+                        socket.as_ref().is_some_and(hangup::Hangup::hung_up)
+                    };
+                    self.handle_until(&method, &path, &body, &cancelled)
+                }
             };
             if status != 200 {
                 tracing::warn!(%method, %path, status, error = %value["error"]["message"], "request refused");
