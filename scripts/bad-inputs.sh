@@ -220,6 +220,26 @@ for call in 'read_file {"path":"sub/passwd"}' 'read_file {"path":"deep/er/passwd
     expect='"id":2,'
     check "mcp $call through a symlinked folder" 0 same mcp_read "${call%% *}" "${call#* }"
 done
+# Malformed MCP frames after the handshake: each gets its JSON-RPC error
+# (mcp_send FRAME... or @FILE).
+mcp_send() { { printf '%s\n' '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}'; for f in "$@"; do case $f in @*) cat "${f#@}" ;; *) printf '%s\n' "$f" ;; esac; done; sleep 2; } \
+    | $B mcp --config loc.toml --policy scripted --repo repos/practice__shop; }
+export -f mcp_send
+# mcp_case NAME ID CODE FRAME: the reply to ID (null: unreadable) carries CODE.
+mcp_case() { expect="\"id\":$2,\"error\":{\"code\":$3"; check "mcp: $1" 0 same mcp_send "$4"; }
+mcp_case "a line that is not JSON" null -32700 'hello'
+mcp_case "a lone \\ud800 in a string" 1 -32700 '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"grep","arguments":{"pattern":"\ud800"}}}'
+mcp_case "invalid UTF-8 in a string" 1 -32700 $'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"grep","arguments":{"pattern":"\xff"}}}'
+mcp_case "truncated JSON" 1 -32700 '{"jsonrpc":"2.0","id":1,"method":"tools/li'
+mcp_case "a batch array" 1 -32600 '[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]'
+mcp_case "jsonrpc 1.0" 1 -32600 '{"jsonrpc":"1.0","id":1,"method":"tools/list"}'
+mcp_case "tools/call without params" 1 -32602 '{"jsonrpc":"2.0","id":1,"method":"tools/call"}'
+mcp_case "tools/call with non-object arguments" 1 -32602 '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"grep","arguments":"x"}}'
+python3 -c "import json; print(json.dumps({'jsonrpc':'2.0','id':1,'method':'tools/call','params':{'name':'read_file','arguments':{'path':'a'*10485760}}}))" > longpath.json
+expect='capped at 4096 bytes'
+check "mcp: read_file with a 10 MB path (not echoed)" 0 same mcp_send @longpath.json
+[ "$(wc -c < out.txt)" -lt 100000 ] || { echo "the 10 MB path was echoed" >&2; failures=$((failures + 1)); }
 # Outputs that are inputs.
 cp tasks.jsonl tasks.bak
 inputs=tasks.jsonl
