@@ -54,7 +54,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(path) => trainer::rollouts::episodes::read(path)?,
         None => check::synthetic_episodes(model_cfg.vocab_size, args.groups, cfg.rollout.group, args.seed),
     };
-    let group = cfg.rollout.group.max(1);
+    let group = cfg.rollout.group; // >= 1: checked at config load
     anyhow::ensure!(
         !episodes.is_empty() && episodes.len() % group == 0,
         "{} episodes do not make whole groups of rollout.group = {group}",

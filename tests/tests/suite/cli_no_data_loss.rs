@@ -205,6 +205,10 @@ fn defect_5_config_holes_are_keyed_errors_at_start() {
     for (from, to, key) in [
         ("temperature = 1.0", "temperature = nan", "sampling.temperature"),
         ("beta = 0.04", "beta = -1.0", "grpo.beta"),
+        // Issue 54: one rule per setting, at load (0.5 passed the config
+        // check and failed after the first step's rollouts).
+        ("beta = 0.04", "beta = 0.04\nrollout_correction = \"tis\"\ntis_cap = 0.5", "grpo.tis_cap"),
+        ("beta = 0.04", "beta = 0.04\nclip_low = 1.0", "grpo.clip_low"),
         ("max_turn_tokens = 16", "max_turn_tokens = 16\nmax_total_tokens = 10", "episode.max_total_tokens"),
     ] {
         let bad = edit(&cfg, from, to);

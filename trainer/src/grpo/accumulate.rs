@@ -150,7 +150,8 @@ pub fn accumulate_share(
     micro: MicroBatching,
     totals: BatchTotals,
 ) -> Result<(Gradients, LossSums, Padding)> {
-    cfg.validate()?;
+    // The settings were checked once, at config load (GrpoLossConfig::validate).
+    debug_assert!(cfg.validate().is_ok(), "{:?}", cfg.validate());
     let (b, _) = batch.check()?;
     if cfg.beta != 0.0 && batch.ref_logprobs.is_none() {
         return Err(Error::invalid(

@@ -113,7 +113,8 @@ impl GrpoLossConfig {
     /// The loss of `aggregation` with clip range `clip`, KL coefficient
     /// `beta` and `max_completion_length`, the rest at TRL's defaults:
     /// temperature 1, no entropy metric, no recomputation, no rollout
-    /// correction (cap 2), zero-advantage rows skipped, the linear loss folded.
+    /// correction (its cap at [`DEFAULT_TIS_CAP`]), zero-advantage rows
+    /// skipped, the linear loss folded.
     pub fn new(aggregation: LossAggregation, clip: ClipRange, beta: f64, max_completion_length: usize) -> Self {
         GrpoLossConfig {
             clip,
@@ -130,33 +131,30 @@ impl GrpoLossConfig {
         }
     }
 
-    /// Checks the ranges: clip epsilons in [0, 1) and >= 0, beta >= 0,
-    /// temperature > 0, max_completion_length > 0.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |what: &str, msg: String| Err(Error::invalid(format!("grpo loss: {what}"), msg));
+    /// The loss's ranges, each the one rule for its setting: the run
+    /// config calls this at load (`RunConfig::validate`), with
+    /// the config key each field comes from, so `tis_cap = 0.5` is refused
+    /// there and not after the first step's rollouts. Clip epsilons in
+    /// [0, 1) and >= 0, beta >= 0, temperature > 0, a completion budget,
+    /// the TIS cap >= 1 (a cap below 1 would shrink on-policy tokens).
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, String)> {
         if !(self.clip.low >= 0.0 && self.clip.low < 1.0) {
-            return bad("clip.low", format!("{} is outside [0, 1)", self.clip.low));
+            return Err(("grpo.clip_low", format!("must be in [0, 1), got {}", self.clip.low)));
         }
         if !(self.clip.high >= 0.0 && self.clip.high.is_finite()) {
-            return bad(
-                "clip.high",
-                format!("{} must be finite and >= 0", self.clip.high),
-            );
+            return Err(("grpo.clip_high", format!("must be a number >= 0, got {}", self.clip.high)));
         }
         if !(self.beta >= 0.0 && self.beta.is_finite()) {
-            return bad("beta", format!("{} must be finite and >= 0", self.beta));
+            return Err(("grpo.beta", format!("must be a number >= 0 (0 = no KL term), got {}", self.beta)));
         }
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
-            return bad(
-                "temperature",
-                format!("{} must be finite and > 0", self.temperature),
-            );
+            return Err(("sampling.temperature", format!("must be a number > 0 for the loss, got {}", self.temperature)));
         }
         if self.max_completion_length == 0 {
-            return bad("max_completion_length", "must be > 0".into());
+            return Err(("episode.max_total_tokens", "leaves no token for the policy".into()));
         }
         if !(self.tis_cap >= 1.0 && self.tis_cap.is_finite()) {
-            return bad("tis_cap", format!("{} must be finite and >= 1", self.tis_cap));
+            return Err(("grpo.tis_cap", format!("must be a number >= 1, got {}", self.tis_cap)));
         }
         Ok(())
     }

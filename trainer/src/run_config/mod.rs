@@ -159,6 +159,26 @@ fn merge(into: &mut toml::Table, over: toml::Table) {
 }
 
 impl RunConfig {
+    /// The GRPO loss this config trains with: `[grpo]`'s clip range, beta,
+    /// aggregation and rollout correction, the sampling temperature (1 when
+    /// greedy), the episode's policy-token budget, `[train] recompute`.
+    pub fn loss_config(&self) -> crate::grpo::GrpoLossConfig {
+        let g = &self.grpo;
+        crate::grpo::GrpoLossConfig {
+            clip: crate::grpo::ClipRange { low: g.clip_low, high: g.clip_high },
+            beta: g.beta,
+            temperature: if self.sampling.temperature > 0.0 { self.sampling.temperature } else { 1.0 },
+            aggregation: g.aggregation,
+            max_completion_length: self.episode.policy_token_budget(),
+            entropy: crate::backward::EntropyMetric::Compute,
+            recompute: self.train.recompute,
+            rollout_correction: g.rollout_correction,
+            tis_cap: g.tis_cap,
+            skip_zero_advantage: true,
+            fold_linear_loss: true,
+        }
+    }
+
     /// Read, parse and validate a TOML file. Relative paths in it are taken
     /// relative to the file's folder.
     ///
@@ -285,18 +305,9 @@ impl RunConfig {
                 return bad(&what, message);
             }
         }
-        let g = &self.grpo;
-        if !(g.beta >= 0.0 && g.beta.is_finite()) {
-            return bad("grpo.beta", format!("must be a number >= 0 (0 = no KL term), got {}", g.beta));
-        }
-        if !(0.0..1.0).contains(&g.clip_low) {
-            return bad("grpo.clip_low", format!("must be in [0, 1), got {}", g.clip_low));
-        }
-        if !(g.clip_high >= 0.0 && g.clip_high.is_finite()) {
-            return bad("grpo.clip_high", format!("must be a number >= 0, got {}", g.clip_high));
-        }
-        if !(g.tis_cap > 0.0 && g.tis_cap.is_finite()) {
-            return bad("grpo.tis_cap", format!("must be a positive number, got {}", g.tis_cap));
+        // The loss's settings: their one rule is the loss's own.
+        if let Err((key, message)) = self.loss_config().validate() {
+            return bad(key, message);
         }
         let o = &self.optim;
         for (key, v) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {

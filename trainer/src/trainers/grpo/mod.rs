@@ -15,9 +15,9 @@ pub mod sampler;
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
-use crate::backward::{detached_logprobs, EntropyMetric};
+use crate::backward::detached_logprobs;
 use crate::grpo::{
-    accumulate_share, group_advantages, Advantages, BatchTotals, ClipRange, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
+    accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
 };
 use crate::optim::{Gradients, Update};
 use crate::model::CausalLm;
@@ -187,20 +187,7 @@ impl Trainer {
     }
 
     fn loss_config(&self) -> GrpoLossConfig {
-        let g = &self.cfg.grpo;
-        GrpoLossConfig {
-            clip: ClipRange { low: g.clip_low, high: g.clip_high },
-            beta: g.beta,
-            temperature: if self.cfg.sampling.temperature > 0.0 { self.cfg.sampling.temperature } else { 1.0 },
-            aggregation: g.aggregation,
-            max_completion_length: self.cfg.episode.policy_token_budget(),
-            entropy: EntropyMetric::Compute,
-            recompute: self.cfg.train.recompute,
-            rollout_correction: g.rollout_correction,
-            tis_cap: g.tis_cap,
-            skip_zero_advantage: true,
-            fold_linear_loss: true,
-        }
+        self.cfg.loss_config()
     }
 
     /// One GRPO step on `tasks` (B tasks, G episodes each; with several
@@ -336,7 +323,7 @@ impl Trainer {
     /// This rank's kept rows (episodes of its share of the groups) and their
     /// advantages.
     fn own_rows(&self, episodes: usize, adv: &Advantages) -> (Vec<usize>, Vec<f32>) {
-        let group = self.cfg.rollout.group.max(1);
+        let group = self.cfg.rollout.group; // >= 1: checked at config load
         let groups = dist::share(&*self.dist, episodes / group);
         let mine = groups.start * group..groups.end * group;
         adv.kept_rows.iter().zip(&adv.values).filter(|(r, _)| mine.contains(r)).map(|(&r, &v)| (r, v)).unzip()
