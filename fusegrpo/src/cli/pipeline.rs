@@ -3,13 +3,14 @@
 
 use anyhow::Result;
 use std::path::PathBuf;
-use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Run configuration (TOML with [pipeline], [sft], [train], [grpo], [optim]).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Run folder (default: checkpoints/<run name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -21,7 +22,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     if let Some(seed) = args.seed {
         cfg.sampling.seed = seed;
         cfg.sft.seed = seed;

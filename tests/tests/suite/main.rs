@@ -16,6 +16,7 @@ mod cli_reliability;
 mod cli_repos;
 mod cli_rollout;
 mod cli_scaling;
+mod cli_set;
 mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_train;
