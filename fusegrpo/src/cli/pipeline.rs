@@ -17,6 +17,10 @@ pub struct Args {
     /// Override the sampling and SFT seeds (runs over several seeds).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Also write each training stage's metrics as TensorBoard event files
+    /// into DIR/<stage> (sft, grpo, pilot/lr-<lr>); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     #[command(flatten)]
     pub tasks_check: super::common::TaskCheckArgs,
 }
@@ -28,6 +32,6 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sft.seed = seed;
     }
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks)?;
+    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
     Ok(())
 }

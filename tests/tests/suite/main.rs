@@ -19,6 +19,7 @@ mod cli_scaling;
 mod cli_set;
 mod cli_synth;
 mod cli_tasks_corpus;
+mod cli_tensorboard;
 mod cli_train;
 mod module_cycles;
 mod mpi;

@@ -5,6 +5,7 @@
 //! here depends on the code that runs a config.
 
 mod env;
+mod log;
 mod model;
 mod optim;
 mod overrides;
@@ -15,6 +16,7 @@ mod sft;
 mod train;
 
 pub use env::EnvSection;
+pub use log::LogSection;
 pub use model::ModelSection;
 pub use optim::OptimSection;
 pub use overrides::Override;
@@ -61,6 +63,9 @@ pub struct RunConfig {
     /// Train a LoRA adapter instead of every weight (`train`, `sft`, `pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<crate::lora::LoraSection>,
+    /// Trackers besides metrics.jsonl (TensorBoard).
+    #[serde(default, skip_serializing_if = "LogSection::is_default")]
+    pub log: LogSection,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
