@@ -271,9 +271,10 @@ pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config: &ser
     }
     let hash = config_hash(config);
     // `[pipeline]` (the recipe's data, probe, pilot and evaluation settings)
-    // does not enter a training run: changes there do not block a resume.
+    // does not enter a training run, nor does `[log]`: changes there do not
+    // block a resume.
     let changed = changed_keys(&state.config, config);
-    let relevant = changed.is_empty() || changed.iter().any(|k| !is_recipe_key(k));
+    let relevant = changed.is_empty() || changed.iter().any(|k| !is_recipe_key(k) && !is_log_key(k));
     if state.config_hash != hash && relevant && !allow_config_change {
         let listed = if changed.is_empty() { format!("hash {} != {hash}", state.config_hash) } else { changed.join(", ") };
         return Err(Error::Config {
@@ -288,6 +289,12 @@ pub fn check_compatible(dir: &Path, state: &TrainState, arch: &str, config: &ser
 /// Whether a key of [`changed_keys`] lies in `[pipeline]` (or is it).
 pub fn is_recipe_key(changed: &str) -> bool {
     changed.starts_with("pipeline.") || changed.starts_with("pipeline (")
+}
+
+/// Whether a key of [`changed_keys`] lies in `[log]` (or is it): where the
+/// metrics go does not change the run.
+pub fn is_log_key(changed: &str) -> bool {
+    changed.starts_with("log.") || changed.starts_with("log (")
 }
 
 /// The dotted keys whose values differ between two configs (as JSON), each

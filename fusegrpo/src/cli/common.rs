@@ -104,3 +104,21 @@ impl HttpTeacherArgs {
         trainer::rollouts::Endpoint { model: self.teacher_model.clone(), api_key_env: self.api_key_env.clone(), requests_per_second: self.requests_per_second }
     }
 }
+
+/// `--set section.key=value`, flattened into every command that reads a
+/// run config (`--config`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SetArgs {
+    /// Set a config key over --config's (repeatable; checked as the file's
+    /// keys are): grpo.beta=0.1, 'model.path="m"'. The value is read as
+    /// TOML, else taken as a string (model.path=m).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    pub set: Vec<trainer::run_config::Override>,
+}
+
+impl SetArgs {
+    /// The run config of `config` with the `--set` keys.
+    pub fn load(&self, config: &std::path::Path) -> Result<trainer::run_config::RunConfig> {
+        Ok(trainer::run_config::RunConfig::from_file_with(config, &self.set)?)
+    }
+}

@@ -11,7 +11,6 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 use trainer::dist;
 use trainer::dist_check as check;
-use trainer::run_config::RunConfig;
 use trainer::weights::load_weights;
 use trainer::ModelConfig;
 
@@ -20,6 +19,8 @@ pub struct Args {
     /// Run configuration: its model, [grpo], [train] micro-batching, [optim] and group size.
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Episodes (JSONL of `fusegrpo rollout --out`), groups of `rollout.group` in order.
     #[arg(long)]
     pub episodes: Option<PathBuf>,
@@ -41,7 +42,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut inputs = vec![("--config", args.config.as_path())];
     inputs.extend(args.episodes.as_deref().map(|e| ("--episodes", e)));
     trainer::files::check_outputs(&inputs, &args.out.iter().map(|o| ("--out", o.as_path())).collect::<Vec<_>>())?;
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     if let Some(g) = args.group {
         anyhow::ensure!(g > 0, "--group: must be at least 1");
         cfg.rollout.group = g;

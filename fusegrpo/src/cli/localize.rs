@@ -17,6 +17,8 @@ pub struct LocalizerArgs {
     /// Run configuration: the model, its chat template and the episode setting (configs/smollm2-real.toml for the shipped localizer).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// The model (a folder, a checkpoint or a hub id) instead of the config's [model] path.
     #[arg(long)]
     pub model: Option<String>,
@@ -34,7 +36,7 @@ pub struct LocalizerArgs {
 impl LocalizerArgs {
     /// The config with the model overrides.
     pub fn config(&self) -> Result<RunConfig> {
-        let mut cfg = RunConfig::from_file(&self.config)?;
+        let mut cfg = self.set.load(&self.config)?;
         if let Some(m) = &self.model {
             cfg.model.path = m.clone();
             cfg.model.adapter = None;

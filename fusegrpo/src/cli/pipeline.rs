@@ -3,30 +3,35 @@
 
 use anyhow::Result;
 use std::path::PathBuf;
-use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Run configuration (TOML with [pipeline], [sft], [train], [grpo], [optim]).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Run folder (default: checkpoints/<run name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Override the sampling and SFT seeds (runs over several seeds).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Also write each training stage's metrics as TensorBoard event files
+    /// into DIR/<stage> (sft, grpo, pilot/lr-<lr>); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     #[command(flatten)]
     pub tasks_check: super::common::TaskCheckArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     if let Some(seed) = args.seed {
         cfg.sampling.seed = seed;
         cfg.sft.seed = seed;
     }
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks)?;
+    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
     Ok(())
 }

@@ -12,6 +12,8 @@ pub struct Args {
     /// Run configuration (TOML; see configs/).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Device memory to check against, with its unit: 141GB (10^9 bytes each) or 80GiB (2^30) (default: no check). The exit status is 1 when the run does not fit.
     #[arg(long, value_parser = bytes::parse)]
     pub gpu_memory: Option<u64>,
@@ -36,7 +38,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut cfg = RunConfig::from_file(&a.config)?;
+    let mut cfg = a.set.load(&a.config)?;
     if let Some(k) = a.cuda_kernels {
         cfg.model.cuda_kernels = k;
     }

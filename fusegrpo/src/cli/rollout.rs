@@ -15,6 +15,8 @@ pub struct Args {
     /// Run configuration (TOML; see configs/).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Tasks (JSONL, SWE-bench-style rows).
     #[arg(long)]
     pub tasks: PathBuf,
@@ -57,7 +59,7 @@ pub struct Args {
 
 /// The config, tasks and teacher options of `args`.
 fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     if let Some(model) = &args.model {
         cfg.model.path = model.to_string_lossy().into_owned();
     }

@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// (e.g. a LoRA SFT run's checkpoint).
     #[arg(long)]
     pub adapter: Option<PathBuf>,
+    /// Also write every scalar of metrics.jsonl, per step, as TensorBoard
+    /// event files into DIR (`[log] tensorboard = true` writes them into
+    /// <run>/tensorboard); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -54,6 +59,7 @@ impl RunArgs {
             allow_config_change: self.allow_config_change,
             overwrite: self.overwrite,
             memory: self.memory.check(),
+            tensorboard: self.tensorboard.clone(),
         }
     }
 }

@@ -3,13 +3,14 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Run configuration (TOML; `[sft]` and `[sft.filter]`).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Teacher trajectories (JSONL from `fusegrpo synth`; default: sft.data).
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -21,7 +22,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     args.run.apply(&mut cfg);
     let data = args.data.clone().or_else(|| cfg.sft.data.clone()).context("no trajectories: pass --data or set sft.data in the config")?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(format!("{}-sft", cfg.name)));

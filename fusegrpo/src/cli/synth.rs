@@ -18,6 +18,8 @@ pub struct Args {
     /// Run configuration (TOML; its env, episode limits, reward and sampling are used).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Tasks (JSONL).
     #[arg(long)]
     pub tasks: PathBuf,
@@ -44,7 +46,7 @@ pub fn run(args: Args) -> Result<()> {
     trainer::files::check_writable("--out", &args.out)?;
     anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
-    let cfg = RunConfig::from_file(&args.config)?;
+    let cfg = args.set.load(&args.config)?;
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
     let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {

@@ -2,13 +2,14 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use trainer::run_config::RunConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Run configuration (TOML; see configs/).
     #[arg(long)]
     pub config: PathBuf,
+    #[command(flatten)]
+    pub set: super::common::SetArgs,
     /// Run folder (default: checkpoints/<run name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -19,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = RunConfig::from_file(&args.config)?;
+    let mut cfg = args.set.load(&args.config)?;
     args.run.apply(&mut cfg);
     let world = trainer::dist::current().world();
     anyhow::ensure!(

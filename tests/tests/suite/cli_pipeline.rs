@@ -435,10 +435,15 @@ fn pipeline_with_heldout_file_teacher_row_difficulty_filter_and_lr_pilot() {
     }
     std::fs::write(&cfg, &text).unwrap();
     let run = tmp.path().join("run");
-    let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    let tb = tmp.path().join("tb");
+    let args = ["pipeline", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap(), "--tensorboard", tb.to_str().unwrap()];
     let out = fusegrpo(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
+    // `--tensorboard TB`: each training stage's event files in TB/<stage>.
+    for stage in ["sft", "pilot/lr-1e-3", "pilot/lr-1e-4", "grpo"] {
+        assert_eq!(crate::cli_tensorboard::scalars(&tb.join(stage)), crate::cli_tensorboard::expected(&run.join(stage)), "{stage}");
+    }
     let table = String::from_utf8_lossy(&out.stdout);
     for stage in ["base", "teacher", "sft", "grpo"] {
         assert!(table.lines().any(|l| l.starts_with(stage)), "table lacks {stage}:\n{table}");

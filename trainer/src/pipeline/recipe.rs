@@ -31,8 +31,10 @@ const COMPLETE: &str = "complete.json";
 /// into `run_dir`: each stage skipped when its output exists, SFT and GRPO
 /// resumed from their newest checkpoint; `<run>/report.json` at the end,
 /// its table printed. `skip_bad` drops the tasks that cannot run instead of
-/// refusing the file.
-pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Result<Report> {
+/// refusing the file. `tensorboard` (`--tensorboard DIR`): each training
+/// stage's event files go to `DIR/<stage>` (`sft`, `grpo`, `pilot/lr-<lr>`).
+pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tensorboard: Option<&Path>) -> Result<Report> {
+    let stage_opts = |stage: &Path| RunOptions { resume: Some("auto".into()), tensorboard: tensorboard.map(|d| d.join(stage)), ..Default::default() };
     let cfg = cfg.clone();
     let (p, source) = super::pipeline_inputs(&cfg, config)?;
     crate::run::grpo::check_vllm_pipeline(&cfg)?;
@@ -76,12 +78,12 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     }
 
     let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
-        crate::run::sft::sft(&cfg, &traj, dir, &train, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+        crate::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))
     })?;
 
     let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
     let (grpo_tasks, difficulty) = difficulty_filter(&grpo_cfg, &p, &train, &run_dir, &mut seconds)?;
-    let pilot = pilot(&grpo_cfg, &p, &grpo_tasks, &run_dir, &mut seconds)?;
+    let pilot = pilot(&grpo_cfg, &p, &grpo_tasks, &run_dir, &mut seconds, &stage_opts)?;
     if let Some(lr) = pilot.as_ref().and_then(|v| v["chosen_lr"].as_f64()) {
         grpo_cfg.optim.lr = lr;
     }
@@ -89,7 +91,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool) -> Re
     let extend = (p.pilot.extend && pilot.is_some()).then(|| run_dir.join("pilot").join(format!("lr-{:e}", grpo_cfg.optim.lr)));
     let longer = reopen_if_longer(&run_dir.join("grpo"), "grpo", grpo_cfg.train.steps)?;
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
-        let mut opts = RunOptions { resume: Some("auto".into()), ..Default::default() };
+        let mut opts = stage_opts(Path::new("grpo"));
         if let Some(pilot_dir) = &extend {
             opts.allow_config_change = extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir)?;
         } else if longer {
@@ -297,7 +299,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
 /// `[pipeline.pilot]`: a GRPO run per learning rate into
 /// `<run>/pilot/lr-<lr>` (resumable stages), and the rate whose run had the
 /// highest mean reward R (the rollouts' R, not `train_reward`) after its first step.
-fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>) -> Result<Option<serde_json::Value>> {
+fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, seconds: &mut BTreeMap<String, f64>, opts: &dyn Fn(&Path) -> RunOptions) -> Result<Option<serde_json::Value>> {
     if p.pilot.lrs.is_empty() {
         return Ok(None);
     }
@@ -310,7 +312,7 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         let name = format!("lr-{lr:e}");
         let dir = run_dir.join("pilot").join(&name);
         stage(&dir, &format!("pilot {name}"), seconds, |dir| {
-            crate::run::grpo::grpo(&c, dir, tasks, &RunOptions { resume: Some("auto".into()), ..Default::default() })
+            crate::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))
         })?;
         let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
         // Step 1 rolls out before any update: the same for every rate.
@@ -355,12 +357,12 @@ fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
 
 /// Whether resuming the newest checkpoint in `dir` with `cfg` must accept a
 /// changed config: only `train.steps` (and `[pipeline]`, which no training
-/// run reads) may differ; anything else is refused, naming the keys.
+/// run reads, and `[log]`) may differ; anything else is refused, naming the keys.
 fn steps_only_change(cfg: &RunConfig, dir: &Path, what: &str) -> Result<bool> {
     let Some(latest) = crate::checkpoint::latest(dir)? else { return Ok(false) };
     let state = crate::checkpoint::load_state(&latest)?;
     let changed = crate::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
-    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k)).collect();
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k) && !crate::checkpoint::is_log_key(k)).collect();
     anyhow::ensure!(
         others.is_empty(),
         "{what}: {} was made with another config than the long run's (besides train.steps): {}; restore the config, or remove {} to train from the start",

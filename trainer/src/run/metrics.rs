@@ -1,4 +1,5 @@
-//! A run's metrics.jsonl and the ranks' logs: one JSON line per step.
+//! A run's metrics.jsonl and the ranks' logs: one JSON line per step
+//! (and, when asked, its scalars to TensorBoard event files).
 
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -14,17 +15,34 @@ pub struct MetricsFile {
     path: PathBuf,
     /// The starting step, until the first write has truncated the file.
     pending: Option<u64>,
+    /// The TensorBoard folder, then its event file once the first write opened it.
+    tensorboard: Option<Events>,
+}
+
+/// Where a [`MetricsFile`]'s scalars also go.
+enum Events {
+    /// This folder, from the first write on.
+    Dir(PathBuf),
+    Open(super::tensorboard::EventWriter),
 }
 
 impl MetricsFile {
     /// `path` for appending from step `step` on.
     pub(super) fn append(path: &Path, step: u64) -> Result<MetricsFile> {
-        Ok(MetricsFile { file: None, path: path.to_path_buf(), pending: Some(step) })
+        Ok(MetricsFile { file: None, path: path.to_path_buf(), pending: Some(step), tensorboard: None })
+    }
+
+    /// Also every scalar of each line, per step, to a new TensorBoard event
+    /// file in `dir` ([`super::tensorboard`]); the folder's earlier event
+    /// files are cut back to the starting step at the first write.
+    pub(super) fn with_tensorboard(mut self, dir: Option<PathBuf>) -> MetricsFile {
+        self.tensorboard = dir.map(Events::Dir);
+        self
     }
 
     /// A file that writes nothing (ranks other than 0).
     pub(super) fn none(path: PathBuf) -> MetricsFile {
-        MetricsFile { file: None, path, pending: None }
+        MetricsFile { file: None, path, pending: None, tensorboard: None }
     }
 
     pub fn write<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
@@ -32,9 +50,19 @@ impl MetricsFile {
             truncate_metrics(&self.path, step)?;
             let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
             self.file = Some(file);
+            if let Some(Events::Dir(dir)) = &self.tensorboard {
+                let writer = super::tensorboard::EventWriter::create(dir, step).with_context(|| format!("TensorBoard event file in {}", dir.display()))?;
+                self.tensorboard = Some(Events::Open(writer));
+            }
         }
         let Some(file) = &mut self.file else { return Ok(()) };
-        writeln!(file, "{}", serde_json::to_string(row)?).and_then(|_| file.flush()).with_context(|| format!("writing {}", self.path.display()))
+        writeln!(file, "{}", serde_json::to_string(row)?).and_then(|_| file.flush()).with_context(|| format!("writing {}", self.path.display()))?;
+        if let Some(Events::Open(events)) = &mut self.tensorboard {
+            let row = serde_json::to_value(row)?;
+            let step = row["step"].as_u64().with_context(|| format!("a metrics line of {} without its step", self.path.display()))?;
+            events.write(step, super::tensorboard::scalars(&row)).with_context(|| format!("writing {}", events.path().display()))?;
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@ pub mod folder;
 pub mod grpo;
 pub mod metrics;
 pub mod sft;
+pub mod tensorboard;
 
 use anyhow::{Context, Result};
 use candle_core::{Device, Var};
@@ -40,6 +41,10 @@ pub struct RunOptions {
     pub overwrite: bool,
     /// The memory plan's check before the weights are loaded.
     pub memory: MemoryCheck,
+    /// Write the metrics' scalars as TensorBoard event files into this
+    /// folder (`--tensorboard`); none: `<run>/tensorboard` when the config
+    /// says `[log] tensorboard = true`, else nowhere.
+    pub tensorboard: Option<PathBuf>,
 }
 
 /// What the run's memory plan is checked against at start.
@@ -106,6 +111,8 @@ pub struct Run {
     lora: Option<(crate::lora::LoraConfig, crate::lora::peft::BaseIdentity)>,
     /// With several ranks, the hash of the parameters the last save compared.
     saved_hash: std::cell::Cell<Option<u64>>,
+    /// Where the metrics' scalars also go as TensorBoard event files.
+    tensorboard: Option<PathBuf>,
 }
 
 /// The memory plan of `stage` against the device (or `--gpu-memory`),
@@ -229,11 +236,17 @@ impl Run {
             Some(l) => Some((l, crate::lora::peft::BaseIdentity::of(&base_dir, &model_cfg)?)),
             None => None,
         };
+        let tensorboard = opts.tensorboard.clone().or_else(|| cfg.log.tensorboard.then(|| dir.join("tensorboard")));
+        // Made now: a folder that cannot be is refused before any step.
+        if let (Some(tb), 0) = (&tensorboard, dist::current().rank()) {
+            let what = if opts.tensorboard.is_some() { "--tensorboard" } else { "[log] tensorboard = true" };
+            std::fs::create_dir_all(tb).with_context(|| format!("{what}: cannot make the folder {} for the event files", tb.display()))?;
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         interrupt::set_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, base_name, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default() };
+        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, base_name, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default(), tensorboard };
         Ok((run, weights, adapter))
     }
 
@@ -314,13 +327,14 @@ impl Run {
     }
 
     /// `<run>/metrics.jsonl` for appending, without the lines of steps after
-    /// `step` (they belong to steps that will be redone). Rank 0 writes it;
-    /// other ranks get a file that writes nothing.
+    /// `step` (they belong to steps that will be redone), and with its
+    /// TensorBoard event file when asked. Rank 0 writes it; other ranks get
+    /// a file that writes nothing.
     pub fn metrics(&self, step: u64) -> Result<MetricsFile> {
         if dist::current().rank() != 0 {
             return Ok(MetricsFile::none(self.dir.join("metrics.jsonl")));
         }
-        MetricsFile::append(&self.dir.join("metrics.jsonl"), step)
+        Ok(MetricsFile::append(&self.dir.join("metrics.jsonl"), step)?.with_tensorboard(self.tensorboard.clone()))
     }
 
     /// The parameter hash the last [`Run::save`] compared across ranks (as

@@ -5,8 +5,10 @@
 //! here depends on the code that runs a config.
 
 mod env;
+mod log;
 mod model;
 mod optim;
+mod overrides;
 mod pipeline;
 mod rollout;
 mod sampling;
@@ -14,8 +16,10 @@ mod sft;
 mod train;
 
 pub use env::EnvSection;
+pub use log::LogSection;
 pub use model::ModelSection;
 pub use optim::OptimSection;
+pub use overrides::Override;
 pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
 pub use sampling::SamplingSection;
@@ -59,6 +63,9 @@ pub struct RunConfig {
     /// Train a LoRA adapter instead of every weight (`train`, `sft`, `pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<crate::lora::LoraSection>,
+    /// Trackers besides metrics.jsonl (TensorBoard).
+    #[serde(default, skip_serializing_if = "LogSection::is_default")]
+    pub log: LogSection,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
@@ -187,9 +194,18 @@ impl RunConfig {
     /// values winning. Both files must sit in the same folder, so relative
     /// paths mean the same in both.
     pub fn from_file(path: &Path) -> Result<Self> {
+        Self::from_file_with(path, &[])
+    }
+
+    /// [`RunConfig::from_file`] with `--set` overrides on top of the file
+    /// (and what it extends), in order ([`Override`]): checked as the
+    /// file's keys are, errors naming the `--set` and its key.
+    pub fn from_file_with(path: &Path, overrides: &[Override]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let value: toml::Table = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
-        let mut cfg: RunConfig = if value.contains_key("extends") {
+        let mut cfg: RunConfig = if !overrides.is_empty() {
+            overrides::parse(path, &text, value, overrides)?
+        } else if value.contains_key("extends") {
             let mut chain = vec![];
             let merged = extended(path, value, &mut chain)?;
             toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| extends_error(path, &chain, e))?
@@ -198,7 +214,7 @@ impl RunConfig {
         };
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.resolve_paths(base);
-        cfg.validate(path)?;
+        cfg.validate(path).map_err(|e| overrides::blame(e, overrides))?;
         Ok(cfg)
     }
 

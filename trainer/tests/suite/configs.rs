@@ -237,3 +237,36 @@ fn the_pipeline_teacher_is_a_policy_choice() {
     assert_eq!("model".parse::<PolicyChoice>(), Ok(PolicyChoice::Model));
     assert_eq!(String::from(PolicyChoice::Http("https://x".into())), "https://x");
 }
+
+/// `--set` over a file with `extends`: keys set in order, the file's own
+/// errors located in it first, a key the file lacks given by a `--set`,
+/// and a value refused by validation blamed on the `--set` that set it.
+#[test]
+fn set_overrides_apply_over_extends_and_name_what_is_wrong() {
+    use trainer::run_config::Override;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(tmp.path().join(name), text).unwrap();
+    std::fs::copy(dir.join("smoke-cpu.toml"), tmp.path().join("base.toml")).unwrap();
+    write("a.toml", "extends = \"base.toml\"\n[grpo]\nbeta = 0.5\n");
+    let sets = |s: &[&str]| -> Vec<Override> { s.iter().map(|s| s.parse().unwrap()).collect() };
+    let path = tmp.path().join("a.toml");
+    let cfg = RunConfig::from_file_with(&path, &sets(&["grpo.beta=0.1", "grpo.beta=0.2", "rollout.group=3", "train.tasks=t.jsonl"])).unwrap();
+    assert_eq!((cfg.grpo.beta, cfg.rollout.group), (0.2, 3), "the last --set wins");
+    assert_eq!(cfg.train.tasks.unwrap(), tmp.path().join("t.jsonl"), "relative to the config's folder, as in the file");
+    // A file with a bad key: its own error, at its line, whatever --set says.
+    write("bad.toml", "name = \"b\"\n[grpo]\nbeta = \"x\"\n");
+    let e = RunConfig::from_file_with(&tmp.path().join("bad.toml"), &sets(&["grpo.beta=0.1"])).unwrap_err().to_string();
+    assert!(e.contains("bad.toml:3:8") && e.contains("config key `grpo.beta`"), "{e}");
+    // A key the file lacks (here every required one) comes from --set.
+    write("min.toml", "[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n");
+    let cfg = RunConfig::from_file_with(&tmp.path().join("min.toml"), &sets(&["name=from-set"])).unwrap();
+    assert_eq!(cfg.name, "from-set");
+    let e = RunConfig::from_file_with(&tmp.path().join("min.toml"), &sets(&["grpo.beta=0"])).unwrap_err().to_string();
+    assert!(e.contains("min.toml with --set grpo.beta=0") && e.contains("missing field `name`"), "{e}");
+    // Validation: the error of the --set whose key (or section) it names.
+    let e = RunConfig::from_file_with(&path, &sets(&["sampling.top_p=1.5"])).unwrap_err().to_string();
+    assert_eq!(e, "--set sampling.top_p=1.5: config key `sampling.top_p`: must be in (0, 1], got 1.5");
+    let e = RunConfig::from_file_with(&path, &sets(&["optim={lr = -1.0}"])).unwrap_err().to_string();
+    assert!(e.starts_with("--set optim={lr = -1.0}: config key `optim.lr`: must be a positive number"), "{e}");
+}

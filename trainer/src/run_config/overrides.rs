@@ -1,0 +1,148 @@
+//! `--set section.key=value`: a config key set on the command line, on
+//! top of the file (and what it `extends`), checked as the file's keys are
+//! (unknown keys, types, values) with errors that name the `--set`.
+//!
+//! The value is read as a TOML value (`0.1`, `true`, `"text"`, `[1, 2]`,
+//! `{ r = 8 }`); text that is not one is taken as a string, so
+//! `--set model.path=models/x` needs no quotes (but a string that reads as
+//! a number, boolean or date does: `--set 'name="2024"'`). Relative paths
+//! are taken from the config file's folder, as in the file.
+
+use super::RunConfig;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// One `--set KEY=VALUE`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    /// The dotted key (`grpo.beta`).
+    pub key: String,
+    pub value: toml::Value,
+    /// The argument as given, for errors.
+    pub text: String,
+}
+
+impl std::str::FromStr for Override {
+    type Err = String;
+
+    /// `section.key=value`; the error says what is missing.
+    fn from_str(s: &str) -> std::result::Result<Override, String> {
+        let Some((key, raw)) = s.split_once('=') else { return Err(format!("expected section.key=value (e.g. grpo.beta=0.1), got {s:?}")) };
+        let key = key.trim();
+        let bare = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !key.split('.').all(bare) {
+            return Err(format!("{key:?} is not a config key (dotted names of letters, digits, _ and -, e.g. grpo.beta)"));
+        }
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Err(format!("no value for {key} (an empty string is {key}='\"\"')"));
+        }
+        let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+            Ok(t) if t.len() == 1 => t.into_iter().next().expect("one key").1,
+            _ => toml::Value::String(raw.to_string()),
+        };
+        Ok(Override { key: key.to_string(), value, text: s.to_string() })
+    }
+}
+
+impl Override {
+    /// An error about this `--set`, naming its key.
+    fn error(&self, message: impl std::fmt::Display) -> Error {
+        Error::Invalid { what: format!("--set {}", self.text), message: format!("config key `{}`: {message}", self.key) }
+    }
+
+    /// Sets the key in `table`, making the sections it names.
+    fn apply(&self, table: &mut toml::Table) -> Result<()> {
+        let parts: Vec<&str> = self.key.split('.').collect();
+        let (last, sections) = parts.split_last().expect("a key has a name");
+        let mut t = table;
+        for (i, part) in sections.iter().enumerate() {
+            t = match t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(Default::default())) {
+                toml::Value::Table(inner) => inner,
+                other => {
+                    return Err(self.error(format!("`{}` is a {}, not a section: set it whole (e.g. --set '{}=...')", parts[..=i].join("."), other.type_str(), parts[..=i].join("."))))
+                }
+            };
+        }
+        t.insert(last.to_string(), self.value.clone());
+        Ok(())
+    }
+}
+
+fn from_table(table: &toml::Table) -> std::result::Result<RunConfig, toml::de::Error> {
+    toml::Value::Table(table.clone()).try_into()
+}
+
+/// A serde error a later `--set` may still mend (a key it gives).
+fn missing(e: &toml::de::Error) -> bool {
+    e.message().starts_with("missing field")
+}
+
+/// The config of `path` (its text and table as read) with `overrides` in
+/// order: the file's own errors first, located in it (a missing key aside:
+/// a `--set` may give it), then the first `--set` that makes it fail.
+pub(super) fn parse(path: &Path, text: &str, table: toml::Table, overrides: &[Override]) -> Result<RunConfig> {
+    let mut chain: Vec<PathBuf> = vec![];
+    let mut table = if table.contains_key("extends") { super::extended(path, table, &mut chain)? } else { table };
+    if let Err(e) = from_table(&table) {
+        if !missing(&e) {
+            return Err(match (chain.is_empty(), toml::from_str::<RunConfig>(text)) {
+                (true, Err(located)) => super::toml_error(path, text, &located),
+                (true, Ok(_)) => Error::Invalid { what: path.display().to_string(), message: e.message().trim().to_string() },
+                (false, _) => super::extends_error(path, &chain, e),
+            });
+        }
+    }
+    for o in overrides {
+        o.apply(&mut table)?;
+        if let Err(e) = from_table(&table) {
+            if !missing(&e) {
+                return Err(o.error(e.message().trim()));
+            }
+        }
+    }
+    let sets: Vec<&str> = overrides.iter().map(|o| o.text.as_str()).collect();
+    from_table(&table).map_err(|e| Error::Invalid { what: format!("{} with --set {}", path.display(), sets.join(" --set ")), message: e.message().trim().to_string() })
+}
+
+/// A validation error (naming a key) as the error of the last `--set` of
+/// that key (or of its section), if one set it.
+pub(super) fn blame(e: Error, overrides: &[Override]) -> Error {
+    let Error::Config { path, key, message } = e else { return e };
+    let names = |o: &Override| key.split(" / ").any(|k| k == o.key || k.starts_with(&format!("{}.", o.key)));
+    match overrides.iter().rev().find(|o| names(o)) {
+        Some(o) => Error::Invalid { what: format!("--set {}", o.text), message: format!("config key `{key}`: {message}") },
+        None => Error::Config { path, key, message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(s: &str) -> Override {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn values_read_as_toml_else_as_strings() {
+        assert_eq!(set("grpo.beta=0.1").value, toml::Value::Float(0.1));
+        assert_eq!(set("train.steps=3").value, toml::Value::Integer(3));
+        assert_eq!(set("rollout.group = 4").key, "rollout.group");
+        assert_eq!(set("model.path=\"x\"").value, toml::Value::String("x".into()));
+        assert_eq!(set("model.path=models/x").value, toml::Value::String("models/x".into()));
+        assert_eq!(set("pipeline.pilot.lrs=[1e-5, 2e-5]").value.as_array().map(Vec::len), Some(2));
+        // Another key smuggled in after a newline stays one string.
+        assert_eq!(set("name=a\nb = 1").value, toml::Value::String("a\nb = 1".into()));
+        for bad in ["grpo.beta", "grpo..beta=1", "=1", "grpo.beta=", "grpo beta=1"] {
+            assert!(bad.parse::<Override>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_key_under_a_value_that_is_not_a_section_is_refused() {
+        let mut t: toml::Table = toml::from_str("name = \"x\"").unwrap();
+        let e = set("name.x=1").apply(&mut t).unwrap_err().to_string();
+        assert!(e.starts_with("--set name.x=1: config key `name.x`: `name` is a string, not a section"), "{e}");
+    }
+}
