@@ -274,6 +274,15 @@ cp -r lrun/step_00000001 r8 && sed -i 's/"r": 4/"r": 8/' r8/adapter_config.json
 check "export-adapter: r disagrees with the tensors" 1 same $B export-adapter --adapter r8 --out exported
 [ -e exported ] && { echo "export-adapter wrote exported/" >&2; failures=$((failures + 1)); }
 check "export-adapter: a model folder as --adapter" 1 same $B export-adapter --adapter model --out exported
+# --set overrides and --tensorboard (issue 55).
+check "--set: unknown key" 1 same $B train --config cfg.toml --out run --resume auto --set grpo.betaa=0.1
+check "--set: wrong type" 1 same $B train --config cfg.toml --out run --resume auto --set train.steps=x
+check "--set: bad value" 1 same $B train --config cfg.toml --out run --resume auto --set grpo.beta=-1
+check "--set: not KEY=VALUE" 2 same $B train --config cfg.toml --out run --resume auto --set grpo.beta
+check "--tensorboard: a file" 1 same $B train --config cfg.toml --out run --resume auto --tensorboard cfg.toml
+variant tis "beta = 0.0" 'beta = 0.0\nrollout_correction = "tis"\ntis_cap = 0.5'
+check "config: grpo.tis_cap = 0.5 (at load)" 1 same $B train --config tis.toml --out fresh7
+[ -e fresh7 ] && { echo "tis_cap = 0.5 started a run" >&2; failures=$((failures + 1)); }
 printf 'extends = "nope.toml"\nname = "x"\n' > ext.toml
 check "config: extends a missing file" 1 same $B train --config ext.toml --out run
 
