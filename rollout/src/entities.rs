@@ -113,20 +113,6 @@ impl Entity {
 /// The set of entities one tool call surfaced (sorted, deduplicated).
 pub type EntitySet = BTreeSet<Entity>;
 
-/// Entities split by level: the files and the functions of a set, as
-/// display strings. A function implies its file.
-pub fn split_levels(entities: &EntitySet) -> (BTreeSet<String>, BTreeSet<String>) {
-    let mut files = BTreeSet::new();
-    let mut functions = BTreeSet::new();
-    for entity in entities {
-        files.insert(entity.file_path().to_string());
-        if entity.is_function() {
-            functions.insert(entity.to_string());
-        }
-    }
-    (files, functions)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,10 @@ pub mod scaling;
 pub mod spans;
 pub mod synth;
 pub mod tasks;
+/// Test helpers (a stub HTTP server, a recording policy) for the tests of
+/// this and the other crates: only with the `testutil` feature, which their
+/// dev-dependencies turn on.
+#[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
 pub mod teacher;
 pub mod toolcall;

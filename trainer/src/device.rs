@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use candle_core::{DType, Device};
 
 /// Where tensors live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     /// The host CPU (always available).
@@ -16,6 +16,9 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// Every name, as configs and `--device` spell them.
+    pub const NAMES: [&'static str; 2] = ["cpu", "cuda"];
+
     /// `cpu` or `cuda`, as configs spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -70,7 +73,7 @@ fn cuda_unavailable(cause: &str) -> Error {
 }
 
 /// Floating-point type of the weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DTypeKind {
     /// 32-bit float (CPU default; exact parity with the references).
@@ -80,6 +83,38 @@ pub enum DTypeKind {
     Bf16,
     /// float16.
     F16,
+}
+
+impl DTypeKind {
+    /// Every name, as configs and `--dtype` spell them.
+    pub const NAMES: [&'static str; 3] = ["f32", "bf16", "f16"];
+}
+
+/// An enum of these settings from its name (`cpu`, `bf16`, `auto`, ...), as
+/// configs spell it: what a command-line parser hands over.
+pub fn from_name<T: serde::de::DeserializeOwned>(name: &str, names: &[&str]) -> std::result::Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| format!("`{name}`: expected one of {}", names.join(", ")))
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        from_name(s, &Self::NAMES)
+    }
+}
+
+impl std::str::FromStr for DTypeKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        from_name(s, &Self::NAMES)
+    }
+}
+
+impl std::str::FromStr for crate::gpu_check::CudaKernels {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        from_name(s, &Self::NAMES)
+    }
 }
 
 impl From<DTypeKind> for DType {
@@ -108,31 +143,4 @@ impl Placement {
     }
 }
 
-/// `--device`, `--dtype` and `--cuda-kernels` of the commands that run a
-/// model: where and in which precision it runs.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RunOn {
-    /// Device to run on.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
-    pub device: DeviceKind,
-    /// Weights/activations dtype (checkpoint weights are converted to it).
-    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
-    pub dtype: DTypeKind,
-    /// The fused CUDA kernels with --device cuda: auto (on once
-    /// scripts/gpu-check has passed for this build), on or off.
-    #[arg(long, value_enum, default_value_t = crate::gpu_check::CudaKernels::Auto)]
-    pub cuda_kernels: crate::gpu_check::CudaKernels,
-}
-
-impl RunOn {
-    /// The device, dtype and kernels these flags name.
-    pub fn placement(&self) -> Placement {
-        Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
-    }
-
-    /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
-    pub fn open(&self) -> Result<Device> {
-        self.placement().open()
-    }
-}
 

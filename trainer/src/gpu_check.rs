@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 /// log-probs, RMSNorm, rotary, sampling) or their plain-tensor references.
 /// Without the attention kernel, attention on CUDA materializes every
 /// score: memory quadratic in the sequence length (the planner counts it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CudaKernels {
     /// `FUSEGRPO_CUDA_KERNELS=1` (on) or `=0` (off) when the environment
@@ -31,6 +31,9 @@ pub enum CudaKernels {
 }
 
 impl CudaKernels {
+    /// Every name, as configs and `--cuda-kernels` spell them.
+    pub const NAMES: [&'static str; 3] = ["auto", "on", "off"];
+
     pub fn is_auto(&self) -> bool {
         *self == CudaKernels::Auto
     }

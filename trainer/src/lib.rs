@@ -8,12 +8,12 @@
 //!   [`pipeline`]: the recipe (teacher -> SFT -> GRPO -> evaluation).
 //! - [`rollouts`]: policies and environments set up from a run config,
 //!   episodes written and resumed, vLLM as the engine.
-//! - [`localize`] and [`mcp`]: the trained localizer on a repository, and as
-//!   an MCP server; [`bench`], [`plot`], [`tiny`] (random tiny models).
+//! - [`tiny`]: random tiny models. The applications over this library
+//!   (bench, serve, plot, mcp, localize, selftest, dist-check) are the
+//!   `apps` crate's: this one knows no command line, server or plotting.
 //! - [`checkpoint`]: atomic training checkpoints (model, optimizer, state
 //!   with RNG streams and data cursor, DONE last), retention and resume.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
-//! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
 //! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
@@ -34,31 +34,23 @@
 mod print;
 
 pub mod backward;
-pub mod bench;
 pub mod checkpoint;
 pub mod device;
 pub mod dist;
-pub mod dist_check;
 pub mod files;
 pub mod gpu_check;
 pub mod grpo;
 pub mod malloc;
-pub mod mcp;
 pub mod interrupt;
-pub mod localize;
 pub mod optim;
 pub mod packing;
 pub mod pipeline;
 pub mod plan;
-pub mod plot;
 pub mod policy;
 pub mod repos;
 pub mod rollouts;
 pub mod run;
 pub mod run_config;
-#[cfg(feature = "cuda")]
-pub mod selftest;
-pub mod serve;
 pub mod synth_tasks;
 pub mod sft;
 pub mod threads;

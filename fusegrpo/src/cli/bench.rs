@@ -1,7 +1,7 @@
-//! `fusegrpo bench ...`: the benchmarks of [`trainer::bench`].
+//! `fusegrpo bench ...`: the benchmarks of [`apps::bench`].
 
 use anyhow::Result;
-use trainer::bench;
+use apps::bench;
 
 /// The benchmarks of `fusegrpo bench`.
 #[derive(clap::Subcommand)]

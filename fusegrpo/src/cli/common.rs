@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use std::io::BufRead;
 use std::path::Path;
-pub use trainer::device::RunOn;
+pub use apps::args::RunOn;
 
 /// `--adapter DIR` of the commands that run a model.
 #[derive(clap::Args, Debug, Clone, Default)]

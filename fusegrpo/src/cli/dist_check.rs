@@ -10,7 +10,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use trainer::dist;
-use trainer::dist_check as check;
+use apps::dist_check as check;
 use trainer::weights::load_weights;
 use trainer::ModelConfig;
 

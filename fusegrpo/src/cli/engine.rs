@@ -1,8 +1,8 @@
 //! `fusegrpo engine vllm`: a vLLM server for `[rollout] engine = "vllm"`
-//! ([`trainer::rollouts::vllm_server`]).
+//! ([`apps::vllm_server`]).
 
 use anyhow::Result;
-use trainer::rollouts::vllm_server::VllmArgs;
+use apps::vllm_server::VllmArgs;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -12,6 +12,6 @@ pub enum Command {
 
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Vllm(args) => trainer::rollouts::vllm_server::serve(args),
+        Command::Vllm(args) => apps::vllm_server::serve(args),
     }
 }

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// The weights' dtype.
-    #[arg(long, value_enum, default_value_t = DTypeKind::Bf16)]
+    #[arg(long, value_parser = apps::args::choice::<DTypeKind>(&DTypeKind::NAMES), default_value = "bf16")]
     pub dtype: DTypeKind,
 }
 

@@ -11,7 +11,7 @@ pub enum Command {
     /// Print whether the CUDA kernels would run, and why, for a setting.
     Status {
         /// The setting to resolve ([model] cuda_kernels).
-        #[arg(long, value_enum, default_value_t = CudaKernels::Auto)]
+        #[arg(long, value_parser = apps::args::choice::<CudaKernels>(&CudaKernels::NAMES), default_value = "auto")]
         cuda_kernels: CudaKernels,
     },
     /// Record that scripts/gpu-check passed for this binary (gpu-check runs it).

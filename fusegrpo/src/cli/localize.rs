@@ -1,11 +1,11 @@
 //! `fusegrpo localize`: the trained localizer on any repository and issue
-//! ([`trainer::localize`]), its report printed.
+//! ([`apps::localize`]), its report printed.
 
 use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use trainer::localize::{check_request, localize, Request};
+use apps::localize::{check_request, localize, Request};
 use trainer::run_config::RunConfig;
 
 use trainer::rollouts::{with_policy, TeacherOpts};

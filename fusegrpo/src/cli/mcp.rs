@@ -1,4 +1,4 @@
-//! `fusegrpo mcp`: the localizer as an MCP server on stdio ([`trainer::mcp`]).
+//! `fusegrpo mcp`: the localizer as an MCP server on stdio ([`apps::mcp`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -15,5 +15,5 @@ pub struct Args {
 
 /// Runs `fusegrpo mcp` until the client closes stdin.
 pub fn run(args: Args) -> Result<()> {
-    trainer::mcp::serve(args.localizer.config()?, args.localizer.policy.clone(), args.repo)
+    apps::mcp::serve(args.localizer.config()?, args.localizer.policy.clone(), args.repo)
 }

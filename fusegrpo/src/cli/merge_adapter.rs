@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// The merged weights' dtype (the merge itself is computed in f32).
-    #[arg(long, value_enum, default_value_t = DTypeKind::F32)]
+    #[arg(long, value_parser = apps::args::choice::<DTypeKind>(&DTypeKind::NAMES), default_value = "f32")]
     pub dtype: DTypeKind,
 }
 

@@ -27,7 +27,7 @@ pub struct Args {
     pub gpus: u64,
     /// Plan with the CUDA kernels on or off instead of the config's
     /// [model] cuda_kernels (auto: as the config says).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = apps::args::choice::<trainer::gpu_check::CudaKernels>(&trainer::gpu_check::CudaKernels::NAMES))]
     pub cuda_kernels: Option<trainer::gpu_check::CudaKernels>,
     /// CPU threads the run will use (default: all cores).
     #[arg(long)]

@@ -1,7 +1,7 @@
 //! `fusegrpo plot-scaling EVAL_DIR [--out PNG]`: F1 file, F1 function and
 //! tokens spent per task against the number of attempts N (log scale), one
 //! curve per selector (and per selector + refine), from the `scaling.json`
-//! that `eval --attempts N --out-dir EVAL_DIR` writes ([`trainer::plot::scaling`]).
+//! that `eval --attempts N --out-dir EVAL_DIR` writes ([`apps::plot::scaling`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let out = trainer::plot::scaling::draw_dir(&args.eval_dir, args.out.as_deref())?;
+    let out = apps::plot::scaling::draw_dir(&args.eval_dir, args.out.as_deref())?;
     eprintln!("plot-scaling: {}", out.display());
     Ok(())
 }

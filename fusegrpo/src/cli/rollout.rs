@@ -106,6 +106,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         if let Some(dir) = &args.scaling.out_dir {
             let policy = policy_name(&args.policy);
             trainer::rollouts::scaling::write_dir(dir, &run, &sc, &policy, &judge)?;
+            apps::plot::scaling::draw_dir(dir, None)?;
             eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
         }
         print!("{}", trainer::rollouts::scaling::report(&run, &judge));

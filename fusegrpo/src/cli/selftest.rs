@@ -1,5 +1,5 @@
 //! `fusegrpo selftest --device cuda`: the CUDA kernels against their CPU
-//! references ([`trainer::selftest`]); `--bench` adds a fused-vs-unfused
+//! references ([`apps::selftest`]); `--bench` adds a fused-vs-unfused
 //! timing of the log-prob path. Exits non-zero when a check fails. Needs a
 //! binary built with `--features cuda` and an NVIDIA GPU.
 
@@ -8,7 +8,7 @@ use trainer::device::DeviceKind;
 #[derive(clap::Args)]
 pub struct Args {
     /// Device whose kernels are checked against the CPU references.
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cuda)]
+    #[arg(long, value_parser = apps::args::choice::<DeviceKind>(&DeviceKind::NAMES), default_value = "cuda")]
     pub device: DeviceKind,
     /// Also time fused vs unfused log-probs (forward+backward) at N=1024, d=2560, V=151936.
     #[arg(long)]
@@ -31,10 +31,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.device == DeviceKind::Cuda, "selftest checks the CUDA kernels: use --device cuda");
     let dev = args.device.open()?;
-    let mut report = trainer::selftest::Report::default();
-    trainer::selftest::check_all(&dev, args.seed, &mut report)?;
+    let mut report = apps::selftest::Report::default();
+    apps::selftest::check_all(&dev, args.seed, &mut report)?;
     if args.bench {
-        trainer::selftest::bench_logprobs(&dev, args.seed)?;
+        apps::selftest::bench_logprobs(&dev, args.seed)?;
     }
     println!("selftest: {} checks, {} failed", report.total, report.failed.len());
     anyhow::ensure!(report.failed.is_empty(), "selftest failed: {}", report.failed.join(", "));

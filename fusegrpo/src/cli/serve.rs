@@ -1,5 +1,5 @@
 //! `fusegrpo serve`: an OpenAI-compatible chat-completions server over a
-//! model folder (see `trainer::serve`). Prints `listening on http://ADDR` on
+//! model folder (see `apps::serve`). Prints `listening on http://ADDR` on
 //! stdout once bound (so `--port 0` can be used by scripts and tests).
 
 use super::common::RunOn;
@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use rollout::chat::ChatTokenizer;
 use std::io::Write;
 use std::path::PathBuf;
-use trainer::serve::{bind, ChatServer, ServeConfig};
+use apps::serve::{bind, ChatServer, ServeConfig};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -223,11 +223,6 @@ impl ModelConfig {
     pub fn inv_freq(&self) -> Vec<f32> {
         self.rope_scaling.inv_freq(self.head_dim, self.rope_theta)
     }
-
-    /// Query heads per key/value head (GQA group size).
-    pub fn kv_groups(&self) -> usize {
-        self.num_attention_heads / self.num_key_value_heads
-    }
 }
 
 fn config_err(path: &Path, key: &str, message: &str) -> Error {

@@ -171,11 +171,6 @@ impl CausalLm {
         out
     }
 
-    /// Whether an adapter is applied.
-    pub fn has_adapter(&self) -> bool {
-        self.layers.iter().any(|l| l.lora.iter().any(Option::is_some))
-    }
-
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }

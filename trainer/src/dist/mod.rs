@@ -13,7 +13,7 @@
 //! - [`zero`]: ZeRO-1, the optimizer state sharded by a [`partition::Partition`].
 //!
 //! The data-parallel update is checked against one process's by
-//! [`crate::dist_check`] (`fusegrpo dist-check`).
+//! `apps::dist_check` (`fusegrpo dist-check`).
 
 pub mod partition;
 pub mod launch;

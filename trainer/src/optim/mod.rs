@@ -71,10 +71,6 @@ impl Gradients {
         self.by_name.is_empty()
     }
 
-    pub fn into_map(self) -> BTreeMap<String, Tensor> {
-        self.by_name
-    }
-
     /// Global L2 norm over all gradients (the norm of the per-tensor norms,
     /// added in name order).
     pub fn global_norm(&self) -> Result<f64> {

@@ -6,7 +6,6 @@
 pub mod episodes;
 pub mod scaling;
 pub mod vllm;
-pub mod vllm_server;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};
 use anyhow::{Context, Result};

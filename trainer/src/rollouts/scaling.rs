@@ -115,7 +115,8 @@ pub fn report(run: &ScalingRun, judge: &str) -> String {
     out
 }
 
-/// Writes the run's files under `dir` (created), and the scaling plot.
+/// Writes the run's files under `dir` (created); the scaling plot is the
+/// caller's (`apps::plot::scaling::draw_dir`).
 pub fn write_dir(dir: &Path, run: &ScalingRun, sc: &ScalingConfig, policy: &str, judge: &str) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_episodes(&dir.join("attempts.jsonl"), &run.attempts)?;
@@ -128,7 +129,6 @@ pub fn write_dir(dir: &Path, run: &ScalingRun, sc: &ScalingConfig, policy: &str,
     let summary = serde_json::json!({"policy": policy, "judge": judge, "config": sc, "rows": run.rows});
     let path = dir.join("scaling.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n").with_context(|| format!("writing {}", path.display()))?;
-    crate::plot::scaling::draw_dir(dir, None)?;
     Ok(())
 }
 

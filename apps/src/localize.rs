@@ -3,13 +3,13 @@
 //! (uncommitted edits included, read from disk, nothing written) or over a
 //! revision, and give the files and functions, ranked, with the evidence
 //! that led there and the cost. `fusegrpo localize` and the MCP server
-//! (`fusegrpo mcp`, [`crate::serve::mcp`]) both call [`localize`].
+//! (`fusegrpo mcp`, [`crate::mcp`]) both call [`localize`].
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::run_config::RunConfig;
+use trainer::run_config::RunConfig;
 use anyhow::{bail, Result};
 use rollout::episode::driver::{run_episodes_until, Env};
 use rollout::episode::Episode;

@@ -9,16 +9,16 @@
 use super::shape::Shape;
 use super::step::merge;
 use super::{median, rss_kib, set_threads};
-use crate::device::RunOn;
-use crate::files::write_json_lines;
+use crate::args::RunOn;
+use trainer::files::write_json_lines;
 use anyhow::{ensure, Result};
 use candle_core::DType;
 use rand::SeedableRng;
 use std::path::PathBuf;
 use std::time::Instant;
-use crate::generate::{generate, GenerateConfig};
-use crate::sampling::SamplerConfig;
-use crate::CausalLm;
+use trainer::generate::{generate, GenerateConfig};
+use trainer::sampling::SamplerConfig;
+use trainer::CausalLm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,10 +67,10 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => crate::policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
+        Some(m) => trainer::policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
-            let w = crate::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
+            let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
             CausalLm::new(&cfg, &w)?
         }
     };
@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
         sampler: SamplerConfig { temperature: a.temperature, top_p: 1.0, top_k: 0 },
         stop_tokens: vec![],
     };
-    let once = || -> Result<(f64, Vec<crate::generate::Generation>)> {
+    let once = || -> Result<(f64, Vec<trainer::generate::Generation>)> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
         let t0 = Instant::now();
         let gens = generate(&model, &prompts, &cfg, &mut rng)?;

@@ -8,10 +8,10 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::process::Command;
 use std::time::Instant;
-use crate::backward::EntropyMetric;
-use crate::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs};
-use crate::model::recompute::Recompute;
-use crate::{CausalLm, ModelConfig};
+use trainer::backward::EntropyMetric;
+use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs};
+use trainer::model::recompute::Recompute;
+use trainer::{CausalLm, ModelConfig};
 
 /// The recomputation mode of a child run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -88,7 +88,7 @@ fn config(a: &Args) -> ModelConfig {
 fn measure(a: &Args, mode: Mode) -> Result<Measured> {
     let cfg = config(a);
     let dev = Device::Cpu;
-    let w = crate::init::random_weights(&cfg, 0, DType::F32, &dev)?;
+    let w = trainer::init::random_weights(&cfg, 0, DType::F32, &dev)?;
     let (model, params) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     let (b, t) = (a.rows, a.tokens);
@@ -110,14 +110,14 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         max_completion_length: t,
         entropy: EntropyMetric::Skip,
         recompute: mode.into(),
-        rollout_correction: crate::grpo::RolloutCorrection::None,
+        rollout_correction: trainer::grpo::RolloutCorrection::None,
         tis_cap: 3.0,
         skip_zero_advantage: true,
         fold_linear_loss: true,
     };
     let base_kib = status_kib("VmHWM")?;
     let t0 = Instant::now();
-    let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &loss, crate::packing::MicroBatching::Rows(b))?;
+    let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &loss, trainer::packing::MicroBatching::Rows(b))?;
     let secs = t0.elapsed().as_secs_f64();
     if grads.len() != params.len() || !metrics.loss.is_finite() {
         bail!("{mode:?}: {} of {} gradients, loss {}", grads.len(), params.len(), metrics.loss);

@@ -9,9 +9,9 @@ use super::{reset_peak_rss, rss_kib};
 use anyhow::{ensure, Result};
 use candle_core::DType;
 use std::time::Instant;
-use crate::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
-use crate::optim::{AdamW, AdamWConfig, Gradients};
-use crate::CausalLm;
+use trainer::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
+use trainer::optim::{AdamW, AdamWConfig, Gradients};
+use trainer::CausalLm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,13 +21,13 @@ pub struct Args {
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub on: crate::device::RunOn,
+    pub on: crate::args::RunOn,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.shape.config(64)?;
     let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));
-    let w = crate::init::random_weights(&cfg, 0, dtype, &device)?;
+    let w = trainer::init::random_weights(&cfg, 0, dtype, &device)?;
     let (model, vars) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     // One step on random gradients, so that the moments are real pages

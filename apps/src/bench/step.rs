@@ -10,9 +10,9 @@ use super::{median, minor_faults, rss_kib, set_threads};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Tensor};
 use std::time::Instant;
-use crate::backward::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
-use crate::optim::Gradients;
-use crate::CausalLm;
+use trainer::backward::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
+use trainer::optim::Gradients;
+use trainer::CausalLm;
 
 /// How the backward pass gets the layers' activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -59,7 +59,7 @@ pub struct Args {
     /// Device and dtype of the random model (on CUDA the RSS figures are the
     /// host's; scripts/gpu-check samples the GPU's memory from outside).
     #[command(flatten)]
-    pub on: crate::device::RunOn,
+    pub on: crate::args::RunOn,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -68,12 +68,12 @@ pub fn run(a: Args) -> Result<()> {
     let cfg = a.shape.config(a.tokens)?;
     let dev = a.on.open()?;
     let dtype = DType::from(a.on.dtype);
-    let w = crate::init::random_weights(&cfg, a.seed, dtype, &dev)?;
+    let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
     let lora = match a.lora_r {
         None => None,
         Some(r) => {
             ensure!(r > 0, "--lora-r must be at least 1");
-            let section = crate::lora::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: crate::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
+            let section = trainer::lora::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: trainer::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
             Some(section.validate().map_err(|(k, m)| anyhow::anyhow!("--lora-r: {k}: {m}"))?)
         }
     };
@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
         None => CausalLm::trainable(&cfg, &w)?,
         Some(l) => {
             // B non-zero (as after some training), so every adapter tensor's gradient is real work.
-            let mut adapter = crate::lora::Adapter::init(l, &cfg, &dev)?;
+            let mut adapter = trainer::lora::Adapter::init(l, &cfg, &dev)?;
             for (name, t) in adapter.tensors.iter_mut() {
                 if name.contains("lora_B") {
                     *t = (Tensor::randn(0f32, 0.01, t.dims(), &dev)?).to_dtype(DType::F32)?;
@@ -91,7 +91,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
     drop(w);
-    crate::malloc::release_free_memory();
+    trainer::malloc::release_free_memory();
     // The ids of scripts/bench_step_torch.py: row-major, (i * 7919 + 13) % vocab.
     let n = a.rows * a.tokens;
     let ids: Vec<u32> = (0..n).map(|i| ((i as u64 * 7919 + 13) % a.shape.vocab as u64) as u32).collect();
@@ -104,11 +104,11 @@ pub fn run(a: Args) -> Result<()> {
         temperature: 1.0,
         entropy: EntropyMetric::Skip,
         recompute: match a.recompute {
-            Recompute::Off => crate::model::recompute::Recompute::Off,
-            Recompute::PerLayer => crate::model::recompute::Recompute::PerLayer,
+            Recompute::Off => trainer::model::recompute::Recompute::Off,
+            Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
         },
     };
-    let positions = crate::model::cache::Positions::sequential(a.rows, a.tokens);
+    let positions = trainer::model::cache::Positions::sequential(a.rows, a.tokens);
     let rss_model = rss_kib("VmRSS");
     let step = || -> Result<(f64, f64, usize)> {
         let mut grads = Gradients::default();
@@ -140,7 +140,7 @@ pub fn run(a: Args) -> Result<()> {
     let optimizer_bytes: Option<usize> = if a.no_optimizer {
         None
     } else {
-        let mut opt = crate::optim::AdamW::new(&params, Default::default())?;
+        let mut opt = trainer::optim::AdamW::new(&params, Default::default())?;
         let mut grads = Gradients::default();
         backward_micro_batch(&model, &params, &tokens, &positions, pass, &mut grads, Some(LinearLoss { coefficients: &coefficients, mask: &mask }), |logp, _| {
             Ok(((logp.to_dtype(DType::F32)? * &mask)?.sum_all()?.neg()? / predicted)?)
@@ -177,17 +177,17 @@ pub fn run(a: Args) -> Result<()> {
     });
     merge(&mut report, a.shape.json());
     // The memory planner's figure for this step, beside the measured peak.
-    let target = crate::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == crate::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
+    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
     let recompute = match a.recompute {
-        Recompute::Off => crate::model::recompute::Recompute::Off,
-        Recompute::PerLayer => crate::model::recompute::Recompute::PerLayer,
+        Recompute::Off => trainer::model::recompute::Recompute::Off,
+        Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
     };
-    let plan = crate::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
+    let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
     let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;
     // On the CPU the measured peak is the RSS; on CUDA it is the GPU's,
     // which only a sampler outside sees (scripts/gpu-check, with
     // --no-optimizer so that the peak is the micro-batch's).
-    let measured = (a.on.device == crate::device::DeviceKind::Cpu).then(|| (peak_steps / 1024) as f64);
+    let measured = (a.on.device == trainer::device::DeviceKind::Cpu).then(|| (peak_steps / 1024) as f64);
     merge(&mut report, serde_json::json!({"planned_peak_mib": predicted.round(), "planned_vs_measured": measured.map(|m| predicted / m)}));
     println!("{report}");
     Ok(())

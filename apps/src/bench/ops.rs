@@ -8,8 +8,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
-use crate::model::{ops, rope::RopeTables};
-use crate::config::default_inv_freq;
+use trainer::model::{ops, rope::RopeTables};
+use trainer::config::default_inv_freq;
 
 #[derive(clap::Args)]
 pub struct Args {

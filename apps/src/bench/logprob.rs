@@ -52,7 +52,7 @@ pub struct Args {
     /// Device and dtype of the hidden states and lm_head (on CUDA the RSS
     /// figures are the host's, not the GPU's).
     #[command(flatten)]
-    pub on: crate::device::RunOn,
+    pub on: crate::args::RunOn,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -6,9 +6,9 @@ use candle_core::{DType, Device, Tensor};
 use std::path::PathBuf;
 use std::time::Instant;
 use super::rss_kib;
-use crate::device::DTypeKind;
-use crate::model::cache::Positions;
-use crate::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
+use trainer::device::DTypeKind;
+use trainer::model::cache::Positions;
+use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
 
 /// Architectures with published shapes.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, default_value_t = 512)]
     pub tokens: usize,
     /// Dtype of the written checkpoint and of the run.
-    #[arg(long, value_enum, default_value_t = DTypeKind::Bf16)]
+    #[arg(long, value_parser = crate::args::choice::<DTypeKind>(&DTypeKind::NAMES), default_value = "bf16")]
     pub dtype: DTypeKind,
     /// Safetensors shards to write (the hub uses 3 for Qwen3-4B).
     #[arg(long, default_value_t = 3)]
@@ -37,21 +37,21 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = match args.arch {
-        Arch::Qwen3_4b => crate::init::qwen3_4b_config(),
+        Arch::Qwen3_4b => trainer::init::qwen3_4b_config(),
     };
     let dtype: DType = args.dtype.into();
     if !args.dir.join(INDEX_FILE).exists() {
         let t0 = Instant::now();
-        let w = crate::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
+        let w = trainer::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
         save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
             .with_context(|| format!("writing {}", args.dir.display()))?;
         eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), t0.elapsed().as_secs_f64());
     }
     let rss_before = rss_kib("VmRSS");
     let t0 = Instant::now();
-    let cfg = crate::ModelConfig::from_file(&args.dir.join("config.json"))?;
+    let cfg = trainer::ModelConfig::from_file(&args.dir.join("config.json"))?;
     let w = load_weights(&args.dir, &cfg, dtype, &Device::Cpu)?;
-    let model = crate::CausalLm::new(&cfg, &w)?;
+    let model = trainer::CausalLm::new(&cfg, &w)?;
     drop(w);
     let load_s = t0.elapsed().as_secs_f64();
     let rss_loaded = rss_kib("VmRSS");
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<()> {
     let forward_s = t0.elapsed().as_secs_f64();
     let report = serde_json::json!({
         "arch": format!("{:?}", args.arch),
-        "params": crate::params::parameter_count(&cfg),
+        "params": trainer::params::parameter_count(&cfg),
         "dtype": format!("{:?}", args.dtype),
         "shards": args.shards,
         "load_seconds": load_s,

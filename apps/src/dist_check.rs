@@ -5,16 +5,16 @@
 //! magnitude of one process's). `fusegrpo dist-check` runs it under mpirun;
 //! the tests run it with ranks as threads.
 
-use crate::dist::{Collective, Dist, Single};
-use crate::error::{Error, Result};
-use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
-use crate::grpo::{group_advantages, LossAggregation};
-use crate::trainers::{grpo, sft};
-use crate::optim::Gradients;
-use crate::run_config::RunConfig;
-use crate::sft::SftBatch;
-use crate::weights::TensorMap;
-use crate::ModelConfig;
+use trainer::dist::{Collective, Dist, Single};
+use trainer::error::{Error, Result};
+use trainer::grpo::advantages::TRL_ADVANTAGE_EPS;
+use trainer::grpo::{group_advantages, LossAggregation};
+use trainer::trainers::{grpo, sft};
+use trainer::optim::Gradients;
+use trainer::run_config::RunConfig;
+use trainer::sft::SftBatch;
+use trainer::weights::TensorMap;
+use trainer::ModelConfig;
 use candle_core::{DType, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -72,7 +72,7 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
         c.grpo.aggregation = agg;
         let name = serde_json::to_value(agg).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let ranks = grpo_update(dist.clone(), &c, model_cfg, weights, episodes)?;
-        crate::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
+        trainer::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
         if dist.rank() == 0 {
             let one = grpo_update(Arc::new(Single), &c, model_cfg, weights, episodes)?;
             cases.push(compare(name, weights, &ranks, &one)?);
@@ -81,9 +81,9 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
     let batch = sft_batch(episodes, &weights_device(weights))?;
     // A warmup's first step has learning rate 0: the check steps at sft.lr.
     let mut c = cfg.clone();
-    c.sft.schedule = crate::optim::LrSchedule::Constant;
+    c.sft.schedule = trainer::optim::LrSchedule::Constant;
     let ranks = sft_update(dist.clone(), &c, model_cfg, weights, &batch)?;
-    crate::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
+    trainer::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
     if dist.rank() == 0 {
         let one = sft_update(Arc::new(Single), &c, model_cfg, weights, &batch)?;
         cases.push(compare("sft".into(), weights, &ranks, &one)?);
@@ -104,7 +104,7 @@ fn zero_cases(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &T
     }
     let mut zero = cfg.clone();
     zero.optim.zero_stage = 1;
-    zero.sft.schedule = crate::optim::LrSchedule::Constant;
+    zero.sft.schedule = trainer::optim::LrSchedule::Constant;
     let mut replicated = zero.clone();
     replicated.optim.zero_stage = 0;
     let runs = [
@@ -112,11 +112,11 @@ fn zero_cases(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &T
         ("sft_zero1", sft_update(dist.clone(), &replicated, model_cfg, weights, batch)?, sft_update(dist.clone(), &zero, model_cfg, weights, batch)?),
     ];
     for (name, rep, sharded) in runs {
-        let (h_rep, h_zero) = (crate::dist::reduce::parameter_hash(&rep.1)?, crate::dist::reduce::parameter_hash(&sharded.1)?);
+        let (h_rep, h_zero) = (trainer::dist::reduce::parameter_hash(&rep.1)?, trainer::dist::reduce::parameter_hash(&sharded.1)?);
         if h_rep != h_zero {
             return Err(Error::invalid("dist-check", format!("{name}: rank {}'s weights after the ZeRO-1 update differ from the replicated update's (hash {h_zero:016x} vs {h_rep:016x})", dist.rank())));
         }
-        crate::dist::reduce::check_same_parameters(&**dist, &sharded.1, 1)?;
+        trainer::dist::reduce::check_same_parameters(&**dist, &sharded.1, 1)?;
         if dist.rank() == 0 {
             let one = if name == "sft_zero1" { sft_update(Arc::new(Single), &replicated, model_cfg, weights, batch)? } else { grpo_update(Arc::new(Single), &replicated, model_cfg, weights, episodes)? };
             let mut shard = one.0.clone();
@@ -271,11 +271,11 @@ pub fn table(cases: &[Case], dist: &dyn Collective) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::local::LocalGroup;
+    use trainer::dist::local::LocalGroup;
 
     fn tiny() -> (ModelConfig, TensorMap, RunConfig) {
         let model_cfg = ModelConfig::new_tiny(64, 32, 64, 2, 4, 2, 8, true);
-        let weights = crate::init::random_weights(&model_cfg, 3, DType::F32, &candle_core::Device::Cpu).unwrap();
+        let weights = trainer::init::random_weights(&model_cfg, 3, DType::F32, &candle_core::Device::Cpu).unwrap();
         let text = "name = \"t\"\n[model]\npath = \"unused\"\n[env]\nrepos_dir = \"unused\"\n\
                     [rollout]\ngroup = 4\n[train]\nmicro_batch_rows = 3\n[optim]\nlr = 1e-3\nmax_grad_norm = 1.0\n";
         let cfg: RunConfig = toml::from_str(text).unwrap();

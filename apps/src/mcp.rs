@@ -32,7 +32,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::localize::{localize_until, Request};
-use crate::rollouts::{with_policy, TeacherOpts};
+use trainer::rollouts::{with_policy, TeacherOpts};
 
 /// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
 /// `select`); a longer one is refused by its length, not echoed.
@@ -316,7 +316,7 @@ impl ServerHandler for Server {
 /// Serves the localizer of `cfg` (`policy`: our model or the scripted
 /// teacher) over MCP on stdio until the client closes stdin; a call
 /// without `repo` searches `default_repo`.
-pub fn serve(cfg: crate::run_config::RunConfig, policy: crate::run_config::PolicyChoice, default_repo: Option<PathBuf>) -> Result<()> {
+pub fn serve(cfg: trainer::run_config::RunConfig, policy: trainer::run_config::PolicyChoice, default_repo: Option<PathBuf>) -> Result<()> {
     let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()));
     let (jobs, jobs_rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();

@@ -1,0 +1,30 @@
+//! `apps`: the applications over the `trainer` library, each a module with
+//! one entry point the binary calls; the only library crate with a command
+//! line (clap's argument structs), a server (tiny_http, rmcp over tokio) or
+//! plots (plotters).
+//!
+//! - [`localize`] and [`mcp`]: the trained localizer on a repository, and as
+//!   an MCP server (stdio) with the sandboxed tools.
+//! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
+//! - [`bench`]: `fusegrpo bench ...`, the benchmarks (ours beside a reference).
+//! - [`plot`]: a training run's curves and the test-time scaling plot (PNG).
+//! - [`dist_check`]: `fusegrpo dist-check`, data parallelism against one process.
+//! - [`selftest`] (with `cuda`): the CUDA path against the CPU.
+//! - [`vllm_server`]: `fusegrpo engine vllm`, a vLLM server as a child process.
+//! - [`args`]: argument groups several commands share (`--device`, `--dtype`,
+//!   `--cuda-kernels`), and clap's parser of the trainer's enums.
+
+// The printing macros that never panic on a closed stream (trainer::print).
+#[macro_use]
+extern crate trainer;
+
+pub mod bench;
+pub mod args;
+pub mod dist_check;
+pub mod localize;
+pub mod mcp;
+pub mod plot;
+#[cfg(feature = "cuda")]
+pub mod selftest;
+pub mod serve;
+pub mod vllm_server;
