@@ -28,6 +28,13 @@ Writes under <out>/:
                     is A per token as elsewhere. Per loss_type x beta x
                     (eps_low, eps_high): the loss and d(loss)/d(logp).
                     `--only clip-edges` writes just this file.
+  gspo.json         GSPO (importance_sampling_level = "sequence"): the episodes
+                    of loss.json and tis.json again (same seeds, same tensors),
+                    plus stored old log-probs shifted per sequence so that
+                    sequence ratios clip on both sides; per loss_type x beta x
+                    old (stored, shifted, current) the loss, d(loss)/d(logp)
+                    and the clip metrics, and with TIS (token_truncate) per
+                    loss_type x beta. `--only gspo` writes just this file.
   optim.safetensors / optim.json
                     torch.optim.AdamW (weight decay) over 3 steps with
                     clip_grad_norm_ before each: parameters, gradients, norms,
@@ -115,12 +122,12 @@ class Accel:
         return x
 
 
-def stand_in(loss_type, beta, logp, entropies, max_completion_length, eps_low, eps_high):
+def stand_in(loss_type, beta, logp, entropies, max_completion_length, eps_low, eps_high, level="token"):
     s = SimpleNamespace()
     s._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropies, None)
     s.top_entropy_quantile = 1.0
     s.off_policy_mask_threshold = None
-    s.importance_sampling_level = "token"
+    s.importance_sampling_level = level
     s.beta = beta
     s.loss_type = loss_type
     s.epsilon_low = eps_low
@@ -154,7 +161,8 @@ def trl_inputs(mask, advantages, old=None, ref=None, **extra):
     return inputs
 
 
-def loss_cases():
+def loss_inputs():
+    """loss.json's episodes: (mask, logp, old, ref, advantages, entropies)."""
     torch.manual_seed(0)
     b, t = 4, 9
     lengths = [8, 5, 3, 7]  # policy tokens start at column 1
@@ -169,6 +177,11 @@ def loss_cases():
     ref = logp + 0.3 * torch.randn(b, t)
     advantages = torch.tensor([1.2, -0.8, 0.5, -1.5])
     entropies = torch.rand(b, t)
+    return mask, logp, old, ref, advantages, entropies
+
+
+def loss_cases():
+    mask, logp, old, ref, advantages, entropies = loss_inputs()
     max_completion_length = 10
     eps_low, eps_high = 0.2, 0.28
     out = {
@@ -197,7 +210,8 @@ def loss_cases():
     return out
 
 
-def tis_cases():
+def tis_inputs():
+    """tis.json's episodes: (mask, logp, old, sampling, ref, advantages, entropies)."""
     torch.manual_seed(1)
     b, t = 3, 8
     mask = torch.zeros(b, t)
@@ -211,9 +225,18 @@ def tis_cases():
     ref = logp + 0.3 * torch.randn(b, t)
     advantages = torch.tensor([0.9, -1.1, 0.4])
     entropies = torch.rand(b, t)
+    return mask, logp, old, sampling, ref, advantages, entropies
+
+
+def tis_ratio(old, sampling, mask, cap):
+    """TRL's _generate_and_score_completions, token_truncate, no clip_min."""
+    return torch.clamp(torch.exp((old - sampling) * mask), max=cap)
+
+
+def tis_cases():
+    mask, logp, old, sampling, ref, advantages, entropies = tis_inputs()
     cap, max_completion_length, eps_low, eps_high = 2.0, 10, 0.2, 0.28
-    # TRL's _generate_and_score_completions, token_truncate, no clip_min.
-    ratio = torch.clamp(torch.exp((old - sampling) * mask), max=cap)
+    ratio = tis_ratio(old, sampling, mask, cap)
     delta = torch.abs(old - sampling)[mask.bool()]
     flat = ratio[mask.bool()]
     out = {
@@ -238,6 +261,64 @@ def tis_cases():
             loss = GRPOTrainer._compute_loss(s, None, inputs)
             loss.backward()
             out["cases"].append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "grad_logp": tolist(leaf.grad)})
+    return out
+
+
+def gspo_cases():
+    """GSPO, TRL's importance_sampling_level = "sequence", on loss.json's and
+    tis.json's episodes."""
+    mask, logp, old, ref, advantages, entropies = loss_inputs()
+    max_completion_length, eps_low, eps_high = 10, 0.2, 0.28
+    # Sequence shifts of the log-ratio (exp: 1.65, 0.61, 1.0, 1.0) so that
+    # sequence 0 (A > 0) clips high and sequence 1 (A < 0) clips low.
+    g = torch.Generator().manual_seed(5)
+    noise = torch.empty(mask.shape).uniform_(-0.3, 0.3, generator=g)
+    shifted = logp - (torch.tensor([[0.5], [-0.5], [0.0], [0.0]]) + noise)
+    out = {
+        "trl_version": trl.__version__,
+        "logp": tolist(logp), "old_logp": tolist(old), "shifted_old_logp": tolist(shifted), "ref_logp": tolist(ref),
+        "advantages": tolist(advantages), "mask": tolist(mask),
+        "max_completion_length": max_completion_length, "eps_low": eps_low, "eps_high": eps_high,
+        "cases": [],
+    }
+    olds = {"stored": old, "shifted": shifted, "current": None}
+    for loss_type in ["grpo", "bnpo", "dr_grpo", "dapo"]:
+        for beta in [0.0, 0.04]:
+            for which, o in olds.items():
+                leaf = logp.clone().requires_grad_(True)
+                s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high, "sequence")
+                inputs = trl_inputs(mask, advantages, old=o, ref=ref if beta != 0.0 else None)
+                loss = GRPOTrainer._compute_loss(s, None, inputs)
+                loss.backward()
+                m = s._metrics["train"]
+                out["cases"].append({
+                    "loss_type": loss_type, "beta": beta, "old": which,
+                    "loss": loss.item(), "grad_logp": tolist(leaf.grad),
+                    "kl": m["kl"][0] if "kl" in m else None,
+                    "clip_ratio/low_mean": m["clip_ratio/low_mean"][0],
+                    "clip_ratio/high_mean": m["clip_ratio/high_mean"][0],
+                    "clip_ratio/region_mean": m["clip_ratio/region_mean"][0],
+                })
+    # With TIS (token_truncate): the sequence ratio's surrogate, per token
+    # times the truncated token ratio.
+    mask, logp, old, sampling, ref, advantages, entropies = tis_inputs()
+    cap = 2.0
+    ratio = tis_ratio(old, sampling, mask, cap)
+    tis = {
+        "cap": cap, "logp": tolist(logp), "old_logp": tolist(old), "sampling_logp": tolist(sampling),
+        "ref_logp": tolist(ref), "advantages": tolist(advantages), "mask": tolist(mask), "cases": [],
+    }
+    for loss_type in ["grpo", "bnpo", "dr_grpo", "dapo"]:
+        for beta in [0.0, 0.04]:
+            leaf = logp.clone().requires_grad_(True)
+            s = stand_in(loss_type, beta, leaf, entropies, max_completion_length, eps_low, eps_high, "sequence")
+            s.use_vllm = True
+            s.vllm_importance_sampling_correction = True
+            inputs = trl_inputs(mask, advantages, old=old, ref=ref if beta != 0.0 else None, importance_sampling_ratio=ratio)
+            loss = GRPOTrainer._compute_loss(s, None, inputs)
+            loss.backward()
+            tis["cases"].append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "grad_logp": tolist(leaf.grad)})
+    out["tis"] = tis
     return out
 
 
@@ -389,7 +470,7 @@ def main():
         only = args[i + 1] if i + 1 < len(args) else ""
         args = args[:i] + args[i + 2 :]
     out = args[0] if args else "trainer/tests/fixtures/grpo"
-    small = {"tis": tis_cases, "clip-edges": clip_edges_cases}
+    small = {"tis": tis_cases, "clip-edges": clip_edges_cases, "gspo": gspo_cases}
     if only is not None and only not in small:
         sys.exit(f"--only {only}: expected one of {', '.join(small)}")
     os.makedirs(out, exist_ok=True)

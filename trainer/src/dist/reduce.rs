@@ -179,6 +179,7 @@ pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -
         d.ratio_max,
         padding.slots as f64,
         padding.tokens as f64,
+        sums.clip_count,
     ];
     let n = local.len();
     let all = dist.all_gather_f64(&local)?;
@@ -194,6 +195,7 @@ pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -
             clip_high: v[7],
             clip_region: v[8],
             skipped_rows: v[9] as usize,
+            clip_count: v[18],
             ..LossSums::default()
         };
         s.drift.tokens = v[10];

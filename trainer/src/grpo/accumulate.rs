@@ -6,7 +6,7 @@
 //! whatever the split.
 
 use super::drift::RolloutCorrection;
-use super::loss::{grpo_loss, linear_coefficients, token_weight, Aggregate, BatchTotals, GrpoLossConfig, GrpoMetrics, LossInputs, LossSums};
+use super::loss::{grpo_loss, linear_coefficients, token_weight, Aggregate, BatchTotals, GrpoLossConfig, GrpoMetrics, ImportanceSampling, LossInputs, LossSums, Segments};
 use crate::backward::{backward_micro_batch, micro_batches, used_columns, LinearLoss, LogprobPass};
 use crate::error::{Error, Result};
 use crate::model::cache::Positions;
@@ -172,8 +172,14 @@ pub fn accumulate_share(
         let zero: Vec<usize> = (0..b).filter(|&r| advantages[r] == 0.0 && lengths[r] > 0).collect();
         for r in zero {
             lengths[r] = 0;
+            let tokens = mask_rows[r].iter().map(|&m| m as f64).sum::<f64>();
             acc.sums.skipped_rows += 1;
-            acc.sums.tokens += mask_rows[r].iter().map(|&m| m as f64).sum::<f64>();
+            acc.sums.tokens += tokens;
+            // The clip fractions' units: its tokens, or the sequence.
+            acc.sums.clip_count += match cfg.importance_sampling {
+                ImportanceSampling::Token => tokens,
+                ImportanceSampling::Sequence => 1.0,
+            };
         }
     }
     match micro {
@@ -213,12 +219,13 @@ fn padded_micro_batch(model: &CausalLm, params: &BTreeMap<String, Var>, mb: &Grp
         OldLogprobs::Current => None,
         OldLogprobs::Stored(t) => Some(t),
     };
-    let terms = Terms { old, reference: mb.ref_logprobs.as_ref(), rollout: mb.rollout_logprobs.as_ref(), advantages: &adv, mask: &mask };
+    let terms = Terms { old, reference: mb.ref_logprobs.as_ref(), rollout: mb.rollout_logprobs.as_ref(), advantages: &adv, mask: &mask, sequences: None };
     micro_batch(model, params, &mb.tokens, &Positions::sequential(rows, cols), terms, Aggregate::rows(cfg, totals), cfg, acc)
 }
 
-/// One packed row of several episodes: per-token advantages, and each policy
-/// token weighted by its episode's share of the aggregation ([`token_weight`]).
+/// One packed row of several episodes: per-token advantages, each policy
+/// token weighted by its episode's share of the aggregation ([`token_weight`]),
+/// and (sequence-level ratios) each column's episode ([`Segments`]).
 #[allow(clippy::too_many_arguments)]
 fn packed_micro_batch(
     model: &CausalLm,
@@ -248,7 +255,11 @@ fn packed_micro_batch(
     };
     let reference = batch.ref_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
     let rollout = batch.rollout_logprobs.as_ref().map(|t| pack.gather(t)).transpose()?;
-    let terms = Terms { old: old.as_ref(), reference: reference.as_ref(), rollout: rollout.as_ref(), advantages: &adv, mask: &mask };
+    let sequences = match cfg.importance_sampling {
+        ImportanceSampling::Token => None,
+        ImportanceSampling::Sequence => Some(Segments::of_lengths(&pack.items.iter().map(|&(_, n)| n).collect::<Vec<_>>(), device)?),
+    };
+    let terms = Terms { old: old.as_ref(), reference: reference.as_ref(), rollout: rollout.as_ref(), advantages: &adv, mask: &mask, sequences: sequences.as_ref() };
     micro_batch(model, params, &tokens, &pack.positions(), terms, Aggregate::Weights(&weights), cfg, acc)
 }
 
@@ -259,11 +270,12 @@ struct Terms<'a> {
     rollout: Option<&'a Tensor>,
     advantages: &'a Tensor,
     mask: &'a Tensor,
+    sequences: Option<&'a Segments>,
 }
 
 impl<'a> Terms<'a> {
     fn with(&self, logp: &'a Tensor, entropy: Option<&'a Tensor>) -> LossInputs<'a> {
-        LossInputs { logp, old: self.old, reference: self.reference, rollout: self.rollout, advantages: self.advantages, mask: self.mask, entropy }
+        LossInputs { logp, old: self.old, reference: self.reference, rollout: self.rollout, advantages: self.advantages, mask: self.mask, entropy, sequences: self.sequences }
     }
 }
 
@@ -296,7 +308,11 @@ fn micro_batch(
 /// can be folded into the log-prob op: on-policy (mu = 1: the ratio is
 /// `exp(logp - logp.detach())`, 1 in value, never clipped, gradient `A`), no
 /// KL term, and no importance weights (those of `"tis"` are computed from
-/// the current log-probs).
+/// the current log-probs). Sequence-level ratios (GSPO) fold too: on-policy
+/// the sequence's ratio is exactly 1 and its gradient reaches each of its
+/// `n` policy tokens as `1/n`, so token `t` gets `-A · Σ_s w_s / n`, which is
+/// `-A·w` because every aggregation weighs a sequence's tokens alike
+/// ([`token_weight`]); equal up to float rounding, not bit for bit.
 fn fold_loss(on_policy: bool, cfg: &GrpoLossConfig) -> bool {
     cfg.fold_linear_loss && on_policy && cfg.beta == 0.0 && cfg.rollout_correction != RolloutCorrection::Tis
 }

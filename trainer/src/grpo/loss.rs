@@ -5,12 +5,13 @@
 //! linear in the log-probs.
 //!
 //! Followed: TRL 1.16.0, `trl/trainer/grpo_trainer.py`,
-//! `GRPOTrainer._compute_loss` (importance_sampling_level = "token",
-//! no delta clamp, no entropy mask; the vLLM importance-sampling correction
-//! is `rollout_correction = "tis"`):
+//! `GRPOTrainer._compute_loss` (importance_sampling_level "token" or
+//! "sequence", no delta clamp, no entropy mask; the vLLM importance-sampling
+//! correction is `rollout_correction = "tis"`):
 //!
 //! ```text
 //! r        = exp(logp - logp_old)                 (logp_old = logp.detach() when mu == 1)
+//!            (GSPO, "sequence": exp(Σ_t m·(logp - logp_old) / max(1, Σ_t m)), one per sequence)
 //! l        = -min(r * A, clamp(r, 1 - eps_low, 1 + eps_high) * A)
 //! kl_k3    = exp(ref - logp) - (ref - logp) - 1
 //! l        = l + beta * kl_k3                      (when beta != 0)
@@ -58,6 +59,26 @@ pub enum LossAggregation {
     Dapo,
 }
 
+/// The level of the importance ratio `r` (TRL's `importance_sampling_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportanceSampling {
+    /// One ratio per token, `exp(logp - logp_old)` (GRPO, PPO).
+    #[default]
+    Token,
+    /// GSPO: one ratio per sequence, the exponential of the mean over its
+    /// policy tokens of `logp - logp_old`, clipped as a whole; every token of
+    /// the sequence carries it (its gradient reaches all of them).
+    Sequence,
+}
+
+impl ImportanceSampling {
+    /// Whether this is the default, `Token` (left out of the config hash).
+    pub fn is_token(&self) -> bool {
+        *self == ImportanceSampling::Token
+    }
+}
+
 /// PPO clipping range of the ratio: `[1 - low, 1 + high]` (TRL's `epsilon`
 /// and `epsilon_high`; DAPO's clip-higher uses `high > low`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -88,6 +109,9 @@ pub struct GrpoLossConfig {
     /// The cap of [`RolloutCorrection::Tis`].
     #[serde(default = "default_tis_cap")]
     pub tis_cap: f64,
+    /// Token-level ratios (GRPO) or sequence-level ones (GSPO).
+    #[serde(default)]
+    pub importance_sampling: ImportanceSampling,
     /// Rows whose advantage is exactly 0 skip the forward/backward when
     /// beta = 0 (their loss and gradient are exactly 0; their tokens still
     /// count in the normalizers). Off only to check that claim.
@@ -113,8 +137,8 @@ impl GrpoLossConfig {
     /// The loss of `aggregation` with clip range `clip`, KL coefficient
     /// `beta` and `max_completion_length`, the rest at TRL's defaults:
     /// temperature 1, no entropy metric, no recomputation, no rollout
-    /// correction (its cap at [`DEFAULT_TIS_CAP`]), zero-advantage rows
-    /// skipped, the linear loss folded.
+    /// correction (its cap at [`DEFAULT_TIS_CAP`]), token-level ratios,
+    /// zero-advantage rows skipped, the linear loss folded.
     pub fn new(aggregation: LossAggregation, clip: ClipRange, beta: f64, max_completion_length: usize) -> Self {
         GrpoLossConfig {
             clip,
@@ -126,6 +150,7 @@ impl GrpoLossConfig {
             recompute: Recompute::Off,
             rollout_correction: RolloutCorrection::None,
             tis_cap: default_tis_cap(),
+            importance_sampling: ImportanceSampling::Token,
             skip_zero_advantage: true,
             fold_linear_loss: true,
         }
@@ -202,6 +227,63 @@ pub struct LossInputs<'a> {
     pub mask: &'a Tensor,
     /// The detached per-token entropy, summed for the metrics.
     pub entropy: Option<&'a Tensor>,
+    /// The sequence of each column where a row holds several (packed rows);
+    /// `None`: each row is one sequence. Read only by sequence-level ratios.
+    pub sequences: Option<&'a Segments>,
+}
+
+/// Which sequence each column of packed rows belongs to: GSPO's ratio is a
+/// mean over one sequence's policy tokens, never over a packed row.
+#[derive(Debug, Clone)]
+pub struct Segments {
+    /// `[b, t]` u32, the sequence of each column, numbered from 0.
+    pub ids: Tensor,
+    /// How many sequences (each id is below it).
+    pub count: usize,
+}
+
+impl Segments {
+    /// One row of sequences of `lengths` columns each, end to end (a
+    /// packed row, [`crate::packing::Pack`]).
+    pub fn of_lengths(lengths: &[usize], device: &candle_core::Device) -> Result<Self> {
+        let ids: Vec<u32> = lengths.iter().enumerate().flat_map(|(k, &n)| std::iter::repeat_n(k as u32, n)).collect();
+        let width = ids.len();
+        Ok(Segments { ids: Tensor::from_vec(ids, (1, width), device)?, count: lengths.len() })
+    }
+}
+
+/// Per-sequence means of masked per-token values, and each policy token's
+/// share of its sequence (`m / max(1, Σ m)`), both broadcastable to `[b, t]`.
+struct SequenceMean {
+    /// The mean of the sequence each column belongs to: `[b, 1]` (rows) or `[b, t]`.
+    mean: Tensor,
+    /// `m / max(1, Σ m)` per column, `[b, t]`: summed, one per sequence.
+    share: Tensor,
+    /// How many sequences.
+    count: f64,
+}
+
+impl SequenceMean {
+    /// TRL's `(x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)`, per row or
+    /// per segment of `sequences`.
+    fn of(x: &Tensor, mask: &Tensor, sequences: Option<&Segments>) -> Result<Self> {
+        let masked = (x * mask)?;
+        let Some(seg) = sequences else {
+            let lens = mask.sum_keepdim(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
+            let (b, _) = mask.dims2()?;
+            return Ok(SequenceMean { mean: masked.sum_keepdim(D::Minus1)?.div(&lens)?, share: mask.broadcast_div(&lens)?, count: b as f64 });
+        };
+        let (b, t) = mask.dims2()?;
+        if seg.ids.dims() != [b, t] {
+            return Err(Error::invalid("grpo loss", format!("sequence ids are {:?}, log-probs are [{b}, {t}]", seg.ids.dims())));
+        }
+        let ids = seg.ids.flatten_all()?;
+        let zeros = Tensor::zeros(seg.count, DType::F32, mask.device())?;
+        let per_seq = |v: &Tensor| -> Result<Tensor> { Ok(zeros.index_add(&ids, &v.flatten_all()?, 0)?) };
+        let lens = per_seq(mask)?.clamp(1.0, f64::INFINITY)?;
+        let spread = |v: &Tensor| -> Result<Tensor> { Ok(v.index_select(&ids, 0)?.reshape((b, t))?) };
+        Ok(SequenceMean { mean: spread(&per_seq(&masked)?.div(&lens)?)?, share: mask.div(&spread(&lens)?)?, count: seg.count as f64 })
+    }
 }
 
 /// How a (micro-)batch's per-token losses `l` become its share of the
@@ -268,11 +350,11 @@ pub struct Loss {
 }
 
 /// The GRPO loss of one (micro-)batch, TRL's `GRPOTrainer._compute_loss`
-/// (`importance_sampling_level = "token"`) step by step: the ratio, the
-/// clipped surrogate, the truncated importance weights, the k3 KL, the
-/// aggregation, and the metric sums. Both micro-batch layouts call it; when
-/// the loss is linear in the log-probs its gradient is taken in closed form
-/// instead ([`linear_coefficients`]).
+/// step by step: the ratio (per token, or GSPO's per sequence:
+/// [`ImportanceSampling`]), the clipped surrogate, the truncated importance
+/// weights, the k3 KL, the aggregation, and the metric sums. Both
+/// micro-batch layouts call it; when the loss is linear in the log-probs its
+/// gradient is taken in closed form instead ([`linear_coefficients`]).
 pub fn grpo_loss(x: LossInputs<'_>, aggregate: Aggregate<'_>, cfg: &GrpoLossConfig) -> Result<Loss> {
     let (b, t) = x.logp.dims2()?;
     x.check(b, t, cfg)?;
@@ -285,10 +367,20 @@ pub fn grpo_loss(x: LossInputs<'_>, aggregate: Aggregate<'_>, cfg: &GrpoLossConf
     let tis = cfg.rollout_correction == RolloutCorrection::Tis;
     let drift = x.rollout.map(|r| Drift::of(&old, r, x.mask, tis.then_some(cfg.tis_cap))).transpose()?;
     // coef_1 = exp(logp - logp_old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high)
-    let ratio = (x.logp - on.where_cond(&old, &current)?)?.exp()?;
+    let log_ratio = (x.logp - on.where_cond(&old, &current)?)?;
+    // GSPO: log_ratio's mean over each sequence's policy tokens.
+    let sequence = match cfg.importance_sampling {
+        ImportanceSampling::Token => None,
+        ImportanceSampling::Sequence => Some(SequenceMean::of(&log_ratio, x.mask, x.sequences)?),
+    };
+    let ratio = sequence.as_ref().map_or(&log_ratio, |s| &s.mean).exp()?;
     let clipped = clamp_ratio(&ratio, cfg.clip)?;
     // per_token_loss = -min(coef_1 * A, coef_2 * A), times the TIS weight
     let mut per_token = ratio.broadcast_mul(&adv)?.minimum(&clipped.broadcast_mul(&adv)?)?.neg()?;
+    if sequence.is_some() {
+        // [b, 1] per row: every token of the sequence carries it.
+        per_token = per_token.broadcast_as((b, t))?;
+    }
     if let (true, Some(d)) = (tis, &drift) {
         per_token = (per_token * d.ratio.detach())?;
     }
@@ -301,7 +393,10 @@ pub fn grpo_loss(x: LossInputs<'_>, aggregate: Aggregate<'_>, cfg: &GrpoLossConf
         kl = Some(k3.detach());
     }
     let loss = aggregate.apply(&per_token, x.mask)?;
-    let mut sums = LossSums::of(&loss, &ratio.detach(), kl.as_ref(), x.entropy, &adv, x.mask, cfg.clip)?;
+    // Clip fractions: of the policy tokens, or (sequence level) of the sequences.
+    let ratio = ratio.detach().broadcast_as((b, t))?;
+    let clip_units = sequence.as_ref().map(|s| ClipUnits { share: &s.share, count: s.count });
+    let mut sums = LossSums::of(&loss, &ratio, kl.as_ref(), x.entropy, &adv, x.mask, cfg.clip, clip_units)?;
     if let Some(d) = drift {
         sums.drift = d.sums;
     }
@@ -387,17 +482,31 @@ pub struct LossSums {
     pub clip_low: f64,
     pub clip_high: f64,
     pub clip_region: f64,
+    /// What the clip sums are fractions of: the policy tokens (token-level
+    /// ratios) or the sequences (sequence level, as TRL counts them).
+    pub clip_count: f64,
     /// Rollout-vs-trainer drift on the computed policy tokens.
     pub drift: DriftSums,
     /// Rows left out of the forward/backward (zero advantage, beta = 0).
     pub skipped_rows: usize,
 }
 
+/// The units of the clip fractions when they are not the policy tokens:
+/// each token's share of its sequence (`[b, t]`, summing to 1 per
+/// sequence) and the number of sequences.
+#[derive(Debug, Clone, Copy)]
+pub struct ClipUnits<'a> {
+    pub share: &'a Tensor,
+    pub count: f64,
+}
+
 impl LossSums {
     /// Sums for one micro-batch: `is_low_clipped = r < 1 - low and A < 0`,
-    /// `is_high_clipped = r > 1 + high and A > 0`, region = either (TRL).
+    /// `is_high_clipped = r > 1 + high and A > 0`, region = either (TRL),
+    /// counted per policy token, or per sequence with `units`.
     /// `ratio`, `kl`, `entropy` and `mask` are `[b, t]`, `adv` broadcasts to it.
-    pub fn of(loss: &Tensor, ratio: &Tensor, kl: Option<&Tensor>, entropy: Option<&Tensor>, adv: &Tensor, mask: &Tensor, clip: ClipRange) -> Result<Self> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn of(loss: &Tensor, ratio: &Tensor, kl: Option<&Tensor>, entropy: Option<&Tensor>, adv: &Tensor, mask: &Tensor, clip: ClipRange, units: Option<ClipUnits<'_>>) -> Result<Self> {
         let msum = |x: &Tensor| -> Result<f64> {
             Ok((x.to_dtype(DType::F32)? * mask)?
                 .to_dtype(DType::F64)?
@@ -408,14 +517,23 @@ impl LossSums {
         let low = ratio.lt(1.0 - clip.low)?.mul(&adv.lt(0.0)?)?;
         let high = ratio.gt(1.0 + clip.high)?.mul(&adv.gt(0.0)?)?;
         let region = low.maximum(&high)?;
+        let tokens = mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+        let (clip_low, clip_high, clip_region, clip_count) = match units {
+            None => (msum(&low)?, msum(&high)?, msum(&region)?, tokens),
+            Some(u) => {
+                let usum = |x: &Tensor| -> Result<f64> { Ok((x.to_dtype(DType::F32)? * u.share)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?) };
+                (usum(&low)?, usum(&high)?, usum(&region)?, u.count)
+            }
+        };
         Ok(LossSums {
             loss: loss.to_dtype(DType::F64)?.to_scalar::<f64>()?,
-            tokens: mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?,
+            tokens,
             kl: kl.map(msum).transpose()?,
             entropy: entropy.map(msum).transpose()?,
-            clip_low: msum(&low)?,
-            clip_high: msum(&high)?,
-            clip_region: msum(&region)?,
+            clip_low,
+            clip_high,
+            clip_region,
+            clip_count,
             drift: DriftSums::default(),
             skipped_rows: 0,
         })
@@ -435,20 +553,23 @@ impl LossSums {
         self.clip_low += o.clip_low;
         self.clip_high += o.clip_high;
         self.clip_region += o.clip_region;
+        self.clip_count += o.clip_count;
         self.drift.add(&o.drift);
         self.skipped_rows += o.skipped_rows;
     }
 
-    /// Global masked means over the policy tokens.
+    /// Global masked means over the policy tokens (the clip fractions over
+    /// [`LossSums::clip_count`]).
     pub fn metrics(&self) -> GrpoMetrics {
         let n = self.tokens.max(1.0);
+        let c = self.clip_count.max(1.0);
         GrpoMetrics {
             loss: self.loss,
             kl: self.kl.map(|k| k / n),
             entropy: self.entropy.map(|e| e / n),
-            clip_ratio_low_mean: self.clip_low / n,
-            clip_ratio_high_mean: self.clip_high / n,
-            clip_ratio_region_mean: self.clip_region / n,
+            clip_ratio_low_mean: self.clip_low / c,
+            clip_ratio_high_mean: self.clip_high / c,
+            clip_ratio_region_mean: self.clip_region / c,
             tokens: self.tokens as usize,
             padding: Padding::default(),
             drift: self.drift.metrics(),

@@ -21,6 +21,6 @@ pub use accumulate::{accumulate_gradients, accumulate_share, GrpoBatch, OldLogpr
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
 pub use drift::{DriftMetrics, RolloutCorrection};
 pub use loss::{
-    grpo_loss, linear_coefficients, Aggregate, BatchTotals, ClipRange, GrpoLossConfig, GrpoMetrics, Loss, LossAggregation,
-    LossInputs, LossSums,
+    grpo_loss, linear_coefficients, Aggregate, BatchTotals, ClipRange, GrpoLossConfig, GrpoMetrics, ImportanceSampling, Loss,
+    LossAggregation, LossInputs, LossSums, Segments,
 };

@@ -167,7 +167,7 @@ fn merge(into: &mut toml::Table, over: toml::Table) {
 
 impl RunConfig {
     /// The GRPO loss this config trains with: `[grpo]`'s clip range, beta,
-    /// aggregation and rollout correction, the sampling temperature (1 when
+    /// aggregation, rollout correction and importance-sampling level, the sampling temperature (1 when
     /// greedy), the episode's policy-token budget, `[train] recompute`.
     pub fn loss_config(&self) -> crate::grpo::GrpoLossConfig {
         let g = &self.grpo;
@@ -181,6 +181,7 @@ impl RunConfig {
             recompute: self.train.recompute,
             rollout_correction: g.rollout_correction,
             tis_cap: g.tis_cap,
+            importance_sampling: g.importance_sampling,
             skip_zero_advantage: true,
             fold_linear_loss: true,
         }

@@ -2,7 +2,7 @@
 
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
 use crate::grpo::drift::{RolloutCorrection, DEFAULT_TIS_CAP};
-use crate::grpo::loss::LossAggregation;
+use crate::grpo::loss::{ImportanceSampling, LossAggregation};
 use crate::model::recompute::Recompute;
 use crate::packing::MicroBatching;
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,11 @@ pub struct GrpoSection {
     /// The cap C of `tis`: each policy token's surrogate weighted by min(ratio, C).
     #[serde(skip_serializing_if = "is_default_tis_cap")]
     pub tis_cap: f64,
+    /// The importance ratio per `token` (GRPO) or per `sequence` (GSPO: the
+    /// exponential of the mean of a sequence's token log-ratios, clipped as
+    /// one). Left out of the config hash when token.
+    #[serde(skip_serializing_if = "ImportanceSampling::is_token")]
+    pub importance_sampling: ImportanceSampling,
 }
 
 fn is_default_tis_cap(c: &f64) -> bool {
@@ -91,6 +96,7 @@ impl Default for GrpoSection {
             num_iterations: 1,
             rollout_correction: RolloutCorrection::None,
             tis_cap: DEFAULT_TIS_CAP,
+            importance_sampling: ImportanceSampling::Token,
         }
     }
 }

@@ -270,3 +270,26 @@ fn set_overrides_apply_over_extends_and_name_what_is_wrong() {
     let e = RunConfig::from_file_with(&path, &sets(&["optim={lr = -1.0}"])).unwrap_err().to_string();
     assert!(e.starts_with("--set optim={lr = -1.0}: config key `optim.lr`: must be a positive number"), "{e}");
 }
+
+#[test]
+fn grpo_importance_sampling_reaches_the_loss_and_a_bad_level_names_the_key() {
+    use trainer::grpo::ImportanceSampling;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |grpo: &str| {
+        let path = tmp.path().join("run.toml");
+        std::fs::write(&path, text.replacen("[grpo]\n", &format!("[grpo]\n{grpo}"), 1)).unwrap();
+        path
+    };
+    let plain = RunConfig::from_file(&dir.join("smoke-cpu.toml")).unwrap();
+    assert_eq!(plain.loss_config().importance_sampling, ImportanceSampling::Token);
+    // The default stays out of the saved config, so existing runs keep their hash.
+    assert!(serde_json::to_value(&plain).unwrap()["grpo"].get("importance_sampling").is_none());
+    let gspo = RunConfig::from_file(&write("importance_sampling = \"sequence\"\n")).unwrap();
+    assert_eq!(gspo.loss_config().importance_sampling, ImportanceSampling::Sequence);
+    assert_eq!(serde_json::to_value(&gspo).unwrap()["grpo"]["importance_sampling"], "sequence");
+    let e = RunConfig::from_file(&write("importance_sampling = \"seq\"\n")).unwrap_err().to_string();
+    println!("{e}");
+    assert!(e.contains("config key `grpo.importance_sampling`") && e.contains("run.toml") && e.contains("`sequence`"), "{e}");
+}

@@ -42,7 +42,7 @@ fn grpo_loss(logp: &Tensor, old: &Tensor, reference: &Tensor, mask: &Tensor) -> 
     let clip = ClipRange { low: 0.2, high: 0.28 };
     let cfg = GrpoLossConfig::new(LossAggregation::Dapo, clip, 0.04, 16);
     let totals = BatchTotals::of_mask(mask).unwrap();
-    let x = LossInputs { logp, old: Some(old), reference: Some(reference), rollout: None, advantages: &adv, mask, entropy: None };
+    let x = LossInputs { logp, old: Some(old), reference: Some(reference), rollout: None, advantages: &adv, mask, entropy: None, sequences: None };
     trainer::grpo::grpo_loss(x, Aggregate::rows(&cfg, totals), &cfg).unwrap().loss
 }
 

@@ -1,6 +1,7 @@
 //! GRPO maths against goldens from TRL 1.16.0 (scripts/make_grpo_fixtures.py):
 //! advantages, and the loss and d(loss)/d(logp) of every aggregation with
-//! clipping active on both sides, with and without beta, mu == 1 and mu > 1.
+//! clipping active on both sides, with and without beta, mu == 1 and mu > 1,
+//! at token level and at sequence level (GSPO).
 
 use candle_core::{Device, Tensor, Var};
 use serde_json::Value;
@@ -9,8 +10,8 @@ use trainer::grpo::drift::Drift;
 use trainer::grpo::linear_coefficients;
 use trainer::grpo::loss::token_weight;
 use trainer::grpo::{
-    group_advantages, grpo_loss, Aggregate, AdvantageScaling, BatchTotals, ClipRange, GrpoLossConfig, Loss,
-    LossAggregation, LossInputs, RolloutCorrection, ZeroStdGroups,
+    group_advantages, grpo_loss, Aggregate, AdvantageScaling, BatchTotals, ClipRange, GrpoLossConfig, ImportanceSampling, Loss,
+    LossAggregation, LossInputs, RolloutCorrection, Segments, ZeroStdGroups,
 };
 
 /// The loss of `logp` (on-policy when `old` is `None`), aggregated over the
@@ -18,7 +19,7 @@ use trainer::grpo::{
 #[allow(clippy::too_many_arguments)]
 fn loss_of(logp: &Tensor, old: Option<&Tensor>, reference: Option<&Tensor>, rollout: Option<&Tensor>, adv: &Tensor, mask: &Tensor, cfg: &GrpoLossConfig) -> trainer::Result<Loss> {
     let totals = BatchTotals::of_mask(mask).unwrap();
-    grpo_loss(LossInputs { logp, old, reference, rollout, advantages: adv, mask, entropy: None }, Aggregate::rows(cfg, totals), cfg)
+    grpo_loss(LossInputs { logp, old, reference, rollout, advantages: adv, mask, entropy: None, sequences: None }, Aggregate::rows(cfg, totals), cfg)
 }
 
 fn fixture(name: &str) -> Value {
@@ -390,7 +391,7 @@ fn the_folded_heads_closed_form_equals_autograd_exactly() {
             let cfg = GrpoLossConfig::new(agg, clip, 0.0, 12);
             for (aggregate, advantages) in [(Aggregate::rows(&cfg, totals), &adv), (Aggregate::Weights(&weights), &adv_tokens)] {
                 let logp = Var::from_tensor(&logp0).unwrap();
-                let x = LossInputs { logp: logp.as_tensor(), old: None, reference: None, rollout: None, advantages, mask: &mask, entropy: None };
+                let x = LossInputs { logp: logp.as_tensor(), old: None, reference: None, rollout: None, advantages, mask: &mask, entropy: None, sequences: None };
                 let auto = grad_rows(&grpo_loss(x, aggregate, &cfg).unwrap().loss, &logp);
                 let closed = linear_coefficients(advantages, &mask, aggregate, clip).unwrap().to_vec2::<f32>().unwrap();
                 assert_eq!(closed, auto, "{agg:?} {clip:?} {aggregate:?}");
@@ -400,4 +401,222 @@ fn the_folded_heads_closed_form_equals_autograd_exactly() {
         }
     }
     assert_eq!(compared, 32);
+}
+
+/// The GSPO config of a fixture case: sequence-level ratios.
+fn gspo(agg: LossAggregation, clip: ClipRange, beta: f64, max_len: usize) -> GrpoLossConfig {
+    GrpoLossConfig { importance_sampling: ImportanceSampling::Sequence, ..GrpoLossConfig::new(agg, clip, beta, max_len) }
+}
+
+/// Asserts `grad` (of `loss`) is TRL's within 1e-6 + 1e-5 relative, returning the worst |diff|.
+fn assert_matches_trl(loss: &Tensor, logp: &Var, case: &Value) -> f64 {
+    let want_loss = case["loss"].as_f64().unwrap();
+    let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
+    assert!(rel_diff(got_loss, want_loss) < 1e-5, "{}: loss {got_loss} vs TRL {want_loss}", case["loss_type"]);
+    let mut worst = 0f64;
+    for (gr, wr) in grad_rows(loss, logp).iter().zip(matrix(&case["grad_logp"])) {
+        for (g, w) in gr.iter().zip(wr) {
+            let d = (*g as f64 - w).abs();
+            worst = worst.max(d);
+            assert!(d < 1e-6 + 1e-5 * w.abs(), "{} beta {} old {}: grad {g} vs TRL {w}", case["loss_type"], case["beta"], case["old"]);
+        }
+    }
+    worst
+}
+
+#[test]
+fn gspo_matches_trl_for_every_aggregation() {
+    let f = fixture("gspo.json");
+    // The same episodes as the token-level fixture.
+    let token_level = fixture("loss.json");
+    for key in ["logp", "old_logp", "ref_logp", "advantages", "mask"] {
+        assert_eq!(f[key], token_level[key], "{key}");
+    }
+    let logp0 = tensor2(&f["logp"]);
+    let reference = tensor2(&f["ref_logp"]);
+    let mask = tensor2(&f["mask"]);
+    let olds = [("stored", tensor2(&f["old_logp"])), ("shifted", tensor2(&f["shifted_old_logp"]))];
+    let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let clip = ClipRange { low: f["eps_low"].as_f64().unwrap(), high: f["eps_high"].as_f64().unwrap() };
+    let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases = f["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 24);
+    let (mut worst, mut saw_clip) = (0f64, (false, false));
+    for case in cases {
+        let agg = aggregation(case["loss_type"].as_str().unwrap());
+        let beta = case["beta"].as_f64().unwrap();
+        let old = olds.iter().find(|(k, _)| case["old"] == *k).map(|(_, t)| t);
+        assert!(old.is_some() || case["old"] == "current", "{case:?}");
+        let refp = (beta != 0.0).then_some(&reference);
+        let logp = Var::from_tensor(&logp0).unwrap();
+        let out = loss_of(logp.as_tensor(), old, refp, None, &adv, &mask, &gspo(agg, clip, beta, max_len)).unwrap();
+        worst = worst.max(assert_matches_trl(&out.loss, &logp, case));
+        let m = out.sums.metrics();
+        for (got, key) in [
+            (m.clip_ratio_low_mean, "clip_ratio/low_mean"),
+            (m.clip_ratio_high_mean, "clip_ratio/high_mean"),
+            (m.clip_ratio_region_mean, "clip_ratio/region_mean"),
+        ] {
+            let want = case[key].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-6, "{key}: {got} vs TRL {want}");
+        }
+        saw_clip = (saw_clip.0 || m.clip_ratio_low_mean > 0.0, saw_clip.1 || m.clip_ratio_high_mean > 0.0);
+        match (m.kl, case["kl"].as_f64()) {
+            (Some(got), Some(want)) => assert!((got - want).abs() < 1e-6, "kl {got} vs {want}"),
+            (None, None) => {}
+            other => panic!("kl presence differs: {other:?}"),
+        }
+        // Token-level ratios give another loss off-policy: the test can fail.
+        if let Some(old) = old {
+            let token = loss_of(logp.as_tensor(), Some(old), refp, None, &adv, &mask, &GrpoLossConfig::new(agg, clip, beta, max_len)).unwrap();
+            let (t, want) = (token.loss.to_scalar::<f32>().unwrap() as f64, case["loss"].as_f64().unwrap());
+            assert!(rel_diff(t, want) > 1e-3, "{case:?}: token level gives GSPO's loss {t}");
+        }
+    }
+    assert!(saw_clip.0 && saw_clip.1, "the fixture clips sequences on both sides");
+    println!("GSPO vs TRL {}: worst gradient |diff| {worst:.3e}", f["trl_version"]);
+}
+
+#[test]
+fn gspo_with_truncated_importance_sampling_matches_trl() {
+    let f = fixture("gspo.json");
+    let t = &f["tis"];
+    let token_level = fixture("tis.json");
+    for key in ["logp", "old_logp", "sampling_logp", "ref_logp", "advantages", "mask", "cap"] {
+        assert_eq!(t[key], token_level[key], "{key}");
+    }
+    let logp0 = tensor2(&t["logp"]);
+    let (old, sampling, reference, mask) = (tensor2(&t["old_logp"]), tensor2(&t["sampling_logp"]), tensor2(&t["ref_logp"]), tensor2(&t["mask"]));
+    let adv_v: Vec<f32> = floats(&t["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let clip = ClipRange { low: f["eps_low"].as_f64().unwrap(), high: f["eps_high"].as_f64().unwrap() };
+    let max_len = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases = t["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 8);
+    let mut worst = 0f64;
+    for case in cases {
+        let agg = aggregation(case["loss_type"].as_str().unwrap());
+        let beta = case["beta"].as_f64().unwrap();
+        let refp = (beta != 0.0).then_some(&reference);
+        let cfg = GrpoLossConfig { rollout_correction: RolloutCorrection::Tis, tis_cap: t["cap"].as_f64().unwrap(), ..gspo(agg, clip, beta, max_len) };
+        let logp = Var::from_tensor(&logp0).unwrap();
+        let out = loss_of(logp.as_tensor(), Some(&old), refp, Some(&sampling), &adv, &mask, &cfg).unwrap();
+        worst = worst.max(assert_matches_trl(&out.loss, &logp, case));
+    }
+    println!("GSPO with TIS vs TRL {}: worst gradient |diff| {worst:.3e}", f["trl_version"]);
+}
+
+/// `[b, t]` rows as one packed row `[1, b*t]` (each row a sequence of `t` columns).
+fn packed(x: &Tensor) -> Tensor {
+    x.reshape((1, x.elem_count())).unwrap()
+}
+
+#[test]
+fn gspo_on_packed_rows_equals_unpacked() {
+    // The fixture's rows end to end in one packed row: the sequence ratio is a
+    // mean over each episode's tokens (Segments), never over the packed row.
+    let f = fixture("gspo.json");
+    let logp0 = tensor2(&f["logp"]);
+    let (reference, mask) = (tensor2(&f["ref_logp"]), tensor2(&f["mask"]));
+    let old = tensor2(&f["shifted_old_logp"]);
+    let (b, t) = mask.dims2().unwrap();
+    let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let adv_tokens = packed(&adv.unsqueeze(1).unwrap().broadcast_as((b, t)).unwrap().contiguous().unwrap());
+    let clip = ClipRange { low: 0.2, high: 0.28 };
+    let totals = BatchTotals::of_mask(&mask).unwrap();
+    let segments = Segments::of_lengths(&vec![t; b], &Device::Cpu).unwrap();
+    let mask_rows = mask.to_vec2::<f32>().unwrap();
+    for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        for beta in [0.0, 0.04] {
+            let cfg = gspo(agg, clip, beta, 10);
+            let refp = (beta != 0.0).then_some(&reference);
+            let logp = Var::from_tensor(&logp0).unwrap();
+            let rows = loss_of(logp.as_tensor(), Some(&old), refp, None, &adv, &mask, &cfg).unwrap();
+            let want = grad_rows(&rows.loss, &logp);
+            let weights: Vec<f32> = mask_rows
+                .iter()
+                .flat_map(|row| {
+                    let w = token_weight(agg, totals, 10, row.iter().map(|&m| m as f64).sum());
+                    row.iter().map(move |&m| (m as f64 * w) as f32)
+                })
+                .collect();
+            let weights = Tensor::from_vec(weights, (1, b * t), &Device::Cpu).unwrap();
+            let (p_old, p_ref, p_mask) = (packed(&old), refp.map(packed), packed(&mask));
+            let of = |sequences: Option<&Segments>| {
+                let logp = Var::from_tensor(&logp0).unwrap();
+                let p_logp = packed(logp.as_tensor());
+                let x = LossInputs { logp: &p_logp, old: Some(&p_old), reference: p_ref.as_ref(), rollout: None, advantages: &adv_tokens, mask: &p_mask, entropy: None, sequences };
+                let out = grpo_loss(x, Aggregate::Weights(&weights), &cfg).unwrap();
+                let g = grad_rows(&out.loss, &logp);
+                (out, g)
+            };
+            let (out, got) = of(Some(&segments));
+            let (l0, l1) = (rows.loss.to_scalar::<f32>().unwrap() as f64, out.loss.to_scalar::<f32>().unwrap() as f64);
+            // (a sum of terms of both signs: float rounding, relative to its terms)
+            assert!((l1 - l0).abs() < 1e-7 + 1e-6 * l0.abs(), "{agg:?} beta {beta}: packed loss {l1} vs rows {l0}");
+            for (gr, wr) in got.iter().zip(&want) {
+                for (g, w) in gr.iter().zip(wr) {
+                    assert!((g - w).abs() <= 1e-7 + 1e-6 * w.abs(), "{agg:?} beta {beta}: packed grad {g} vs rows {w}");
+                }
+            }
+            let (mr, mp) = (rows.sums.metrics(), out.sums.metrics());
+            assert!((mr.clip_ratio_region_mean - mp.clip_ratio_region_mean).abs() < 1e-6 && mr.clip_ratio_region_mean > 0.0, "{mr:?} vs {mp:?}");
+            // The packed row taken as one sequence is another loss.
+            let (whole, _) = of(None);
+            let lw = whole.loss.to_scalar::<f32>().unwrap() as f64;
+            assert!(rel_diff(lw, l0) > 1e-3, "{agg:?}: a packed row's mean ({lw}) must not be the episodes' ({l0})");
+        }
+    }
+}
+
+#[test]
+fn gspos_on_policy_gradient_is_the_folded_closed_form() {
+    // On-policy the sequence ratio is 1 and its gradient spreads 1/n over the
+    // sequence's n tokens, so the folded closed form (-A*w per token) is
+    // GSPO's gradient too, for both layouts and every clip range (up to float
+    // rounding: the spread is summed and divided).
+    let f = fixture("clip-edges.json");
+    let logp0 = tensor2(&f["logp"]);
+    let mask = tensor2(&f["mask"]);
+    let (b, t) = mask.dims2().unwrap();
+    let adv_v: Vec<f32> = floats(&f["advantages"]).iter().map(|&x| x as f32).collect();
+    let adv = Tensor::new(adv_v.as_slice(), &Device::Cpu).unwrap();
+    let adv_tokens = packed(&adv.unsqueeze(1).unwrap().broadcast_as((b, t)).unwrap().contiguous().unwrap());
+    let totals = BatchTotals::of_mask(&mask).unwrap();
+    let segments = Segments::of_lengths(&vec![t; b], &Device::Cpu).unwrap();
+    let p_mask = packed(&mask);
+    let mut worst = 0f64;
+    for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        let weights: Vec<f32> = mask.to_vec2::<f32>().unwrap().iter().flat_map(|row| {
+            let w = token_weight(agg, totals, 8, row.iter().map(|&m| m as f64).sum());
+            row.iter().map(move |&m| (m as f64 * w) as f32).collect::<Vec<_>>()
+        }).collect();
+        let weights = Tensor::from_vec(weights, (1, b * t), &Device::Cpu).unwrap();
+        for (low, high) in [(0.2, 0.28), (0.0, 0.28), (0.2, 0.0), (0.0, 0.0)] {
+            let clip = ClipRange { low, high };
+            let cfg = gspo(agg, clip, 0.0, 8);
+            let logp = Var::from_tensor(&logp0).unwrap();
+            let rows = grad_rows(&loss_of(logp.as_tensor(), None, None, None, &adv, &mask, &cfg).unwrap().loss, &logp);
+            let closed = linear_coefficients(&adv, &mask, Aggregate::rows(&cfg, totals), clip).unwrap().to_vec2::<f32>().unwrap();
+            let logp = Var::from_tensor(&logp0).unwrap();
+            let p_logp = packed(logp.as_tensor());
+            let x = LossInputs { logp: &p_logp, old: None, reference: None, rollout: None, advantages: &adv_tokens, mask: &p_mask, entropy: None, sequences: Some(&segments) };
+            let packed_grad = grad_rows(&grpo_loss(x, Aggregate::Weights(&weights), &cfg).unwrap().loss, &logp);
+            let packed_closed = linear_coefficients(&adv_tokens, &p_mask, Aggregate::Weights(&weights), clip).unwrap().to_vec2::<f32>().unwrap();
+            let packed_closed: Vec<Vec<f32>> = packed_closed[0].chunks(t).map(<[f32]>::to_vec).collect();
+            for (auto, closed) in [(&rows, &closed), (&packed_grad, &packed_closed)] {
+                for (ar, cr) in auto.iter().zip(closed.iter()) {
+                    for (a, c) in ar.iter().zip(cr) {
+                        let d = (*a as f64 - *c as f64).abs();
+                        worst = worst.max(d);
+                        assert!(d <= 1e-7 + 1e-6 * (*c as f64).abs(), "{agg:?} {clip:?}: autograd {a} vs closed form {c}");
+                    }
+                }
+            }
+            assert!(rows.iter().flatten().any(|&g| g != 0.0));
+        }
+    }
+    println!("GSPO on-policy: closed form vs autograd worst |diff| {worst:.3e}");
 }

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::backward::{detached_logprobs, hidden_logprobs, hidden_weighted_logprobs, EntropyMetric};
-use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, RolloutCorrection};
+use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, ImportanceSampling, LossAggregation, OldLogprobs, RolloutCorrection};
 use trainer::model::recompute::Recompute;
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
 use trainer::weights::TensorMap;
@@ -33,6 +33,7 @@ fn cfg(aggregation: LossAggregation, beta: f64) -> GrpoLossConfig {
         recompute: Recompute::Off,
         rollout_correction: RolloutCorrection::None,
         tis_cap: 3.0,
+        importance_sampling: ImportanceSampling::Token,
         skip_zero_advantage: true,
         fold_linear_loss: true,
     }
@@ -379,6 +380,7 @@ fn trl_update_config(f: &serde_json::Value) -> GrpoLossConfig {
         recompute: Recompute::Off,
         rollout_correction: RolloutCorrection::None,
         tis_cap: 3.0,
+        importance_sampling: ImportanceSampling::Token,
         skip_zero_advantage: true,
         fold_linear_loss: true,
     }
@@ -647,4 +649,45 @@ fn a_lora_grpo_step_matches_trl_and_peft() {
     );
     assert!(loss_rel < 1e-4 && kl_rel < 1e-4, "loss {loss_rel:.3e} kl {kl_rel:.3e}");
     assert!(grad_rel < 1e-4, "{grad_rel:.3e}");
+}
+
+#[test]
+fn gspo_packed_rows_equal_padded_rows_and_its_linear_loss_folds() {
+    // Sequence-level ratios through a model: padded row ranges and packed
+    // rows (several episodes in one row, each its own sequence) give the
+    // one-big-batch gradients; on-policy, folding the loss changes nothing.
+    let (c, w) = common::load("tied_sharded");
+    let (model, params) = CausalLm::trainable(&c, &w).unwrap();
+    let (ref_model, _) = reference(&c, &w);
+    let mut b = batch(&model, &ref_model, c.vocab_size, 7, 0.7);
+    for agg in [LossAggregation::Grpo, LossAggregation::Bnpo, LossAggregation::DrGrpo, LossAggregation::Dapo] {
+        for beta in [0.0, 0.05] {
+            let token = cfg(agg, beta);
+            let seq = GrpoLossConfig { importance_sampling: ImportanceSampling::Sequence, ..token };
+            let (g_all, m_all) = accumulate_gradients(&model, &params, &b, &seq, MicroBatching::Rows(ROWS)).unwrap();
+            for micro in [MicroBatching::Rows(2), MicroBatching::Tokens(30), MicroBatching::Tokens(14)] {
+                let (g, m) = accumulate_gradients(&model, &params, &b, &seq, micro).unwrap();
+                let d = max_rel_diff(&g_all, &g);
+                println!("GSPO {agg:?} beta {beta} {micro:?}: grads max rel diff {d:.3e}, loss {} vs {}", m.loss, m_all.loss);
+                assert!(d < 1e-5, "{agg:?} beta {beta} {micro:?}: {d:.3e}");
+                assert!((m.loss - m_all.loss).abs() <= 1e-5 * m_all.loss.abs().max(1e-3), "{agg:?} {micro:?}: loss {} vs {}", m.loss, m_all.loss);
+                assert!((m.clip_ratio_region_mean - m_all.clip_ratio_region_mean).abs() < 1e-9, "{m:?} vs {m_all:?}");
+            }
+            let (g_token, _) = accumulate_gradients(&model, &params, &b, &token, MicroBatching::Rows(ROWS)).unwrap();
+            assert!(max_rel_diff(&g_token, &g_all) > 1e-3, "{agg:?}: sequence level changes the gradient");
+        }
+    }
+    b.old_logprobs = OldLogprobs::Current;
+    for agg in [LossAggregation::Grpo, LossAggregation::Dapo] {
+        let folded = GrpoLossConfig { importance_sampling: ImportanceSampling::Sequence, ..cfg(agg, 0.0) };
+        let unfolded = GrpoLossConfig { fold_linear_loss: false, ..folded };
+        for micro in [MicroBatching::Rows(2), MicroBatching::Tokens(30)] {
+            let (g1, m1) = accumulate_gradients(&model, &params, &b, &folded, micro).unwrap();
+            let (g0, m0) = accumulate_gradients(&model, &params, &b, &unfolded, micro).unwrap();
+            let d = max_rel_diff(&g0, &g1);
+            println!("GSPO on-policy {agg:?} {micro:?}: folded vs autograd max rel diff {d:.3e}");
+            assert!(d < 5e-6, "{agg:?} {micro:?}: {d:.3e}");
+            assert!((m1.loss - m0.loss).abs() <= 1e-6 * m0.loss.abs().max(1e-3));
+        }
+    }
 }

@@ -37,6 +37,7 @@ fn cfg(aggregation: LossAggregation, recompute: Recompute) -> GrpoLossConfig {
         recompute,
         rollout_correction: RolloutCorrection::None,
         tis_cap: 3.0,
+        importance_sampling: trainer::grpo::ImportanceSampling::Token,
         skip_zero_advantage: true,
         fold_linear_loss: true,
     }
