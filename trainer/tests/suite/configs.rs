@@ -270,3 +270,33 @@ fn set_overrides_apply_over_extends_and_name_what_is_wrong() {
     let e = RunConfig::from_file_with(&path, &sets(&["optim={lr = -1.0}"])).unwrap_err().to_string();
     assert!(e.starts_with("--set optim={lr = -1.0}: config key `optim.lr`: must be a positive number"), "{e}");
 }
+
+/// `[grpo] zero_std_groups = "resample"` parses with its bound,
+/// `max_resample_draws` (unset: 2 x tasks_per_step); a bound of 0, or one
+/// set without resample, is refused naming the key.
+#[test]
+fn resample_and_its_bound_are_checked_at_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    assert!(text.contains("zero_std_groups = \"drop\"\n"), "smoke-cpu.toml drops zero-std groups");
+    let tmp = tempfile::tempdir().unwrap();
+    let with = |setting: &str| {
+        let path = tmp.path().join("run.toml");
+        std::fs::write(&path, text.replacen("zero_std_groups = \"drop\"\n", setting, 1)).unwrap();
+        RunConfig::from_file(&path)
+    };
+    let cfg = with("zero_std_groups = \"resample\"\n").unwrap();
+    assert_eq!(cfg.grpo.zero_std_groups, trainer::grpo::ZeroStdGroups::Resample);
+    assert_eq!(cfg.grpo.resample_draws(cfg.train.tasks_per_step), 2 * cfg.train.tasks_per_step);
+    let cfg = with("zero_std_groups = \"resample\"\nmax_resample_draws = 5\n").unwrap();
+    assert_eq!(cfg.grpo.resample_draws(cfg.train.tasks_per_step), 5);
+    for (setting, says) in [
+        ("zero_std_groups = \"resample\"\nmax_resample_draws = 0\n", "must be at least 1"),
+        ("zero_std_groups = \"drop\"\nmax_resample_draws = 4\n", "zero_std_groups is \"drop\""),
+        ("max_resample_draws = 4\n", "zero_std_groups is \"keep\""),
+    ] {
+        let e = with(setting).unwrap_err();
+        assert!(matches!(e, trainer::Error::Config { ref key, .. } if key == "grpo.max_resample_draws"), "{setting}: {e}");
+        assert!(e.to_string().contains(says), "{setting}: {e}");
+    }
+}
