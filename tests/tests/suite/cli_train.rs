@@ -258,3 +258,39 @@ fn several_ranks_without_mpi_are_refused() {
     assert!(err.contains("one of 2 ranks") && err.contains("--features mpi"), "{err}");
     assert!(!std::path::Path::new("unused").exists());
 }
+
+/// `zero_std_groups = "resample"` draws further tasks within a step (the
+/// random model's groups never have a reward spread, so each step draws
+/// its bound, `max_resample_draws`); kill -9 after step 2 and `--resume
+/// auto` draw the same tasks: the same metrics and checkpoint state (task
+/// cursor, sampling stream) as the straight run, bit for bit.
+#[test]
+fn resample_then_kill_9_and_resume_matches_the_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("[grpo]\n", "[grpo]\nzero_std_groups = \"resample\"\nmax_resample_draws = 2\n")).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let straight = tmp.path().join("straight");
+    fusegrpo_ok(&["train", "--config", cfg, "--out", straight.to_str().unwrap()]);
+    let metrics = without_timings(read_jsonl(&straight.join("metrics.jsonl")));
+    assert_eq!(metrics.len(), 4);
+    for m in &metrics {
+        assert_eq!((m["resample/groups_drawn"].as_u64(), m["resample/groups_kept"].as_u64(), m["num_gen_batches"].as_u64()), (Some(4), Some(0), Some(2)), "{m}");
+    }
+    let killed = tmp.path().join("killed");
+    let mut child = spawn_train(cfg, &killed, &["--save-every", "1"]);
+    wait_for(&killed.join("step_00000002/DONE"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    fusegrpo_ok(&["train", "--config", cfg, "--out", killed.to_str().unwrap(), "--resume", "auto"]);
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), metrics);
+    for f in ["model.safetensors", "optimizer.safetensors"] {
+        let read = |run: &std::path::Path| std::fs::read(run.join("step_00000004").join(f)).unwrap();
+        assert_eq!(read(&straight), read(&killed), "{f}");
+    }
+    let state = |run: &std::path::Path| -> serde_json::Value { serde_json::from_slice(&std::fs::read(run.join("step_00000004/state.json")).unwrap()).unwrap() };
+    let (a, b) = (state(&straight), state(&killed));
+    assert_eq!((&a["data"], &a["rngs"]), (&b["data"], &b["rngs"]), "task cursor and sampling stream");
+    assert_eq!(a["data"]["epoch"], 8, "4 tasks a step from 2 tasks: 8 epochs in 4 steps: {}", a["data"]);
+}

@@ -40,6 +40,12 @@ pub enum ZeroStdGroups {
     /// Drop their rows from the batch (DAPO's dynamic-sampling filter);
     /// [`Advantages::kept_rows`] lists the rows that remain.
     Drop,
+    /// Drop them, and draw further tasks (rolling out their groups) until
+    /// the step has `tasks_per_step` groups with a spread or `[grpo]
+    /// max_resample_draws` further tasks were drawn (DAPO's dynamic
+    /// sampling, which refills the batch; `trainers::grpo::resample`). Here,
+    /// on the rewards of every group drawn, the same as `Drop`.
+    Resample,
 }
 
 /// Mean and unbiased standard deviation of one group.
@@ -63,7 +69,8 @@ pub struct Advantages {
     /// One advantage per kept row, in the order of `kept_rows`.
     pub values: Vec<f32>,
     /// Indices (into the reward slice) of the rows kept: all of them with
-    /// [`ZeroStdGroups::Keep`], the rows of non-constant groups with `Drop`.
+    /// [`ZeroStdGroups::Keep`], the rows of non-constant groups with `Drop`
+    /// and `Resample`.
     pub kept_rows: Vec<usize>,
     /// Per-group mean and std.
     pub groups: Vec<GroupStats>,

@@ -59,7 +59,8 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
     drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks, tasks_per_step: cfg.train.tasks_per_step }, &schedule)
 }
 
-/// GRPO's steps: each samples the next tasks, rolls out and updates.
+/// GRPO's steps: each samples the next tasks (and further ones under
+/// `zero_std_groups = "resample"`), rolls out and updates.
 struct GrpoSteps<'a> {
     trainer: Trainer,
     sampler: TaskSampler,
@@ -76,12 +77,14 @@ impl Steps for GrpoSteps<'_> {
     }
 
     fn step(&mut self, _last: bool) -> Result<Option<Step<StepMetrics>>> {
-        let batch: Vec<Task> = self.sampler.next(self.tasks_per_step).into_iter().map(|i| self.tasks[i].clone()).collect();
-        let m = self.trainer.step(&self.env, &batch)?;
-        let dist = crate::dist::current();
-        let mine: Vec<&str> = batch[crate::dist::share(&*dist, batch.len())].iter().map(|t| t.instance_id.as_str()).collect();
+        let (sampler, tasks) = (&mut self.sampler, self.tasks);
+        let mut draw = |k: usize| -> Vec<Task> { sampler.next(k).into_iter().map(|i| tasks[i].clone()).collect() };
+        let batch = draw(self.tasks_per_step);
+        // Further tasks (`zero_std_groups = "resample"`) come from the same
+        // sampler, so the checkpointed cursor counts them.
+        let m = self.trainer.step(&self.env, &batch, &mut draw)?;
         let mut share = serde_json::Map::new();
-        share.insert("tasks".into(), serde_json::json!(mine));
+        share.insert("tasks".into(), serde_json::json!(m.rolled_tasks));
         share.insert("episodes".into(), m.rolled_out.into());
         let message = format!("reward {:.3} f1_file {:.3} e {:.3} loss {:.4}", m.reward, m.f1_file, m.e, m.loss);
         Ok(Some(Step { skipped: m.skipped, message, share, metrics: m }))

@@ -27,6 +27,7 @@ pub use sft::{OpeningPhase, SftSection};
 pub use train::{GrpoSection, TrainSection};
 
 use crate::error::{Error, Result};
+use crate::grpo::advantages::ZeroStdGroups;
 use ::rollout::episode::EpisodeConfig;
 use ::rollout::reward::RewardConfig;
 use serde::{Deserialize, Serialize};
@@ -346,6 +347,9 @@ impl RunConfig {
         if self.episode.max_total_tokens == 0 {
             return bad("episode.max_total_tokens", "must be at least 1".into());
         }
+        if let Err((key, message)) = self.check_resample() {
+            return bad(key, message);
+        }
         if self.grpo.num_iterations == 0 {
             return bad("grpo.num_iterations", "must be at least 1".into());
         }
@@ -393,6 +397,22 @@ impl RunConfig {
             return bad(&format!("reward.{}", e.field), e.to_string());
         }
         Ok(())
+    }
+
+    /// `[grpo] max_resample_draws`: at least 1, and only with
+    /// `zero_std_groups = "resample"`, which it bounds.
+    fn check_resample(&self) -> std::result::Result<(), (&'static str, String)> {
+        let g = &self.grpo;
+        match (g.zero_std_groups, g.max_resample_draws) {
+            (ZeroStdGroups::Resample, Some(0)) => {
+                Err(("grpo.max_resample_draws", "must be at least 1 (drawing no further task is zero_std_groups = \"drop\")".into()))
+            }
+            (ZeroStdGroups::Keep | ZeroStdGroups::Drop, Some(_)) => Err((
+                "grpo.max_resample_draws",
+                format!("is set but zero_std_groups is {}: it bounds the draws of zero_std_groups = \"resample\"", serde_json::to_value(g.zero_std_groups).unwrap_or_default()),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// This config with its model a training run's checkpoint `ckpt`: the

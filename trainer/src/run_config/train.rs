@@ -62,6 +62,12 @@ pub struct GrpoSection {
     pub aggregation: LossAggregation,
     pub scaling: AdvantageScaling,
     pub zero_std_groups: ZeroStdGroups,
+    /// With `zero_std_groups = "resample"`: the most further tasks one step
+    /// draws (each rolled out as a group) beyond its `tasks_per_step`;
+    /// reached, the step trains on the groups with a spread it has. Unset:
+    /// 2 x `tasks_per_step`. Left out of the config hash when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_resample_draws: Option<usize>,
     /// Updates per batch of rollouts (mu).
     pub num_iterations: usize,
     /// Truncated importance sampling of the drift between the rollout's
@@ -80,6 +86,14 @@ pub struct GrpoSection {
     pub importance_sampling: ImportanceSampling,
 }
 
+impl GrpoSection {
+    /// The bound on a step's further draws under `zero_std_groups =
+    /// "resample"` (`max_resample_draws`, else 2 x `tasks_per_step`).
+    pub fn resample_draws(&self, tasks_per_step: usize) -> usize {
+        self.max_resample_draws.unwrap_or(2 * tasks_per_step)
+    }
+}
+
 fn is_default_tis_cap(c: &f64) -> bool {
     *c == DEFAULT_TIS_CAP
 }
@@ -93,6 +107,7 @@ impl Default for GrpoSection {
             aggregation: LossAggregation::Dapo,
             scaling: AdvantageScaling::Group,
             zero_std_groups: ZeroStdGroups::Keep,
+            max_resample_draws: None,
             num_iterations: 1,
             rollout_correction: RolloutCorrection::None,
             tis_cap: DEFAULT_TIS_CAP,

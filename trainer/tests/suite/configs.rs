@@ -293,3 +293,33 @@ fn grpo_importance_sampling_reaches_the_loss_and_a_bad_level_names_the_key() {
     println!("{e}");
     assert!(e.contains("config key `grpo.importance_sampling`") && e.contains("run.toml") && e.contains("`sequence`"), "{e}");
 }
+
+/// `[grpo] zero_std_groups = "resample"` parses with its bound,
+/// `max_resample_draws` (unset: 2 x tasks_per_step); a bound of 0, or one
+/// set without resample, is refused naming the key.
+#[test]
+fn resample_and_its_bound_are_checked_at_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    assert!(text.contains("zero_std_groups = \"drop\"\n"), "smoke-cpu.toml drops zero-std groups");
+    let tmp = tempfile::tempdir().unwrap();
+    let with = |setting: &str| {
+        let path = tmp.path().join("run.toml");
+        std::fs::write(&path, text.replacen("zero_std_groups = \"drop\"\n", setting, 1)).unwrap();
+        RunConfig::from_file(&path)
+    };
+    let cfg = with("zero_std_groups = \"resample\"\n").unwrap();
+    assert_eq!(cfg.grpo.zero_std_groups, trainer::grpo::ZeroStdGroups::Resample);
+    assert_eq!(cfg.grpo.resample_draws(cfg.train.tasks_per_step), 2 * cfg.train.tasks_per_step);
+    let cfg = with("zero_std_groups = \"resample\"\nmax_resample_draws = 5\n").unwrap();
+    assert_eq!(cfg.grpo.resample_draws(cfg.train.tasks_per_step), 5);
+    for (setting, says) in [
+        ("zero_std_groups = \"resample\"\nmax_resample_draws = 0\n", "must be at least 1"),
+        ("zero_std_groups = \"drop\"\nmax_resample_draws = 4\n", "zero_std_groups is \"drop\""),
+        ("max_resample_draws = 4\n", "zero_std_groups is \"keep\""),
+    ] {
+        let e = with(setting).unwrap_err();
+        assert!(matches!(e, trainer::Error::Config { ref key, .. } if key == "grpo.max_resample_draws"), "{setting}: {e}");
+        assert!(e.to_string().contains(says), "{setting}: {e}");
+    }
+}

@@ -115,6 +115,39 @@ fn grpo_through_the_library_resumes_bitwise() {
     assert_eq!(m, metrics(&split));
 }
 
+/// `zero_std_groups = "resample"`: the random model never answers, so no
+/// group has a reward spread and every step draws `max_resample_draws`
+/// further tasks (3 with 2 a step, in rounds of 2 and 1), keeps none and
+/// makes no update. The draws move the task sampler's cursor, which the
+/// checkpoint carries: a run stopped after 2 steps and resumed draws the
+/// same tasks and ends with the same state, bit for bit.
+#[test]
+fn grpo_resample_draws_up_to_its_bound_and_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut cfg, tasks) = world(tmp.path(), "");
+    cfg.grpo.zero_std_groups = trainer::grpo::ZeroStdGroups::Resample;
+    cfg.grpo.max_resample_draws = Some(3);
+    let straight = tmp.path().join("straight");
+    let last = done(trainer::run::grpo::grpo(&cfg, &straight, &tasks, &opts(false, None)).unwrap());
+    let m = metrics(&straight);
+    assert_eq!(m.len(), 4);
+    for r in &m {
+        let refill = [&r["resample/groups_drawn"], &r["resample/groups_kept"], &r["num_gen_batches"]].map(|v| v.as_u64());
+        assert_eq!(refill, [Some(5), Some(0), Some(3)], "groups drawn and kept, rounds: {r}");
+        assert_eq!(r["frac_reward_zero_std"], 1.0, "{r}");
+        assert_eq!(r["grad_norm"], 0.0, "no group kept, no update: {r}");
+    }
+    // 5 tasks a step from 2: the cursor is at epoch 10 after 4 steps.
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(last.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["data"]["epoch"], 10, "{}", state["data"]);
+
+    let split = tmp.path().join("split");
+    done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(false, Some(2))).unwrap());
+    let resumed = done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(true, None)).unwrap());
+    assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
+    assert_eq!(m, metrics(&split));
+}
+
 #[test]
 fn sft_through_the_library_resumes_bitwise() {
     let tmp = tempfile::tempdir().unwrap();

@@ -69,7 +69,15 @@ impl EngineSync {
     /// Seeds the requests of `step`'s rollouts (each step its own samples;
     /// the same on a resume of that step).
     pub fn seed_step(&mut self, step: u64) {
-        self.engine.set_seed(self.base_seed ^ step.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        self.seed_round(step, 0);
+    }
+
+    /// Seeds round `round` of `step`'s rollouts: round 0 as
+    /// [`EngineSync::seed_step`], each further round of `zero_std_groups =
+    /// "resample"` its own samples (a task drawn again samples afresh).
+    pub fn seed_round(&mut self, step: u64, round: usize) {
+        let seed = self.base_seed ^ step.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.engine.set_seed(seed ^ (round as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
     }
 
     /// Uploads `step`'s weights and checks the probe against `ours` (the

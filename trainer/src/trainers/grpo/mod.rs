@@ -1,6 +1,7 @@
 //! The GRPO trainer: one step reads top to bottom in [`Trainer::step`]:
-//! sample tasks -> rollouts -> rewards -> advantages -> batch -> gradients
-//! (micro-batched) -> clip -> AdamW -> metrics.
+//! sample tasks -> rollouts (refilled with further tasks' groups under
+//! `zero_std_groups = "resample"`, [`resample`]) -> rewards -> advantages ->
+//! batch -> gradients (micro-batched) -> clip -> AdamW -> metrics.
 //!
 //! Data parallel ([`crate::dist`]): each rank rolls out its share of the
 //! step's groups, the episodes are gathered so every rank sees the whole
@@ -10,11 +11,12 @@
 
 pub mod batch;
 pub mod engine;
+pub mod resample;
 pub mod sampler;
 
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
-use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
+use crate::grpo::advantages::{ZeroStdGroups, TRL_ADVANTAGE_EPS};
 use crate::backward::detached_logprobs;
 use crate::grpo::{
     accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
@@ -50,6 +52,12 @@ pub struct StepMetrics {
     /// Std of the rewards the advantages used.
     pub reward_std: f64,
     pub frac_reward_zero_std: f64,
+    /// Groups drawn and kept, and rounds of rollouts, under `[grpo]
+    /// zero_std_groups = "resample"` (`resample/groups_drawn`,
+    /// `resample/groups_kept`, `num_gen_batches`); the step's other metrics
+    /// are over every group drawn.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub resample: Option<resample::Refill>,
     pub f1_file: f64,
     pub f1_func: f64,
     pub e: f64,
@@ -109,6 +117,18 @@ pub struct StepMetrics {
     /// Episodes this rank rolled out (its share of the groups).
     #[serde(skip)]
     pub rolled_out: usize,
+    /// The tasks of this rank's share of the groups, in the order drawn.
+    #[serde(skip)]
+    pub rolled_tasks: Vec<String>,
+}
+
+/// What this rank rolled out in a step's rounds of rollouts.
+#[derive(Default)]
+struct Rolled {
+    rounds: usize,
+    episodes: usize,
+    tasks: Vec<String>,
+    synced: Option<engine::Synced>,
 }
 
 /// Share of `episodes` that stopped for `reason`.
@@ -191,13 +211,17 @@ impl Trainer {
     }
 
     /// One GRPO step on `tasks` (B tasks, G episodes each; with several
-    /// ranks, this rank rolls out its share of the tasks).
-    pub fn step(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<StepMetrics> {
+    /// ranks, this rank rolls out its share of the tasks). Under
+    /// `zero_std_groups = "resample"`, `more(k)` draws `k` further tasks
+    /// until B groups have a reward spread ([`resample`]).
+    pub fn step(&mut self, env: &Env<'_>, tasks: &[Task], more: &mut dyn FnMut(usize) -> Vec<Task>) -> Result<StepMetrics> {
         let t0 = Instant::now();
-        let mine = dist::share(&*self.dist, tasks.len());
-        let (local, synced) = self.rollouts(env, &tasks[mine])?;
-        let rolled_out = local.len();
-        let episodes = dist::gather_concat(&*self.dist, local)?;
+        let mut rolled = Rolled::default();
+        let mut episodes = self.round(env, tasks, &mut rolled)?;
+        let refill = match self.cfg.grpo.zero_std_groups {
+            ZeroStdGroups::Resample => Some(self.refill(env, &mut episodes, tasks.len(), more, &mut rolled)?),
+            ZeroStdGroups::Keep | ZeroStdGroups::Drop => None,
+        };
         let rollout_secs = self.slowest(t0.elapsed().as_secs_f64())?;
         let t1 = Instant::now();
         let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
@@ -206,7 +230,8 @@ impl Trainer {
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
         let (m, Update { grad_norm, skipped }) = if adv.kept_rows.is_empty() {
             // Every group had equal rewards and `zero_std_groups = "drop"`
-            // removed them all: nothing to learn from, the weights stay.
+            // (or "resample", up to its bound) removed them all: nothing to
+            // learn from, the weights stay.
             tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
             (GrpoMetrics::empty(), Update { grad_norm: 0.0, skipped: false })
         } else {
@@ -224,6 +249,7 @@ impl Trainer {
             answered: summary.answered,
             reward_std: adv.reward_std,
             frac_reward_zero_std: adv.frac_reward_zero_std,
+            resample: refill,
             f1_file: summary.f1_file,
             f1_func: summary.f1_func,
             e: summary.e,
@@ -244,15 +270,48 @@ impl Trainer {
             stop_max_tokens: stop_share(&episodes, StopReason::MaxTokens),
             calls_per_turn: summary.calls_per_turn,
             seconds_rollout: rollout_secs,
-            seconds_sync: synced.map(|s| s.seconds),
-            engine_probe_diff: synced.map(|s| s.probe_mean),
-            engine_probe_moved: synced.map(|s| s.probe_moved),
+            seconds_sync: rolled.synced.map(|s| s.seconds),
+            engine_probe_diff: rolled.synced.map(|s| s.probe_mean),
+            engine_probe_moved: rolled.synced.map(|s| s.probe_moved),
             seconds_update: update_secs,
             tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
             skipped,
             ranks: (self.dist.world() > 1).then_some(self.dist.world()),
             tasks: rollout::episode::summary::task_rewards(&episodes),
-            rolled_out,
+            rolled_out: rolled.episodes,
+            rolled_tasks: rolled.tasks,
+        })
+    }
+
+    /// One round of a step's rollouts: this rank's share of `tasks`, then
+    /// every rank's episodes, gathered in rank order.
+    fn round(&mut self, env: &Env<'_>, tasks: &[Task], rolled: &mut Rolled) -> Result<Vec<rollout::episode::Episode>> {
+        let mine = &tasks[dist::share(&*self.dist, tasks.len())];
+        let (local, synced) = self.rollouts(env, mine, rolled.rounds)?;
+        rolled.rounds += 1;
+        rolled.episodes += local.len();
+        rolled.tasks.extend(mine.iter().map(|t| t.instance_id.clone()));
+        rolled.synced = rolled.synced.or(synced);
+        dist::gather_concat(&*self.dist, local)
+    }
+
+    /// `zero_std_groups = "resample"`: further rounds on tasks `more` draws
+    /// until `target` groups of `episodes` have a reward spread or
+    /// `[grpo] max_resample_draws` further tasks were drawn. Every rank
+    /// decides on the gathered episodes, so all draw the same tasks.
+    fn refill(
+        &mut self,
+        env: &Env<'_>,
+        episodes: &mut Vec<rollout::episode::Episode>,
+        target: usize,
+        more: &mut dyn FnMut(usize) -> Vec<Task>,
+        rolled: &mut Rolled,
+    ) -> Result<resample::Refill> {
+        let (group, max_more) = (self.cfg.rollout.group, self.cfg.grpo.resample_draws(target));
+        let reward = self.cfg.reward.clone();
+        resample::refill(episodes, group, target, max_more, |e| e.training_reward(&reward), |k| {
+            let tasks = more(k);
+            self.round(env, &tasks, rolled)
         })
     }
 
@@ -346,10 +405,11 @@ impl Trainer {
     /// G episodes per task with the current weights; the sampling RNG is
     /// lent to the policy and taken back, so it can be checkpointed. With a
     /// rollout engine, from the engine, synced first: also what the sync
-    /// took and found.
-    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task]) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+    /// took and found. `round` counts the step's rounds of rollouts
+    /// (several under `zero_std_groups = "resample"`).
+    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
         if let Some(mut sync) = self.engine.take() {
-            let result = self.engine_rollouts(&mut sync, env, tasks);
+            let result = self.engine_rollouts(&mut sync, env, tasks, round);
             self.engine = Some(sync);
             return result;
         }
@@ -365,7 +425,7 @@ impl Trainer {
     /// [`Trainer::rollouts`] on a vLLM server: this step's weights go to it
     /// unless it has them (once per step; on a resume, the first step of
     /// the process), then the rollouts, then the probe again.
-    fn engine_rollouts(&mut self, sync: &mut engine::EngineSync, env: &Env<'_>, tasks: &[Task]) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+    fn engine_rollouts(&mut self, sync: &mut engine::EngineSync, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
         let mut synced_now = None;
         if sync.synced_step() != Some(self.step) {
             let trained: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
@@ -383,7 +443,7 @@ impl Trainer {
             tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
             synced_now = Some(synced);
         }
-        sync.seed_step(self.step);
+        sync.seed_round(self.step, round);
         let episodes = run_episodes(&mut sync.engine, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {})
             .map_err(|e| Error::invalid("rollout", e.to_string()))?;
         sync.check()?;
