@@ -112,7 +112,7 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         recompute: mode.into(),
         rollout_correction: trainer::grpo::RolloutCorrection::None,
         tis_cap: 3.0,
-        importance_sampling: crate::grpo::ImportanceSampling::Token,
+        importance_sampling: trainer::grpo::ImportanceSampling::Token,
         skip_zero_advantage: true,
         fold_linear_loss: true,
     };
