@@ -283,6 +283,15 @@ check "--tensorboard: a file" 1 same $B train --config cfg.toml --out run --resu
 variant tis "beta = 0.0" 'beta = 0.0\nrollout_correction = "tis"\ntis_cap = 0.5'
 check "config: grpo.tis_cap = 0.5 (at load)" 1 same $B train --config tis.toml --out fresh7
 [ -e fresh7 ] && { echo "tis_cap = 0.5 started a run" >&2; failures=$((failures + 1)); }
+# GSPO and resampling (issue 55).
+variant gspo "beta = 0.0" 'beta = 0.0\nimportance_sampling = "seq"'
+check "config: grpo.importance_sampling = seq" 1 same $B train --config gspo.toml --out fresh8
+check "--set: a bad importance_sampling" 1 same $B train --config cfg.toml --out run --resume auto --set grpo.importance_sampling=seq
+variant resample0 "beta = 0.0" 'beta = 0.0\nzero_std_groups = "resample"\nmax_resample_draws = 0'
+check "config: grpo.max_resample_draws = 0" 1 same $B train --config resample0.toml --out fresh8
+variant resamplekeep "beta = 0.0" 'beta = 0.0\nmax_resample_draws = 4'
+check "config: grpo.max_resample_draws without resample" 1 same $B train --config resamplekeep.toml --out fresh8
+[ -e fresh8 ] && { echo "a bad grpo setting started a run" >&2; failures=$((failures + 1)); }
 printf 'extends = "nope.toml"\nname = "x"\n' > ext.toml
 check "config: extends a missing file" 1 same $B train --config ext.toml --out run
 
