@@ -22,10 +22,7 @@ trap 'rm -rf "$w"' EXIT
 export FUSEGRPO_LOG=warn
 
 # A small world: the practice repository, its tasks, a tiny model, a config.
-$B practice-repo --out "$w/repos" --seed 0 >/dev/null
-$B tasks from-history --repo practice/shop --repos-dir "$w/repos" --out "$w/tasks.jsonl" 2>/dev/null
-$B init-tiny --out "$w/model" --small-vocab 1024 --seed 0 --corpus-repo practice/shop --repos-dir "$w/repos" 2>/dev/null
-cat > "$w/cfg.toml" <<EOF
+scripts/tiny-world.sh "$B" "$w" bad-inputs
 name = "bad-inputs"
 [model]
 path = "model"

@@ -32,34 +32,11 @@ trap 'rm -rf "$w"' EXIT
 trap 'echo "tensorboard-check.sh: failed (status $?): $BASH_COMMAND" >&2' ERR
 export FUSEGRPO_LOG=warn
 
-# A small world: the practice repository, its tasks, a tiny model, a config.
-$B practice-repo --out "$w/repos" --seed 0 >/dev/null
-$B tasks from-history --repo practice/shop --repos-dir "$w/repos" --out "$w/tasks.jsonl" 2>/dev/null
-$B init-tiny --out "$w/model" --small-vocab 1024 --seed 0 --corpus-repo practice/shop --repos-dir "$w/repos" 2>/dev/null
-cat > "$w/cfg.toml" <<EOF
-name = "tensorboard-check"
-[model]
-path = "model"
-[env]
-repos_dir = "repos"
-[episode]
-max_turns = 2
-max_turn_tokens = 16
-max_total_tokens = 2048
-[rollout]
-group = 2
-[sampling]
-temperature = 0.7
-[train]
-tasks = "tasks.jsonl"
-steps = 3
-tasks_per_step = 2
-save_every = 1
-keep_last = 3
-[grpo]
-beta = 0.04
-[optim]
-lr = 1e-3
+# A small world (scripts/tiny-world.sh), with 2 tasks a step, a KL term, a
+# higher learning rate and an SFT section whose filter keeps what it gets.
+scripts/tiny-world.sh "$B" "$w" tensorboard-check
+sed -i 's/^tasks_per_step = 1$/tasks_per_step = 2/; s/^beta = 0.0$/beta = 0.04/; s/^lr = 1e-4$/lr = 1e-3/' "$w/cfg.toml"
+cat >> "$w/cfg.toml" <<EOF
 [sft]
 epochs = 1
 batch_rows = 1

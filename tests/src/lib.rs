@@ -27,6 +27,20 @@ pub fn fusegrpo(args: &[&str]) -> Output {
     Command::new(fusegrpo_bin()).args(args).env("FUSEGRPO_LOG", "warn").output().expect("spawn fusegrpo")
 }
 
+/// Run and require exit status 1, an error and not a panic; returns stderr.
+pub fn fusegrpo_fails(args: &[&str]) -> String {
+    let out = fusegrpo(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "fusegrpo {args:?} should fail with status 1:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// A path as the `&str` an argument list takes.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
 /// Run and require success; returns stdout.
 pub fn fusegrpo_ok(args: &[&str]) -> String {
     let out = fusegrpo(args);

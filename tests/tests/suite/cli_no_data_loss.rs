@@ -2,7 +2,7 @@
 //! command changes no file, a failure never exits 0, an interrupt is
 //! visible to scripts, and messages name what is wrong.
 
-use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,14 +25,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// Runs, requires failure (not a panic), returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = fusegrpo(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "fusegrpo {args:?} should fail with status 1:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
 
 /// A copy of `cfg` beside it (relative paths still hold) with `from` replaced by `to`.
 fn edit(cfg: &Path, from: &str, to: &str) -> PathBuf {
@@ -45,9 +37,6 @@ fn edit(cfg: &Path, from: &str, to: &str) -> PathBuf {
     out
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 #[test]
 fn defect_1_rerun_without_resume_refuses_and_keeps_the_run() {

@@ -4,21 +4,10 @@
 //! with a repeated id is refused by line; `compare` names the field of a bad
 //! episode line and refuses numbers out of range.
 
-use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
 use std::path::Path;
 
-/// Runs, requires exit status 1 (not a panic), returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = fusegrpo(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "fusegrpo {args:?} should fail with status 1:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 #[test]
 fn eval_and_rollout_refuse_an_out_that_is_their_tasks_or_config() {

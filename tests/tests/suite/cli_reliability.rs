@@ -3,13 +3,10 @@
 //! record where their base is (defect 8); messages name what is wrong
 //! (defect 9).
 
-use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// Runs `fusegrpo args` with stderr (or stdout) a pipe whose reader has
 /// already gone, as in `fusegrpo ... 2>&1 >/dev/null | head -1` after head
@@ -69,13 +66,6 @@ fn lora_checkpoint(dir: &Path) -> std::path::PathBuf {
     dir.join("lrun/step_00000001")
 }
 
-/// Runs, requires status 1 (no panic), returns stderr.
-fn fails(args: &[&str]) -> String {
-    let out = fusegrpo(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "fusegrpo {args:?} should fail with status 1:\n{err}");
-    err
-}
 
 /// A copy of the adapter folder `src` at `dst` with its config edited.
 fn copy_adapter(src: &Path, dst: &Path, edit: impl Fn(&mut serde_json::Value)) {
