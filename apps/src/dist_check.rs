@@ -6,15 +6,15 @@
 //! the tests run it with ranks as threads.
 
 use trainer::dist::{Collective, Dist, Single};
-use trainer::error::{Error, Result};
+use lm::error::{Error, Result};
 use trainer::grpo::advantages::TRL_ADVANTAGE_EPS;
 use trainer::grpo::{group_advantages, LossAggregation};
 use trainer::trainers::{grpo, sft};
 use trainer::optim::Gradients;
 use trainer::run_config::RunConfig;
 use trainer::sft::SftBatch;
-use trainer::weights::TensorMap;
-use trainer::ModelConfig;
+use lm::weights::TensorMap;
+use lm::ModelConfig;
 use candle_core::{DType, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -275,7 +275,7 @@ mod tests {
 
     fn tiny() -> (ModelConfig, TensorMap, RunConfig) {
         let model_cfg = ModelConfig::new_tiny(64, 32, 64, 2, 4, 2, 8, true);
-        let weights = trainer::init::random_weights(&model_cfg, 3, DType::F32, &candle_core::Device::Cpu).unwrap();
+        let weights = lm::init::random_weights(&model_cfg, 3, DType::F32, &candle_core::Device::Cpu).unwrap();
         let text = "name = \"t\"\n[model]\npath = \"unused\"\n[env]\nrepos_dir = \"unused\"\n\
                     [rollout]\ngroup = 4\n[train]\nmicro_batch_rows = 3\n[optim]\nlr = 1e-3\nmax_grad_norm = 1.0\n";
         let cfg: RunConfig = toml::from_str(text).unwrap();

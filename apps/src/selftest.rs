@@ -10,8 +10,8 @@
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
-use trainer::model::{ops, rope::RopeTables};
-use trainer::config::default_inv_freq;
+use lm::model::{ops, rope::RopeTables};
+use lm::config::default_inv_freq;
 
 /// Checks run and the names of those that failed.
 #[derive(Default)]

@@ -125,8 +125,8 @@ fn serve_command(args: &VllmArgs, model: &str, exe: &std::path::Path) -> Process
 /// answers `/health`, and returns when it exits or on SIGINT/SIGTERM
 /// (stopping it).
 pub fn serve(args: VllmArgs) -> Result<()> {
-    let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
-    let model = match trainer::weights::untied_view(&model_dir, &dirs_home().join(".cache/fusegrpo/vllm-untied"))? {
+    let model_dir = lm::hub::resolve_model_dir(&args.model)?;
+    let model = match lm::weights::untied_view(&model_dir, &dirs_home().join(".cache/fusegrpo/vllm-untied"))? {
         Some(view) => {
             eprintln!(
                 "engine: {} ties its embeddings and LM head; vLLM serves an untied view of it ({}: links, config.json with tie_word_embeddings = false, lm_head.safetensors), so that GRPO's whole-model weight sync reloads the head too",

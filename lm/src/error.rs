@@ -1,5 +1,7 @@
-//! Typed errors of the trainer library. Each names the file, tensor, key or
-//! argument it is about, so a user can act on it without a debugger.
+//! Typed errors of the model crate, which `trainer` shares (its
+//! `OptimizerState` is the trainer's, until the trainer has an error type of
+//! its own). Each names the file, tensor, key or argument it is about, so a
+//! user can act on it without a debugger.
 
 use std::path::PathBuf;
 

@@ -8,9 +8,9 @@
 //! then the folder is renamed into place; a crash mid-save leaves only a
 //! temporary folder, which resume ignores and the next save removes.
 
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
-use crate::weights::{save_checkpoint as save_model, ShardPolicy, TensorMap};
+use lm::config::ModelConfig;
+use lm::error::{Error, Result};
+use lm::weights::{save_checkpoint as save_model, ShardPolicy, TensorMap};
 use candle_core::Device;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -73,7 +73,7 @@ pub struct TrainState {
 
 /// FNV-1a 64 of a value's canonical JSON (keys sorted), as hex.
 pub fn config_hash(value: &serde_json::Value) -> String {
-    crate::fnv::json_hash(value)
+    lm::fnv::json_hash(value)
 }
 
 /// `step_00000100`.
@@ -95,7 +95,7 @@ pub enum Weights<'a> {
     Model(&'a ModelConfig, &'a TensorMap),
     /// A LoRA run's adapter in PEFT's layout, with its base's name (for
     /// `base_model_name_or_path`) and identity; the base is not copied.
-    Adapter { adapter: &'a crate::lora::Adapter, base_name: &'a str, base: &'a crate::lora::peft::BaseIdentity },
+    Adapter { adapter: &'a lm::lora::Adapter, base_name: &'a str, base: &'a lm::lora::peft::BaseIdentity },
 }
 
 /// Save a checkpoint of a whole model atomically and keep the newest
@@ -143,7 +143,7 @@ pub fn write_optimizer(tmp: &Path, file: &str, optimizer: &TensorMap) -> Result<
     let path = tmp.join(file);
     let mut opt: Vec<(String, &candle_core::Tensor)> = optimizer.iter().map(|(k, t)| (k.clone(), t)).collect();
     opt.sort_by(|a, b| a.0.cmp(&b.0));
-    crate::safetensors_stream::write(&path, &opt, None)?;
+    lm::safetensors_stream::write(&path, &opt, None)?;
     sync_file(&path)
 }
 
@@ -154,7 +154,7 @@ pub fn finish(run_dir: &Path, tmp: &Path, weights: Weights<'_>, state: &TrainSta
     let final_dir = run_dir.join(step_dir_name(state.step));
     match weights {
         Weights::Model(model_cfg, model) => save_model(tmp, model_cfg, model, ShardPolicy::Single)?,
-        Weights::Adapter { adapter, base_name, base } => crate::lora::peft::save(tmp, adapter, base_name, Some(base))?,
+        Weights::Adapter { adapter, base_name, base } => lm::lora::peft::save(tmp, adapter, base_name, Some(base))?,
     }
     let state_path = tmp.join(STATE_FILE);
     let text = serde_json::to_string_pretty(state).expect("state serializes");
@@ -328,7 +328,7 @@ pub fn changed_keys(old: &serde_json::Value, new: &serde_json::Value) -> Vec<Str
 /// them) read as one state. A rank takes the tensors of the parameters it
 /// owns, whatever the number of ranks that wrote them.
 pub struct OptimizerFile {
-    readers: Vec<crate::safetensors_stream::Reader>,
+    readers: Vec<lm::safetensors_stream::Reader>,
     /// Tensor name -> the reader holding it.
     index: std::collections::BTreeMap<String, usize>,
     device: Device,
@@ -340,7 +340,7 @@ impl OptimizerFile {
         let mut readers = Vec::new();
         let mut index = std::collections::BTreeMap::new();
         for (i, path) in files.iter().enumerate() {
-            let r = crate::safetensors_stream::Reader::open(path)?;
+            let r = lm::safetensors_stream::Reader::open(path)?;
             for name in r.names() {
                 // Every shard carries the step count; the first one's is kept.
                 if let Some(first) = index.insert(name.clone(), i) {

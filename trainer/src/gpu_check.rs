@@ -10,7 +10,7 @@
 //! it when every check passed); `fusegrpo kernels status` prints the
 //! choice and why.
 
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -111,7 +111,7 @@ pub struct Record {
 pub fn build_id() -> Result<String> {
     let exe = std::env::current_exe().map_err(|e| Error::invalid("the running executable", e.to_string()))?;
     let bytes = std::fs::read(&exe).map_err(|e| Error::io(&exe, e))?;
-    let mut h = crate::fnv::Fnv1a::default();
+    let mut h = lm::fnv::Fnv1a::default();
     h.eat(&bytes);
     Ok(h.hex())
 }

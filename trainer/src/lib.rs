@@ -1,7 +1,6 @@
 //! `trainer`: everything that learns, over the model of the `lm` crate
-//! (re-exported here under its module names: [`config`], [`model`],
-//! [`weights`], [`hub`], [`gguf`], [`lora`], [`logprobs`], [`sampling`],
-//! [`generate`], [`init`]).
+//! (named as `lm::model`, `lm::lora`, ... at every use: nothing of it is
+//! re-exported here but its error type).
 //!
 //! - [`run`]: a run's lifecycle (folder, resume, metrics, SIGINT) and ONE
 //!   loop, `run::drive`, for GRPO (`run::grpo::grpo`) and SFT (`run::sft::sft`);
@@ -57,9 +56,5 @@ pub mod threads;
 pub mod tiny;
 pub mod trainers;
 
-// The model crate's modules under their old names (`trainer::model`, ...).
-pub use lm::{config, error, fnv, generate, gguf, hub, init, logprobs, lora, model, params, safetensors_stream, sampling, weights};
-
-pub use config::ModelConfig;
-pub use error::{Error, Result};
-pub use model::CausalLm;
+// The error type this crate shares with `lm` (its results are lm's).
+pub use lm::error::{Error, Result};

@@ -2,9 +2,9 @@
 //! a tokenizer (a copy of a real one, or a small BPE trained here), as
 //! `fusegrpo init-tiny` writes it for tests, demos and benchmarks.
 
-use crate::config::{Architecture, RopeScaling};
-use crate::weights::{save_checkpoint, ShardPolicy};
-use crate::ModelConfig;
+use lm::config::{Architecture, RopeScaling};
+use lm::weights::{save_checkpoint, ShardPolicy};
+use lm::ModelConfig;
 use anyhow::{Context, Result};
 use rollout::chat::SmallChatFormat;
 use std::path::{Path, PathBuf};
@@ -80,10 +80,10 @@ pub fn write_tiny(out: &Path, spec: &TinySpec) -> Result<ModelConfig> {
     };
     let cfg = if spec.architecture == Architecture::Qwen3 { cfg } else { cfg.with_architecture(spec.architecture, rope) };
     let cfg = ModelConfig::from_raw(cfg.raw.clone(), Path::new("<init-tiny arguments>"))?;
-    let weights = crate::init::random_weights(&cfg, spec.seed, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    let weights = lm::init::random_weights(&cfg, spec.seed, candle_core::DType::F32, &candle_core::Device::Cpu)?;
     let policy = if spec.shards > 1 { ShardPolicy::Count(spec.shards) } else { ShardPolicy::Single };
     save_checkpoint(out, &cfg, &weights, policy)?;
-    tracing::info!(out = %out.display(), params = crate::params::parameter_count(&cfg), vocab, "wrote a tiny model");
+    tracing::info!(out = %out.display(), params = lm::params::parameter_count(&cfg), vocab, "wrote a tiny model");
     Ok(cfg)
 }
 

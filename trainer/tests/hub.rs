@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use trainer::hub::resolve_model_dir;
+use lm::hub::resolve_model_dir;
 
 #[test]
 fn hub_ids_resolve_from_the_cache_offline() {
@@ -24,9 +24,9 @@ fn hub_ids_resolve_from_the_cache_offline() {
     std::env::set_var("HF_HUB_OFFLINE", "1");
     let dir = resolve_model_dir("tiny-org/tiny-qwen3").unwrap();
     assert_eq!(dir, snap);
-    let cfg = trainer::ModelConfig::from_file(&dir.join("config.json")).unwrap();
-    let w = trainer::weights::load_weights(&dir, &cfg, DType::F32, &Device::Cpu).unwrap();
-    assert_eq!(w.len(), trainer::params::parameter_shapes(&cfg).len());
+    let cfg = lm::ModelConfig::from_file(&dir.join("config.json")).unwrap();
+    let w = lm::weights::load_weights(&dir, &cfg, DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(w.len(), lm::params::parameter_shapes(&cfg).len());
 
     let e = resolve_model_dir("tiny-org/not-cached").unwrap_err().to_string();
     assert!(e.contains("tiny-org/not-cached") && e.contains("HF_HUB_OFFLINE"), "{e}");

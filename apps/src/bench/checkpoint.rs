@@ -11,7 +11,7 @@ use candle_core::DType;
 use std::time::Instant;
 use trainer::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
 use trainer::optim::{AdamW, AdamWConfig, Gradients};
-use trainer::CausalLm;
+use lm::CausalLm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -27,7 +27,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.shape.config(64)?;
     let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));
-    let w = trainer::init::random_weights(&cfg, 0, dtype, &device)?;
+    let w = lm::init::random_weights(&cfg, 0, dtype, &device)?;
     let (model, vars) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     // One step on random gradients, so that the moments are real pages

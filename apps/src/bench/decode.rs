@@ -16,9 +16,9 @@ use candle_core::DType;
 use rand::SeedableRng;
 use std::path::PathBuf;
 use std::time::Instant;
-use trainer::generate::{generate, GenerateConfig};
-use trainer::sampling::SamplerConfig;
-use trainer::CausalLm;
+use lm::generate::{generate, GenerateConfig};
+use lm::sampling::SamplerConfig;
+use lm::CausalLm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,7 +70,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(m) => trainer::policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
-            let w = trainer::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
+            let w = lm::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
             CausalLm::new(&cfg, &w)?
         }
     };
@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
         sampler: SamplerConfig { temperature: a.temperature, top_p: 1.0, top_k: 0 },
         stop_tokens: vec![],
     };
-    let once = || -> Result<(f64, Vec<trainer::generate::Generation>)> {
+    let once = || -> Result<(f64, Vec<lm::generate::Generation>)> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
         let t0 = Instant::now();
         let gens = generate(&model, &prompts, &cfg, &mut rng)?;

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::Instant;
 use trainer::backward::EntropyMetric;
 use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs};
-use trainer::model::recompute::Recompute;
-use trainer::{CausalLm, ModelConfig};
+use lm::model::recompute::Recompute;
+use lm::{CausalLm, ModelConfig};
 
 /// The recomputation mode of a child run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -88,7 +88,7 @@ fn config(a: &Args) -> ModelConfig {
 fn measure(a: &Args, mode: Mode) -> Result<Measured> {
     let cfg = config(a);
     let dev = Device::Cpu;
-    let w = trainer::init::random_weights(&cfg, 0, DType::F32, &dev)?;
+    let w = lm::init::random_weights(&cfg, 0, DType::F32, &dev)?;
     let (model, params) = CausalLm::trainable(&cfg, &w)?;
     drop(w);
     let (b, t) = (a.rows, a.tokens);

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 use super::rss_kib;
 use trainer::device::DTypeKind;
-use trainer::model::cache::Positions;
-use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
+use lm::model::cache::Positions;
+use lm::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
 
 /// Architectures with published shapes.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -37,21 +37,21 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = match args.arch {
-        Arch::Qwen3_4b => trainer::init::qwen3_4b_config(),
+        Arch::Qwen3_4b => lm::init::qwen3_4b_config(),
     };
     let dtype: DType = args.dtype.into();
     if !args.dir.join(INDEX_FILE).exists() {
         let t0 = Instant::now();
-        let w = trainer::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
+        let w = lm::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
         save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
             .with_context(|| format!("writing {}", args.dir.display()))?;
         eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), t0.elapsed().as_secs_f64());
     }
     let rss_before = rss_kib("VmRSS");
     let t0 = Instant::now();
-    let cfg = trainer::ModelConfig::from_file(&args.dir.join("config.json"))?;
+    let cfg = lm::ModelConfig::from_file(&args.dir.join("config.json"))?;
     let w = load_weights(&args.dir, &cfg, dtype, &Device::Cpu)?;
-    let model = trainer::CausalLm::new(&cfg, &w)?;
+    let model = lm::CausalLm::new(&cfg, &w)?;
     drop(w);
     let load_s = t0.elapsed().as_secs_f64();
     let rss_loaded = rss_kib("VmRSS");
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<()> {
     let forward_s = t0.elapsed().as_secs_f64();
     let report = serde_json::json!({
         "arch": format!("{:?}", args.arch),
-        "params": trainer::params::parameter_count(&cfg),
+        "params": lm::params::parameter_count(&cfg),
         "dtype": format!("{:?}", args.dtype),
         "shards": args.shards,
         "load_seconds": load_s,

@@ -8,8 +8,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
-use trainer::model::{ops, rope::RopeTables};
-use trainer::config::default_inv_freq;
+use lm::model::{ops, rope::RopeTables};
+use lm::config::default_inv_freq;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -2,7 +2,7 @@
 //! are SmolLM2-135M's shape as a Qwen3 (tied embeddings).
 
 use anyhow::{ensure, Result};
-use trainer::ModelConfig;
+use lm::ModelConfig;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Shape {

@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 use std::time::Instant;
 use trainer::backward::{backward_micro_batch, EntropyMetric, LinearLoss, LogprobPass};
 use trainer::optim::Gradients;
-use trainer::CausalLm;
+use lm::CausalLm;
 
 /// How the backward pass gets the layers' activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -68,12 +68,12 @@ pub fn run(a: Args) -> Result<()> {
     let cfg = a.shape.config(a.tokens)?;
     let dev = a.on.open()?;
     let dtype = DType::from(a.on.dtype);
-    let w = trainer::init::random_weights(&cfg, a.seed, dtype, &dev)?;
+    let w = lm::init::random_weights(&cfg, a.seed, dtype, &dev)?;
     let lora = match a.lora_r {
         None => None,
         Some(r) => {
             ensure!(r > 0, "--lora-r must be at least 1");
-            let section = trainer::lora::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: trainer::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
+            let section = trainer::run_config::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: lm::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
             Some(section.validate().map_err(|(k, m)| anyhow::anyhow!("--lora-r: {k}: {m}"))?)
         }
     };
@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
         None => CausalLm::trainable(&cfg, &w)?,
         Some(l) => {
             // B non-zero (as after some training), so every adapter tensor's gradient is real work.
-            let mut adapter = trainer::lora::Adapter::init(l, &cfg, &dev)?;
+            let mut adapter = lm::lora::Adapter::init(l, &cfg, &dev)?;
             for (name, t) in adapter.tensors.iter_mut() {
                 if name.contains("lora_B") {
                     *t = (Tensor::randn(0f32, 0.01, t.dims(), &dev)?).to_dtype(DType::F32)?;
@@ -104,11 +104,11 @@ pub fn run(a: Args) -> Result<()> {
         temperature: 1.0,
         entropy: EntropyMetric::Skip,
         recompute: match a.recompute {
-            Recompute::Off => trainer::model::recompute::Recompute::Off,
-            Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
+            Recompute::Off => lm::model::recompute::Recompute::Off,
+            Recompute::PerLayer => lm::model::recompute::Recompute::PerLayer,
         },
     };
-    let positions = trainer::model::cache::Positions::sequential(a.rows, a.tokens);
+    let positions = lm::model::cache::Positions::sequential(a.rows, a.tokens);
     let rss_model = rss_kib("VmRSS");
     let step = || -> Result<(f64, f64, usize)> {
         let mut grads = Gradients::default();
@@ -179,8 +179,8 @@ pub fn run(a: Args) -> Result<()> {
     // The memory planner's figure for this step, beside the measured peak.
     let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
     let recompute = match a.recompute {
-        Recompute::Off => trainer::model::recompute::Recompute::Off,
-        Recompute::PerLayer => trainer::model::recompute::Recompute::PerLayer,
+        Recompute::Off => lm::model::recompute::Recompute::Off,
+        Recompute::PerLayer => lm::model::recompute::Recompute::PerLayer,
     };
     let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
     let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;

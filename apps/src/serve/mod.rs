@@ -22,8 +22,8 @@
 pub mod hangup;
 pub mod request;
 
-use trainer::generate::{generate_until, GenerateConfig};
-use trainer::model::CausalLm;
+use lm::generate::{generate_until, GenerateConfig};
+use lm::model::CausalLm;
 use rand::{Rng, SeedableRng};
 use request::{parse_request, ApiError, ApiErrorKind};
 use rollout::chat::{ChatRequest, ChatTokenizer};
@@ -337,7 +337,7 @@ pub fn bind(host: &str, port: u16) -> Result<(tiny_http::Server, SocketAddr), Se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainer::config::ModelConfig;
+    use lm::config::ModelConfig;
     use candle_core::{DType, Device, Tensor};
     use rollout::chat::write_small_tokenizer;
     use std::collections::HashMap;
@@ -350,7 +350,7 @@ mod tests {
         tok: &ChatTokenizer,
         after: u32,
         script: &[u32],
-    ) -> Option<(ModelConfig, trainer::weights::TensorMap)> {
+    ) -> Option<(ModelConfig, lm::weights::TensorMap)> {
         let chain: Vec<u32> = std::iter::once(after)
             .chain(script.iter().copied())
             .collect();
@@ -367,7 +367,7 @@ mod tests {
             }
         }
         let cfg = ModelConfig::new_tiny(tok.vocab_size(), 64, 128, 1, 4, 2, 32, false);
-        let mut w = trainer::init::random_weights(&cfg, 1, DType::F32, &Device::Cpu).unwrap();
+        let mut w = lm::init::random_weights(&cfg, 1, DType::F32, &Device::Cpu).unwrap();
         let emb = w["model.embed_tokens.weight"].to_vec2::<f32>().unwrap();
         let mut head = vec![vec![0f32; 64]; cfg.vocab_size];
         for (&a, &b) in &next {
@@ -443,11 +443,11 @@ mod tests {
         );
         if let Some(out) = std::env::var_os("FUSEGRPO_SERVE_DEMO_MODEL") {
             let out = std::path::PathBuf::from(out);
-            trainer::weights::save_checkpoint(
+            lm::weights::save_checkpoint(
                 &out,
                 &cfg,
                 &weights,
-                trainer::weights::ShardPolicy::Single,
+                lm::weights::ShardPolicy::Single,
             )
             .unwrap();
             write_small_tokenizer(&out, 2048).unwrap();

@@ -1,7 +1,7 @@
 //! Reading an OpenAI chat-completions request: every field we use is
 //! checked, and a bad one gives a 400 naming it (`param`), as OpenAI does.
 
-use trainer::sampling::SamplerConfig;
+use lm::sampling::SamplerConfig;
 use rollout::teacher::openai::from_openai_messages;
 use serde_json::{json, Value};
 

@@ -53,10 +53,10 @@ pub fn read_input_lines(path: &Path, vocab: usize, tokenizer: Option<&tokenizers
 
 /// The model folder's tokenizer.json, when it has one.
 pub fn model_tokenizer(spec: &str) -> anyhow::Result<Option<tokenizers::Tokenizer>> {
-    let mut path = trainer::hub::resolve_model_dir(spec)?.join("tokenizer.json");
+    let mut path = lm::hub::resolve_model_dir(spec)?.join("tokenizer.json");
     if !path.exists() {
         // An adapter folder without a tokenizer: its base's.
-        path = trainer::lora::resolve(spec, None)?.base.join("tokenizer.json");
+        path = lm::lora::resolve(spec, None)?.base.join("tokenizer.json");
     }
     if !path.exists() {
         return Ok(None);

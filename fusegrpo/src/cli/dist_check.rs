@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 use trainer::dist;
 use apps::dist_check as check;
-use trainer::weights::load_weights;
-use trainer::ModelConfig;
+use lm::weights::load_weights;
+use lm::ModelConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::ensure!(g > 0, "--group: must be at least 1");
         cfg.rollout.group = g;
     }
-    let dir = trainer::hub::resolve_model_dir(&cfg.model.path)?;
+    let dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let model_cfg = ModelConfig::from_file(&dir.join("config.json"))?;
     let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;
     let weights = load_weights(&dir, &model_cfg, cfg.model.dtype.into(), &device)?;

@@ -1,7 +1,7 @@
 //! `fusegrpo export-adapter`: a LoRA adapter (PEFT's folder, or a LoRA run's
 //! checkpoint) copied into a clean folder in PEFT's layout with its weights
 //! in another dtype (bf16 halves it), without the optimizer state: what a
-//! trained adapter ships as ([`trainer::lora::peft::export`]).
+//! trained adapter ships as ([`lm::lora::peft::export`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     trainer::files::check_outputs(&[("--adapter", &args.adapter)], &[("--out", &args.out)])?;
-    let bytes = trainer::lora::peft::export(&args.adapter, &args.out, args.dtype.into())?;
+    let bytes = lm::lora::peft::export(&args.adapter, &args.out, args.dtype.into())?;
     eprintln!("exported {} -> {} ({:?} weights, {:.1} MB)", args.adapter.display(), args.out.display(), args.dtype, bytes as f64 / 1e6);
     Ok(())
 }

@@ -5,8 +5,8 @@ use trainer::files::write_json_lines;
 use trainer::policy::load::load_model;
 use rand::SeedableRng;
 use std::path::PathBuf;
-use trainer::generate::{generate_each, GenerateConfig, Generation};
-use trainer::sampling::SamplerConfig;
+use lm::generate::{generate_each, GenerateConfig, Generation};
+use lm::sampling::SamplerConfig;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -1,5 +1,5 @@
 //! `fusegrpo import-gguf`: a GGUF file to a Hugging Face model folder
-//! ([`trainer::gguf`]).
+//! ([`lm::gguf`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ pub fn run(args: Args) -> Result<()> {
         DtypeArg::F32 => candle_core::DType::F32,
         DtypeArg::Bf16 => candle_core::DType::BF16,
     };
-    let report = trainer::gguf::import(&args.gguf, &args.out, dtype)?;
+    let report = lm::gguf::import(&args.gguf, &args.out, dtype)?;
     let line = serde_json::json!({
         "out": report.out, "architecture": report.architecture, "parameters": report.parameters,
         "vocab_size": report.vocab_size, "tensor_types": report.tensor_types,

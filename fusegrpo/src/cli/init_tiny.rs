@@ -5,7 +5,7 @@
 use anyhow::Result;
 use std::path::PathBuf;
 use rollout::chat::SmallChatFormat;
-use trainer::config::Architecture;
+use lm::config::Architecture;
 use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
 /// `--architecture`.

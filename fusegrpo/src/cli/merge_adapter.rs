@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use candle_core::Device;
 use std::path::PathBuf;
 use trainer::device::DTypeKind;
-use trainer::weights::{load_weights, save_checkpoint, ShardPolicy};
+use lm::weights::{load_weights, save_checkpoint, ShardPolicy};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,13 +32,13 @@ pub fn run(args: Args) -> Result<()> {
     if args.out.exists() && std::fs::read_dir(&args.out).with_context(|| format!("reading --out {}", args.out.display()))?.next().is_some() {
         anyhow::bail!("--out {} is not empty: nothing was written (choose a new folder)", args.out.display());
     }
-    let spec = trainer::lora::resolve(&args.model, Some(&args.adapter))?;
-    let cfg = trainer::ModelConfig::from_file(&spec.base.join("config.json"))?;
+    let spec = lm::lora::resolve(&args.model, Some(&args.adapter))?;
+    let cfg = lm::ModelConfig::from_file(&spec.base.join("config.json"))?;
     let weights = load_weights(&spec.base, &cfg, candle_core::DType::F32, &Device::Cpu)?;
-    let adapter = trainer::lora::peft::load(&args.adapter, &cfg, Some(&spec.base), candle_core::DType::F32, &Device::Cpu)?;
+    let adapter = lm::lora::peft::load(&args.adapter, &cfg, Some(&spec.base), candle_core::DType::F32, &Device::Cpu)?;
     let merged = adapter.merge_into(&cfg, &weights)?;
     let dtype: candle_core::DType = args.dtype.into();
-    let merged: trainer::weights::TensorMap = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
+    let merged: lm::weights::TensorMap = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     // Into a temporary sibling, renamed once complete.
     // (removed on failure).
     let tmp = args.out.with_file_name(format!(".{}.partial", args.out.file_name().and_then(|n| n.to_str()).unwrap_or("merged")));

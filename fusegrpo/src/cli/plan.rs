@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use trainer::plan::{bytes, run::for_run};
 use trainer::run_config::RunConfig;
-use trainer::ModelConfig;
+use lm::ModelConfig;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,7 +70,7 @@ pub fn model_config(cfg: &RunConfig, explicit: Option<&Path>) -> Result<ModelCon
     if let Some(known) = trainer::plan::known::published(&cfg.model.path) {
         return Ok(known);
     }
-    let dir = trainer::hub::resolve_model_dir(&cfg.model.path)
+    let dir = lm::hub::resolve_model_dir(&cfg.model.path)
         .with_context(|| format!("[model] path = {:?}: no config.json to plan from; pass --model-config", cfg.model.path))?;
     Ok(ModelConfig::from_file(&dir.join("config.json"))?)
 }

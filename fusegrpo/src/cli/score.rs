@@ -30,7 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let rows = read_input_lines(&args.input, model.config().vocab_size, tokenizer.as_ref())?;
     let mut out = Vec::with_capacity(rows.len());
     for ids in &rows {
-        let logprobs = trainer::logprobs::score_sequence(&model, ids)?;
+        let logprobs = lm::logprobs::score_sequence(&model, ids)?;
         out.push(serde_json::json!({ "ids": ids, "logprobs": logprobs }));
     }
     write_json_lines(&args.output, &out)?;

@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<()> {
         "--default-max-tokens must be at least 1"
     );
     let (model, _) = load_model(&args.model, args.adapter.adapter.as_deref(), &args.on.placement())?;
-    let model_dir = trainer::hub::resolve_model_dir(&args.model)?;
+    let model_dir = lm::hub::resolve_model_dir(&args.model)?;
     let tok_dir = args.tokenizer.clone().unwrap_or_else(|| model_dir.clone());
     let tokenizer = ChatTokenizer::from_dir_with_template(&tok_dir, args.chat_template.as_deref())
         .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;

@@ -81,48 +81,6 @@ impl Target {
     }
 }
 
-/// `[lora]` of a run config (TOML; PEFT's names and defaults).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoraSection {
-    /// The rank r (at least 1).
-    pub r: usize,
-    /// The scale's numerator (PEFT's `lora_alpha`; default 8, as PEFT's).
-    #[serde(default = "default_alpha")]
-    pub alpha: f64,
-    /// Dropout on the adapter's input (PEFT's `lora_dropout`); only 0 is
-    /// implemented.
-    #[serde(default)]
-    pub dropout: f64,
-    /// PEFT's module names; default all seven projections.
-    #[serde(default = "all_targets")]
-    pub target_modules: Vec<String>,
-    /// Scale `alpha / sqrt(r)` instead of `alpha / r`.
-    #[serde(default)]
-    pub use_rslora: bool,
-    /// Seed of A's Kaiming-uniform initialization.
-    #[serde(default)]
-    pub init_seed: u64,
-    /// GRPO's rollouts decode through the base with the adapter merged into
-    /// a copy of the adapted projections (faster, BENCHMARKS.md; the copy
-    /// costs memory: `fusegrpo plan` counts it); false applies the adapter
-    /// at every token instead.
-    #[serde(default = "yes")]
-    pub merge_for_rollouts: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn default_alpha() -> f64 {
-    8.0
-}
-
-fn all_targets() -> Vec<String> {
-    Target::ALL.iter().map(|t| t.name().to_string()).collect()
-}
-
 /// A validated LoRA setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoraConfig {
@@ -138,32 +96,6 @@ impl LoraConfig {
     /// `s = alpha / r`, or `alpha / sqrt(r)` with rsLoRA.
     pub fn scale(&self) -> f64 {
         if self.use_rslora { self.alpha / (self.r as f64).sqrt() } else { self.alpha / self.r as f64 }
-    }
-}
-
-impl LoraSection {
-    /// Checks every key; `Err((key, message))` names the one at fault.
-    pub fn validate(&self) -> std::result::Result<LoraConfig, (String, String)> {
-        if self.r == 0 {
-            return Err(("r".into(), "must be at least 1".into()));
-        }
-        if !(self.alpha > 0.0 && self.alpha.is_finite()) {
-            return Err(("alpha".into(), format!("must be a positive number, got {}", self.alpha)));
-        }
-        if self.dropout != 0.0 {
-            return Err(("dropout".into(), format!("{} is not supported: only 0 (no dropout) is implemented", self.dropout)));
-        }
-        if self.target_modules.is_empty() {
-            return Err(("target_modules".into(), "lists no module".into()));
-        }
-        let mut targets = BTreeSet::new();
-        for name in &self.target_modules {
-            let t = Target::from_name(name).ok_or_else(|| {
-                ("target_modules".to_string(), format!("`{name}` is not a projection these models have; supported: {}", all_targets().join(", ")))
-            })?;
-            targets.insert(t);
-        }
-        Ok(LoraConfig { r: self.r, alpha: self.alpha, use_rslora: self.use_rslora, targets, init_seed: self.init_seed, merge_for_rollouts: self.merge_for_rollouts })
     }
 }
 

@@ -4,9 +4,9 @@
 //! ([`hidden_weighted_logprobs`]).
 
 use super::EntropyMetric;
-use crate::error::{Error, Result};
-use crate::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
-use crate::model::{cache::Positions, CausalLm};
+use lm::error::{Error, Result};
+use lm::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
+use lm::model::{cache::Positions, CausalLm};
 use candle_core::{DType, Device, Tensor};
 
 /// Log-probs `[b, t]` (f32, differentiable) of `tokens` `[b, t]` under

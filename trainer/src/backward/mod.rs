@@ -11,10 +11,10 @@ pub mod logprobs;
 
 pub use logprobs::{hidden_logprobs, hidden_weighted_logprobs, sequence_logprobs, WeightedPass};
 
-use crate::error::{Error, Result};
-use crate::model::cache::Positions;
-use crate::model::recompute::Recompute;
-use crate::model::CausalLm;
+use lm::error::{Error, Result};
+use lm::model::cache::Positions;
+use lm::model::recompute::Recompute;
+use lm::model::CausalLm;
 use crate::optim::Gradients;
 use crate::packing::{plan, trained_lengths, MicroBatching};
 use candle_core::backprop::GradStore;

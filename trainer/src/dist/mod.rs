@@ -25,7 +25,7 @@ pub mod nccl;
 pub mod reduce;
 pub mod zero;
 
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 

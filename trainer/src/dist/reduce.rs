@@ -3,11 +3,11 @@
 //! and a rerun gives the same bits, whatever MPI's own algorithms do.
 
 use super::Collective;
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use crate::grpo::loss::LossSums;
 use crate::optim::Gradients;
 use crate::packing::Padding;
-use crate::weights::TensorMap;
+use lm::weights::TensorMap;
 use candle_core::{DType, Tensor, Var};
 use std::collections::BTreeMap;
 
@@ -212,7 +212,7 @@ pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -
 
 /// FNV-1a 64 over every parameter's name and f32 bits (name order).
 pub fn parameter_hash(params: &TensorMap) -> Result<u64> {
-    let mut h = crate::fnv::Fnv1a::default();
+    let mut h = lm::fnv::Fnv1a::default();
     let mut eat = |bytes: &[u8]| h.eat(bytes);
     let sorted: BTreeMap<&String, &Tensor> = params.iter().collect();
     for (name, t) in sorted {

@@ -8,9 +8,9 @@
 use super::drift::RolloutCorrection;
 use super::loss::{grpo_loss, linear_coefficients, token_weight, Aggregate, BatchTotals, GrpoLossConfig, GrpoMetrics, ImportanceSampling, LossInputs, LossSums, Segments};
 use crate::backward::{backward_micro_batch, micro_batches, used_columns, LinearLoss, LogprobPass};
-use crate::error::{Error, Result};
-use crate::model::cache::Positions;
-use crate::model::CausalLm;
+use lm::error::{Error, Result};
+use lm::model::cache::Positions;
+use lm::model::CausalLm;
 use crate::optim::Gradients;
 use crate::packing::{lengths_of_rows, plan, MicroBatching, Pack, Padding};
 use candle_core::{DType, Tensor, Var};

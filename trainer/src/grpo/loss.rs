@@ -23,8 +23,8 @@
 //! always column 0, which nothing predicts).
 
 use crate::backward::EntropyMetric;
-use crate::error::{Error, Result};
-use crate::model::recompute::Recompute;
+use lm::error::{Error, Result};
+use lm::model::recompute::Recompute;
 use crate::packing::Padding;
 use super::drift::{Drift, DriftMetrics, DriftSums, RolloutCorrection, DEFAULT_TIS_CAP};
 use candle_core::{DType, Tensor, D};

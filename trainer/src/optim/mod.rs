@@ -9,11 +9,11 @@ pub mod schedule;
 pub use adamw::{AdamW, AdamWConfig, WeightDecayScope};
 pub use schedule::LrSchedule;
 
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 
 /// The optimizer state's file in a checkpoint folder (defined with the
 /// weights, whose readers skip it).
-pub use crate::weights::OPTIMIZER_FILE;
+pub use lm::weights::OPTIMIZER_FILE;
 
 /// What one optimizer update did (`dist::zero::Sharding::update`: clip,
 /// finite check, AdamW; GRPO and SFT both make their updates through it).

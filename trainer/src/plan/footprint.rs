@@ -6,8 +6,8 @@
 //! are checked against measured peaks in BENCHMARKS.md ("The memory
 //! planner").
 
-use crate::config::ModelConfig;
-use crate::params::parameter_shapes;
+use lm::config::ModelConfig;
+use lm::params::parameter_shapes;
 use candle_core::DType;
 
 /// Bytes of one element of `dtype`.

@@ -1,7 +1,7 @@
 //! Shapes of published checkpoints, so a run can be planned before its
 //! weights are downloaded.
 
-use crate::config::ModelConfig;
+use lm::config::ModelConfig;
 
 /// The architecture of a known hub id (from its config.json on the hub).
 pub fn published(id: &str) -> Option<ModelConfig> {

@@ -2,11 +2,11 @@
 
 use super::footprint::{elem, head_activation_bytes, kv_bytes_per_slot, layer_activation_bytes, logprob_workspace_bytes, ParamSizes};
 use super::{MemoryPlan, Part, Phase, PhaseKind};
-use crate::config::ModelConfig;
+use lm::config::ModelConfig;
 use crate::device::DeviceKind;
 use crate::dist::partition::Partition;
-use crate::model::recompute::Recompute;
-use crate::params::parameter_shapes;
+use lm::model::recompute::Recompute;
+use lm::params::parameter_shapes;
 use crate::packing::MicroBatching;
 use crate::run_config::RunConfig;
 use candle_core::DType;
@@ -37,7 +37,7 @@ pub struct Target<'a> {
     /// CPU threads (the fused log-probs keep working memory per thread).
     pub threads: usize,
     /// A LoRA run: only the adapter trains (f32), the base is frozen.
-    pub lora: Option<&'a crate::lora::LoraConfig>,
+    pub lora: Option<&'a lm::lora::LoraConfig>,
     /// Attention by the fused kernel (memory linear in the sequence), or by
     /// the plain-tensor reference, which materializes every score (on CUDA
     /// with `[model] cuda_kernels` off).
@@ -177,7 +177,7 @@ impl Target<'_> {
                 // also keeps silu(gate) and the product (2 x intermediate).
                 let e = elem(self.dtype);
                 let mut extra = l.targets.len() as u64 * l.r as u64 * e;
-                if l.targets.iter().any(|t| matches!(t, crate::lora::Target::GateProj | crate::lora::Target::UpProj)) {
+                if l.targets.iter().any(|t| matches!(t, lm::lora::Target::GateProj | lm::lora::Target::UpProj)) {
                     extra += 2 * m.intermediate_size as u64 * e;
                 }
                 let kept_layers = match recompute {

@@ -2,7 +2,7 @@
 //! hub id, with a LoRA adapter merged in, on a [`Placement`].
 
 use crate::device::Placement;
-use crate::CausalLm;
+use lm::CausalLm;
 use anyhow::Result;
 use candle_core::Device;
 use std::path::Path;
@@ -12,10 +12,10 @@ use std::path::Path;
 /// base its adapter_config.json names).
 pub fn load_model(spec: &str, adapter: Option<&Path>, on: &Placement) -> Result<(CausalLm, Device)> {
     let device = on.open()?;
-    let spec = crate::lora::resolve(spec, adapter)?;
+    let spec = lm::lora::resolve(spec, adapter)?;
     let t0 = std::time::Instant::now();
-    let model = crate::model::load::load_model(&spec, on.dtype.into(), &device)?;
+    let model = lm::model::load::load_model(&spec, on.dtype.into(), &device)?;
     let adapter = spec.adapter.as_ref().map_or("none".to_string(), |a| a.display().to_string());
-    tracing::info!(model = %spec.base.display(), %adapter, params = crate::params::parameter_count(model.config()), secs = t0.elapsed().as_secs_f64(), "loaded");
+    tracing::info!(model = %spec.base.display(), %adapter, params = lm::params::parameter_count(model.config()), secs = t0.elapsed().as_secs_f64(), "loaded");
     Ok((model, device))
 }

@@ -25,10 +25,10 @@ pub mod limits;
 pub mod load;
 mod prefill;
 
-use crate::generate::{decode, DecodeStep, Draws, Generation};
-use crate::model::cache::{KvCache, Positions};
-use crate::model::CausalLm;
-use crate::sampling::{DrawStreams, SamplerConfig};
+use lm::generate::{decode, DecodeStep, Draws, Generation};
+use lm::model::cache::{KvCache, Positions};
+use lm::model::CausalLm;
+use lm::sampling::{DrawStreams, SamplerConfig};
 use candle_core::{IndexOp, Tensor};
 pub use limits::RolloutLimits;
 use limits::batch_kv_slots;

@@ -12,8 +12,8 @@
 
 use super::limits::prefill_groups;
 use super::{ModelPolicy, Parked};
-use crate::model::cache::{KvCache, Positions};
-use crate::error::{Error, Result};
+use lm::model::cache::{KvCache, Positions};
+use lm::error::{Error, Result};
 use candle_core::Tensor;
 use rand::Rng;
 use rollout::policy::TurnRequest;

@@ -116,7 +116,7 @@ pub fn with_policy<T>(
 
 /// The environment of `cfg` (tokenizer, repositories, tools, reward), handed to `work`.
 pub fn with_env<T>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> Result<T>) -> Result<T> {
-    let model_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
+    let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
@@ -186,7 +186,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 pub fn checked_tasks(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result<Vec<Task>> {
     let repos = &cfg.env.repos_dir;
     anyhow::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
-    let model_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
+    let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
     let limit = cfg.episode.max_total_tokens;
     let fits = |task: &Task| match rollout::episode::driver::prompt_tokens(&tok, task, &cfg.episode) {

@@ -72,7 +72,7 @@ const VLLM_PROBE: &str = "Issue: calling parse_config() with an empty file raise
 /// place). Returns the mean and the max.
 fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result<(f64, f64)> {
     let (model, _) = crate::policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
-    let ours: Vec<f32> = crate::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
+    let ours: Vec<f32> = lm::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
     drop(model);
     let v = cfg.rollout.vllm.as_ref().context("[rollout.vllm]")?;
     let (mut mean, mut max) = crate::trainers::grpo::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
@@ -112,9 +112,9 @@ fn load_config_model(cfg: &RunConfig, engine: &mut VllmEngine) -> Result<()> {
             }
         }
         None => {
-            let dir = std::path::absolute(crate::hub::resolve_model_dir(&cfg.model.path)?)?;
+            let dir = std::path::absolute(lm::hub::resolve_model_dir(&cfg.model.path)?)?;
             let root = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from).join(".cache/fusegrpo/vllm-untied");
-            let folder = crate::weights::untied_view(&dir, &root)?.unwrap_or(dir.clone());
+            let folder = lm::weights::untied_view(&dir, &root)?.unwrap_or(dir.clone());
             eprintln!("vllm engine at {}: reloading its weights from {}", engine.base(), folder.display());
             engine.use_base();
             engine.reload_weights(&folder)?;

@@ -7,7 +7,7 @@ use super::{Run, RunEnd, RunOptions, Stage};
 use crate::checkpoint::{self, DataCursor, RngState};
 use crate::run_config::RunConfig;
 use crate::trainers::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
-use crate::weights::load_weights;
+use lm::weights::load_weights;
 use anyhow::{Context, Result};
 use rand::SeedableRng;
 use rollout::episode::driver::Env;
@@ -122,7 +122,7 @@ fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn crate::dist
 
 /// What a run trains, by name: its `Var`s' tensors (every weight, or a LoRA
 /// run's adapter), as a checkpoint saves them.
-pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> crate::weights::TensorMap {
+pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> lm::weights::TensorMap {
     vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
 }
 

@@ -21,9 +21,9 @@ use crate::dist::{self, zero::Sharding};
 use crate::optim::AdamW;
 use crate::plan::PhaseKind;
 use crate::run_config::RunConfig;
-use crate::weights::{load_weights, TensorMap};
+use lm::weights::{load_weights, TensorMap};
 use crate::interrupt;
-use crate::ModelConfig;
+use lm::ModelConfig;
 pub use folder::{check_folder, prepare_folder};
 use folder::broken_checkpoint;
 pub use metrics::MetricsFile;
@@ -108,7 +108,7 @@ pub struct Run {
     keep_last: usize,
     /// A LoRA run's setting and its base's identity (its checkpoints hold
     /// the adapter, not the base).
-    lora: Option<(crate::lora::LoraConfig, crate::lora::peft::BaseIdentity)>,
+    lora: Option<(lm::lora::LoraConfig, lm::lora::peft::BaseIdentity)>,
     /// With several ranks, the hash of the parameters the last save compared.
     saved_hash: std::cell::Cell<Option<u64>>,
     /// Where the metrics' scalars also go as TensorBoard event files.
@@ -179,7 +179,7 @@ impl Run {
     /// and loads those weights: a whole model's, or for a LoRA run the
     /// base's (`[model] path`, also on resume) with the adapter to start
     /// from (the checkpoint's, `[model] adapter`, or none: a new one).
-    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap, Option<crate::lora::Adapter>)> {
+    pub fn open(cfg: &RunConfig, dir: &Path, opts: &RunOptions, keep_last: usize, stage: Stage) -> Result<(Run, TensorMap, Option<lm::lora::Adapter>)> {
         let cfg_json = serde_json::to_value(cfg)?;
         let cfg_hash = checkpoint::config_hash(&cfg_json);
         let resume_dir = prepare_folder(dir, opts)?;
@@ -189,11 +189,11 @@ impl Run {
             }
             None => None,
         };
-        let base_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
+        let base_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
         // What an adapter checkpoint records as its base: the hub id, or the
         // folder's absolute path (the config's relative one would name
         // another folder, or none, from wherever the checkpoint is used).
-        let base_name = if crate::hub::is_hub_id(&cfg.model.path) {
+        let base_name = if lm::hub::is_hub_id(&cfg.model.path) {
             cfg.model.path.clone()
         } else {
             std::fs::canonicalize(&base_dir).unwrap_or_else(|_| base_dir.clone()).to_string_lossy().into_owned()
@@ -227,13 +227,13 @@ impl Run {
         let adapter = match (&lora, &resume_dir, &cfg.model.adapter) {
             (None, _, _) => None,
             (Some(_), Some(ckpt), _) => {
-                Some(crate::lora::peft::load(ckpt, &model_cfg, Some(&base_dir), f32, &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?)
+                Some(lm::lora::peft::load(ckpt, &model_cfg, Some(&base_dir), f32, &device).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?)
             }
-            (Some(_), None, Some(start)) => Some(crate::lora::peft::load(start, &model_cfg, Some(&base_dir), f32, &device).with_context(|| format!("[model] adapter {}", start.display()))?),
+            (Some(_), None, Some(start)) => Some(lm::lora::peft::load(start, &model_cfg, Some(&base_dir), f32, &device).with_context(|| format!("[model] adapter {}", start.display()))?),
             (Some(_), None, None) => None,
         };
         let lora = match lora {
-            Some(l) => Some((l, crate::lora::peft::BaseIdentity::of(&base_dir, &model_cfg)?)),
+            Some(l) => Some((l, lm::lora::peft::BaseIdentity::of(&base_dir, &model_cfg)?)),
             None => None,
         };
         let tensorboard = opts.tensorboard.clone().or_else(|| cfg.log.tensorboard.then(|| dir.join("tensorboard")));
@@ -315,7 +315,7 @@ impl Run {
         let dir = match &self.lora {
             None => checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Model(&self.model_cfg, model), &state, self.keep_last)?,
             Some((cfg, base)) => {
-                let adapter = crate::lora::Adapter { cfg: cfg.clone(), tensors: model.clone() };
+                let adapter = lm::lora::Adapter { cfg: cfg.clone(), tensors: model.clone() };
                 checkpoint::finish(&self.dir, tmp, checkpoint::Weights::Adapter { adapter: &adapter, base_name: &self.base_name, base }, &state, self.keep_last)?
             }
         };

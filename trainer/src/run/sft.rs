@@ -79,7 +79,7 @@ fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, tu
 /// The id that starts the run's turns (`<|im_start|>` in ChatML; openings
 /// start at the user turn's).
 fn turn_start_id(cfg: &RunConfig) -> Result<u32> {
-    let base_dir = crate::hub::resolve_model_dir(&cfg.model.path)?;
+    let base_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok_dir = cfg.tokenizer_dir(&base_dir);
     let tok = cfg.chat_tokenizer(&base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     Ok(tok.special().turn_start)

@@ -6,6 +6,7 @@
 
 mod env;
 mod log;
+mod lora;
 mod model;
 mod optim;
 mod overrides;
@@ -17,6 +18,7 @@ mod train;
 
 pub use env::EnvSection;
 pub use log::LogSection;
+pub use lora::LoraSection;
 pub use model::ModelSection;
 pub use optim::OptimSection;
 pub use overrides::Override;
@@ -26,7 +28,7 @@ pub use sampling::SamplingSection;
 pub use sft::{OpeningPhase, SftSection};
 pub use train::{GrpoSection, TrainSection};
 
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use crate::grpo::advantages::ZeroStdGroups;
 use ::rollout::episode::EpisodeConfig;
 use ::rollout::reward::RewardConfig;
@@ -63,7 +65,7 @@ pub struct RunConfig {
     pub pipeline: Option<PipelineSection>,
     /// Train a LoRA adapter instead of every weight (`train`, `sft`, `pipeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora: Option<crate::lora::LoraSection>,
+    pub lora: Option<LoraSection>,
     /// Trackers besides metrics.jsonl (TensorBoard).
     #[serde(default, skip_serializing_if = "LogSection::is_default")]
     pub log: LogSection,
@@ -430,7 +432,7 @@ impl RunConfig {
     }
 
     /// The validated `[lora]` setting, if the run trains an adapter.
-    pub fn lora(&self) -> Option<crate::lora::LoraConfig> {
+    pub fn lora(&self) -> Option<lm::lora::LoraConfig> {
         self.lora.as_ref().map(|l| l.validate().expect("validated when the config was read"))
     }
 

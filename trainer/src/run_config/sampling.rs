@@ -1,6 +1,6 @@
 //! `[sampling]`: how rollouts sample tokens.
 
-use crate::sampling::SamplerConfig;
+use lm::sampling::SamplerConfig;
 use serde::{Deserialize, Serialize};
 
 /// Sampling of rollouts.

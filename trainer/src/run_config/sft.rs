@@ -1,7 +1,7 @@
 //! `[sft]` of a run config: the data, the filter, batches, optimizer
 //! schedule and the held-out split of supervised fine-tuning.
 
-use crate::model::recompute::Recompute;
+use lm::model::recompute::Recompute;
 use crate::packing::MicroBatching;
 use crate::optim::schedule::LrSchedule;
 use rollout::episode::filter::FilterConfig;
@@ -87,7 +87,7 @@ impl Default for SftSection {
 
 impl SftSection {
     /// How each optimizer batch is cut (`micro_batch_tokens` wins).
-    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
+    pub fn micro_batching(&self) -> lm::error::Result<MicroBatching> {
         MicroBatching::from_settings("sft", self.micro_batch_rows, self.micro_batch_tokens)
     }
 

@@ -3,7 +3,7 @@
 use crate::grpo::advantages::{AdvantageScaling, ZeroStdGroups};
 use crate::grpo::drift::{RolloutCorrection, DEFAULT_TIS_CAP};
 use crate::grpo::loss::{ImportanceSampling, LossAggregation};
-use crate::model::recompute::Recompute;
+use lm::model::recompute::Recompute;
 use crate::packing::MicroBatching;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -39,7 +39,7 @@ pub struct TrainSection {
 
 impl TrainSection {
     /// How each optimizer batch is cut (`micro_batch_tokens` wins).
-    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
+    pub fn micro_batching(&self) -> lm::error::Result<MicroBatching> {
         MicroBatching::from_settings("train", self.micro_batch_rows, self.micro_batch_tokens)
     }
 }

@@ -8,12 +8,12 @@
 pub mod batches;
 
 use crate::dist;
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use crate::backward::{backward_micro_batch, micro_batches, sequence_logprobs, used_columns, EntropyMetric, LinearLoss, LogprobPass};
-use crate::model::cache::Positions;
-use crate::model::recompute::Recompute;
+use lm::model::cache::Positions;
+use lm::model::recompute::Recompute;
 use crate::packing::{plan, trained_lengths, MicroBatching};
-use crate::model::CausalLm;
+use lm::model::CausalLm;
 use crate::optim::Gradients;
 use candle_core::{DType, Device, Tensor, Var};
 use rollout::episode::filter::SftExample;

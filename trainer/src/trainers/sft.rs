@@ -6,14 +6,14 @@
 //! AdamW step everywhere.
 
 use crate::dist::{self, Dist};
-use crate::error::{Error, Result};
-use crate::model::recompute::Recompute;
-use crate::model::CausalLm;
+use lm::error::{Error, Result};
+use lm::model::recompute::Recompute;
+use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig, Gradients, Update};
 use crate::packing::MicroBatching;
 use crate::run_config::RunConfig;
 use crate::sft::{sft_gradients, sft_share_gradients, SftBatch};
-use crate::weights::TensorMap;
+use lm::weights::TensorMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -57,8 +57,8 @@ pub struct Trainer {
 impl Trainer {
     /// `run_steps` is the run's length in updates (all epochs), which a
     /// schedule with `total_steps = 0` runs over.
-    pub fn new(cfg: &RunConfig, model_cfg: &crate::ModelConfig, weights: &TensorMap, adapter: Option<&crate::lora::Adapter>, run_steps: u64) -> Result<Self> {
-        let (model, vars) = crate::model::load::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
+    pub fn new(cfg: &RunConfig, model_cfg: &lm::ModelConfig, weights: &TensorMap, adapter: Option<&lm::lora::Adapter>, run_steps: u64) -> Result<Self> {
+        let (model, vars) = lm::model::load::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
         let dist = dist::current();
         let (sharding, optimizer) = dist::zero::Sharding::with_optimizer(o.zero_stage, &vars, &*dist, AdamWConfig::from(o))?;

@@ -7,9 +7,9 @@ use crate::common;
 
 use serde_json::{json, Value};
 use std::path::Path;
-use trainer::config::{Architecture, RopeScaling};
-use trainer::params::parameter_shapes;
-use trainer::ModelConfig;
+use lm::config::{Architecture, RopeScaling};
+use lm::params::parameter_shapes;
+use lm::ModelConfig;
 
 fn names(cfg: &ModelConfig) -> Vec<String> {
     parameter_shapes(cfg).into_iter().map(|(n, _)| n).collect()
@@ -58,7 +58,7 @@ fn llama_with_attention_bias_biases_every_projection() {
 #[test]
 fn llama3_frequencies_fall_in_the_three_bands() {
     let (llama, _) = common::load("llama_tied_rope3");
-    let base = trainer::config::default_inv_freq(8, 1e5);
+    let base = lm::config::default_inv_freq(8, 1e5);
     let got = llama.inv_freq();
     assert_eq!(got[0], base[0], "wavelength 6.3 < 64: kept");
     let wavelen = 2.0 * std::f32::consts::PI / base[1];

@@ -23,7 +23,7 @@ use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use trainer::policy::{ModelPolicy, RolloutLimits};
-use trainer::sampling::SamplerConfig;
+use lm::sampling::SamplerConfig;
 
 fn template() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/chatml-tools.jinja")
@@ -45,7 +45,7 @@ struct World {
 fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
-    trainer::gguf::import(&common::fixture_dir("gguf_llama").join("tiny-llama.gguf"), &model, DType::F32).unwrap();
+    lm::gguf::import(&common::fixture_dir("gguf_llama").join("tiny-llama.gguf"), &model, DType::F32).unwrap();
     let tok = ChatTokenizer::from_dir_with_template(&model, Some(&template())).unwrap();
     let repo = dir.path().join("repos/acme__shop");
     std::fs::create_dir_all(repo.join("shop")).unwrap();
@@ -113,9 +113,9 @@ fn scripted_episodes_replay_through_the_template_token_for_token() {
 fn the_imported_llama_rolls_out_as_a_policy() {
     let w = world();
     let model_dir = w.dir.path().join("model");
-    let cfg = trainer::ModelConfig::from_file(&model_dir.join("config.json")).unwrap();
-    let weights = trainer::weights::load_weights(&model_dir, &cfg, DType::F32, &Device::Cpu).unwrap();
-    let model = trainer::CausalLm::new(&cfg, &weights).unwrap();
+    let cfg = lm::ModelConfig::from_file(&model_dir.join("config.json")).unwrap();
+    let weights = lm::weights::load_weights(&model_dir, &cfg, DType::F32, &Device::Cpu).unwrap();
+    let model = lm::CausalLm::new(&cfg, &weights).unwrap();
     let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
     let env = Env { tokenizer: &w.tok, store: &w.store, tools: &tools, reward: &reward };
     let stop = w.tok.stop_ids().to_vec();

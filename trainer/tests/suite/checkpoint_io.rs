@@ -5,8 +5,9 @@ use crate::common;
 
 use candle_core::{DType, Device};
 use std::path::Path;
-use trainer::weights::{load_weights, save_checkpoint, ShardPolicy, TensorMap, INDEX_FILE};
-use trainer::{Error, ModelConfig};
+use lm::weights::{load_weights, save_checkpoint, ShardPolicy, TensorMap, INDEX_FILE};
+use lm::ModelConfig;
+use trainer::Error;
 
 fn max_abs_diff(a: &TensorMap, b: &TensorMap) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::checkpoint::*;
-use trainer::weights::{load_weights, TensorMap};
+use lm::weights::{load_weights, TensorMap};
 
 fn state(step: u64, rng: &ChaCha8Rng, cfg: serde_json::Value, arch: &str) -> TrainState {
     TrainState {

@@ -105,7 +105,7 @@ fn the_configuration_reference_lists_every_key_with_its_default() {
     checked += section::<SynthSection>("pipeline.synth", "", &rows, &mut problems);
     checked += section::<DifficultySection>("pipeline.difficulty", "", &rows, &mut problems);
     checked += section::<PilotSection>("pipeline.pilot", "", &rows, &mut problems);
-    checked += section::<trainer::lora::LoraSection>("lora", "r = 8", &rows, &mut problems);
+    checked += section::<trainer::run_config::LoraSection>("lora", "r = 8", &rows, &mut problems);
     checked += section::<LogSection>("log", "", &rows, &mut problems);
     // The top level: `name`, `extends` (read before the sections), and a
     // section heading for every other key.

@@ -57,7 +57,7 @@ fn qwen3_4b_recipe_is_a_pipeline_config() {
     assert_eq!((f.min_f1, f.min_e, f.min_calls_per_turn, f.max_calls_per_turn), (0.5, 0.2, 2.0, 8.0));
     assert!(f.max_truncation_ratio > 0.0 && f.max_tokens == cfg.episode.max_total_tokens);
     assert_eq!(cfg.train.micro_batching().unwrap(), MicroBatching::Tokens(65536));
-    assert_eq!(cfg.train.recompute, trainer::model::recompute::Recompute::PerLayer);
+    assert_eq!(cfg.train.recompute, lm::model::recompute::Recompute::PerLayer);
     assert!(matches!(cfg.sft.micro_batching().unwrap(), MicroBatching::Tokens(_)));
     assert!(cfg.pipeline.as_ref().unwrap().heldout_tasks >= 1);
 }

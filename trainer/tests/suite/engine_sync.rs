@@ -13,10 +13,10 @@ use rollout::testutil::{StubReply, StubServer};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use trainer::logprobs::score_sequence;
-use trainer::lora::peft;
+use lm::logprobs::score_sequence;
+use lm::lora::peft;
 use trainer::trainers::grpo::engine::{EngineSync, Upload};
-use trainer::CausalLm;
+use lm::CausalLm;
 
 /// A vLLM stand-in: the dev and LoRA endpoints answer OK after checking the
 /// folder they name holds `expect_file`, and then serve `next` (when set);
@@ -90,7 +90,7 @@ fn whole_model_sync_writes_a_folder_the_server_reloads_and_the_probe_checks_it()
     // A tied head is also written as a weight of its own (vLLM serves the
     // model untied: its in-place reload keeps a tied head's old tensor).
     assert!(cfg.tie_word_embeddings);
-    let head = trainer::weights::load_tensor(&tmp.path().join("w/step_00000000"), "lm_head.weight");
+    let head = lm::weights::load_tensor(&tmp.path().join("w/step_00000000"), "lm_head.weight");
     assert!(head.is_err(), "model.safetensors alone has no lm_head.weight");
     let head = candle_core::safetensors::load(tmp.path().join("w/step_00000000/lm_head.safetensors"), &Device::Cpu).unwrap();
     let diff = (head["lm_head.weight"].clone() - weights["model.embed_tokens.weight"].clone()).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();

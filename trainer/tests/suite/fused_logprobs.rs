@@ -9,9 +9,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use trainer::backward::{hidden_logprobs, EntropyMetric};
 use trainer::grpo::{Aggregate, BatchTotals, ClipRange, GrpoLossConfig, LossAggregation, LossInputs};
-use trainer::logprobs::token_logprobs_unfused;
-use trainer::model::cache::Positions;
-use trainer::CausalLm;
+use lm::logprobs::token_logprobs_unfused;
+use lm::model::cache::Positions;
+use lm::CausalLm;
 
 const ROWS: usize = 3;
 const COLS: usize = 11;

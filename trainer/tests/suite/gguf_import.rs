@@ -9,10 +9,10 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::path::{Path, PathBuf};
-use trainer::config::{Architecture, RopeScaling};
-use trainer::gguf::import;
-use trainer::weights::load_weights;
-use trainer::{CausalLm, ModelConfig};
+use lm::config::{Architecture, RopeScaling};
+use lm::gguf::import;
+use lm::weights::load_weights;
+use lm::{CausalLm, ModelConfig};
 
 const LOGPROB_TOL: f32 = 1e-4;
 
@@ -44,7 +44,7 @@ fn the_imported_tiny_llama_scores_as_transformers_reads_the_gguf() {
     let mut worst = 0f32;
     for row in expected()["score"].as_array().unwrap() {
         let ids = common::ids(&row["ids"]);
-        let got = trainer::logprobs::score_sequence(&m, &ids).unwrap();
+        let got = lm::logprobs::score_sequence(&m, &ids).unwrap();
         for (g, w) in got.iter().zip(row["logprobs"].as_array().unwrap()).skip(1) {
             worst = worst.max((g.unwrap() - w.as_f64().unwrap() as f32).abs());
         }
@@ -76,7 +76,7 @@ fn the_imported_tokenizer_encodes_as_the_original() {
 
 /// A Llama of hidden 256 (a multiple of the K-quants' 256-wide blocks), its
 /// weights quantized here with Candle into every promised type.
-fn write_gguf(path: &Path, types: &[(&str, GgmlDType)], drop: Option<&str>, arch: &str) -> trainer::weights::TensorMap {
+fn write_gguf(path: &Path, types: &[(&str, GgmlDType)], drop: Option<&str>, arch: &str) -> lm::weights::TensorMap {
     write_gguf_with(path, types, drop, arch, |_| {})
 }
 
@@ -86,10 +86,10 @@ fn write_gguf_with(
     drop: Option<&str>,
     arch: &str,
     edit: impl Fn(&mut Vec<(String, Value)>),
-) -> trainer::weights::TensorMap {
+) -> lm::weights::TensorMap {
     let cfg = ModelConfig::new_tiny(420, 256, 512, 2, 4, 2, 64, true).with_architecture(Architecture::Llama, RopeScaling::Default);
-    let w = trainer::init::random_weights(&cfg, 3, DType::F32, &Device::Cpu).unwrap();
-    let w: trainer::weights::TensorMap = w.into_iter().map(|(k, t)| (k, (t * 5.0).unwrap())).collect();
+    let w = lm::init::random_weights(&cfg, 3, DType::F32, &Device::Cpu).unwrap();
+    let w: lm::weights::TensorMap = w.into_iter().map(|(k, t)| (k, (t * 5.0).unwrap())).collect();
     let tiny = std::fs::File::open(fixture()).unwrap();
     let content = gguf_file::Content::read(&mut std::io::BufReader::new(tiny)).unwrap();
     let mut meta: Vec<(String, Value)> = content

@@ -5,14 +5,14 @@
 use trainer::packing::MicroBatching;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
-use trainer::generate::{generate, GenerateConfig};
+use lm::generate::{generate, GenerateConfig};
 use trainer::grpo::advantages::TRL_ADVANTAGE_EPS;
 use trainer::backward::EntropyMetric;
 use trainer::grpo::{accumulate_gradients, group_advantages, AdvantageScaling, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, ZeroStdGroups};
 use trainer::optim::{AdamW, AdamWConfig};
-use trainer::sampling::SamplerConfig;
-use trainer::weights::TensorMap;
-use trainer::{CausalLm, ModelConfig};
+use lm::sampling::SamplerConfig;
+use lm::weights::TensorMap;
+use lm::{CausalLm, ModelConfig};
 
 const VOCAB: usize = 64;
 const TARGET: u32 = 8; // tokens 0..8 are rewarded: 1/8 of a uniform vocabulary
@@ -24,7 +24,7 @@ const STEPS: usize = 30;
 #[test]
 fn mean_reward_rises_with_grpo() {
     let cfg = ModelConfig::new_tiny(VOCAB, 32, 64, 2, 4, 2, 8, true);
-    let weights = trainer::init::random_weights(&cfg, 0, DType::F32, &Device::Cpu).unwrap();
+    let weights = lm::init::random_weights(&cfg, 0, DType::F32, &Device::Cpu).unwrap();
     let (model, vars) = CausalLm::trainable(&cfg, &weights).unwrap();
     let view: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
     let sampler_model = CausalLm::new(&cfg, &view).unwrap();

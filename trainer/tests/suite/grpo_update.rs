@@ -11,10 +11,10 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use trainer::backward::{detached_logprobs, hidden_logprobs, hidden_weighted_logprobs, EntropyMetric};
 use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, ImportanceSampling, LossAggregation, OldLogprobs, RolloutCorrection};
-use trainer::model::recompute::Recompute;
+use lm::model::recompute::Recompute;
 use trainer::optim::{AdamW, AdamWConfig, Gradients, WeightDecayScope};
-use trainer::weights::TensorMap;
-use trainer::{CausalLm, ModelConfig};
+use lm::weights::TensorMap;
+use lm::{CausalLm, ModelConfig};
 
 const ROWS: usize = 5;
 const COLS: usize = 14;
@@ -572,7 +572,7 @@ fn the_folded_pass_computes_only_the_masked_positions() {
     let (ref_model, _) = reference(&c, &w);
     let b = batch(&model, &ref_model, c.vocab_size, 6, 0.7);
     let (rows, cols) = b.tokens.dims2().unwrap();
-    let hidden = model.forward(&b.tokens, &trainer::model::cache::Positions::sequential(rows, cols), None).unwrap();
+    let hidden = model.forward(&b.tokens, &lm::model::cache::Positions::sequential(rows, cols), None).unwrap();
     let weights = (&b.mask * 0.3).unwrap();
     let out = hidden_weighted_logprobs(&model, &hidden, &b.tokens, &weights, &b.mask, 0.7, EntropyMetric::Compute).unwrap();
     let (full, full_entropy) = hidden_logprobs(&model, &hidden, &b.tokens, 0.7, EntropyMetric::Compute).unwrap();
@@ -608,7 +608,7 @@ fn a_lora_grpo_step_matches_trl_and_peft() {
     let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("update.json")).unwrap()).unwrap();
     let want = candle_core::safetensors::load(dir.join("grads.safetensors"), &Device::Cpu).unwrap();
     let (c, w) = common::load("untied");
-    let adapter = trainer::lora::peft::load(&dir, &c, None, DType::F32, &Device::Cpu).unwrap();
+    let adapter = lm::lora::peft::load(&dir, &c, None, DType::F32, &Device::Cpu).unwrap();
     let (model, params) = CausalLm::trainable_adapter(&c, &w, &adapter).unwrap();
     let num = |k: &str| f[k].as_f64().unwrap();
     let tokens: Vec<u32> = json_matrix(&f["tokens"]).iter().flatten().map(|&x| x as u32).collect();

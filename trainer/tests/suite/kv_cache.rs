@@ -4,7 +4,7 @@
 use crate::common;
 
 use candle_core::{Device, IndexOp, Tensor};
-use trainer::model::cache::{KvCache, Positions};
+use lm::model::cache::{KvCache, Positions};
 
 #[test]
 fn incremental_decoding_matches_full_forward() {

@@ -9,9 +9,10 @@ use crate::common;
 use candle_core::{DType, Device, Tensor};
 use common::{ids, load};
 use std::path::PathBuf;
-use trainer::logprobs::score_sequence;
-use trainer::lora::{peft, Adapter, LoraSection, Target};
-use trainer::CausalLm;
+use lm::logprobs::score_sequence;
+use lm::lora::{peft, Adapter, Target};
+use trainer::run_config::LoraSection;
+use lm::CausalLm;
 
 /// The three architectures (Qwen3, Llama, Qwen2 with rsLoRA).
 const CASES: [&str; 3] = ["tied_sharded", "llama_tied_rope3", "qwen2_bias"];
@@ -200,7 +201,7 @@ fn a_new_adapter_starts_as_the_base_model_with_peft_initialization() {
     let lora = section.validate().unwrap();
     let adapter = Adapter::init(&lora, &cfg, &Device::Cpu).unwrap();
     assert_eq!(adapter.tensors.len(), 2 * 2 * cfg.num_hidden_layers);
-    let a = &adapter.tensors[&trainer::lora::tensor_name(0, Target::DownProj, "lora_A")];
+    let a = &adapter.tensors[&lm::lora::tensor_name(0, Target::DownProj, "lora_A")];
     let bound = 1.0 / (cfg.intermediate_size as f32).sqrt();
     assert_eq!(a.dims(), &[4, cfg.intermediate_size]);
     let amax = max_abs(a);

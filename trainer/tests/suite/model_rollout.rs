@@ -14,10 +14,10 @@ use rollout::tasks::Task;
 use rollout::tools::ToolRunner;
 use std::path::Path;
 use std::process::Command;
-use trainer::logprobs::score_sequence;
+use lm::logprobs::score_sequence;
 use trainer::policy::{ModelPolicy, PolicyStats, RolloutLimits};
-use trainer::sampling::SamplerConfig;
-use trainer::{CausalLm, ModelConfig};
+use lm::sampling::SamplerConfig;
+use lm::{CausalLm, ModelConfig};
 
 /// Max |stored log-prob - score| on CPU f32 (issue 4: within 1e-4).
 const LOGPROB_TOL: f32 = 1e-4;
@@ -50,7 +50,7 @@ fn world() -> World {
     let tok = ChatTokenizer::from_dir(&tok_dir).unwrap();
     let cfg = ModelConfig::new_tiny(512, 48, 96, 2, 4, 2, 16, true);
     // Larger weights than the default init so the model is far from uniform.
-    let w = trainer::init::random_weights(&cfg, 11, DType::F32, &Device::Cpu).unwrap();
+    let w = lm::init::random_weights(&cfg, 11, DType::F32, &Device::Cpu).unwrap();
     let w = w
         .into_iter()
         .map(|(k, t)| {

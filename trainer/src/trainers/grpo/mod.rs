@@ -15,18 +15,18 @@ pub mod resample;
 pub mod sampler;
 
 use crate::dist::{self, Dist};
-use crate::error::{Error, Result};
+use lm::error::{Error, Result};
 use crate::grpo::advantages::{ZeroStdGroups, TRL_ADVANTAGE_EPS};
 use crate::backward::detached_logprobs;
 use crate::grpo::{
     accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
 };
 use crate::optim::{Gradients, Update};
-use crate::model::CausalLm;
+use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
 use crate::run_config::RunConfig;
-use crate::weights::TensorMap;
+use lm::weights::TensorMap;
 use candle_core::Var;
 use rand_chacha::ChaCha8Rng;
 use rollout::episode::driver::{run_episodes, Env};
@@ -149,7 +149,7 @@ pub struct Trainer {
     /// A LoRA run's base weights and setting: rollouts decode with the
     /// adapter merged into a copy of the adapted projections
     /// ([`Trainer::rollout_model`]).
-    lora_base: Option<(TensorMap, crate::lora::LoraConfig)>,
+    lora_base: Option<(TensorMap, lm::lora::LoraConfig)>,
     pub optimizer: AdamW,
     /// Whole optimizer state on every rank, or ZeRO-1 (`[optim] zero_stage`).
     pub sharding: dist::zero::Sharding,
@@ -168,18 +168,18 @@ impl Trainer {
     /// copy of `weights`.
     pub fn new(
         cfg: RunConfig,
-        model_cfg: &crate::ModelConfig,
+        model_cfg: &lm::ModelConfig,
         weights: &TensorMap,
         reference: Option<&TensorMap>,
-        adapter: Option<&crate::lora::Adapter>,
+        adapter: Option<&lm::lora::Adapter>,
         sampling_rng: ChaCha8Rng,
     ) -> Result<Self> {
         let lora = cfg.lora();
-        let (model, vars) = crate::model::load::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
+        let (model, vars) = lm::model::load::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
         let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
         let sampler_view = match &lora {
             None => CausalLm::new(model_cfg, &detached)?,
-            Some(l) => CausalLm::new(model_cfg, weights)?.with_adapter(&crate::lora::Adapter { cfg: l.clone(), tensors: detached })?,
+            Some(l) => CausalLm::new(model_cfg, weights)?.with_adapter(&lm::lora::Adapter { cfg: l.clone(), tensors: detached })?,
         };
         // The KL reference: the run's starting weights (a copy), or for a
         // LoRA run the base with the adapter off (the same tensors).
@@ -397,7 +397,7 @@ impl Trainer {
     pub fn rollout_model(&self) -> Result<Option<CausalLm>> {
         let Some((base, lora)) = &self.lora_base else { return Ok(None) };
         let tensors: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
-        let adapter = crate::lora::Adapter { cfg: lora.clone(), tensors };
+        let adapter = lm::lora::Adapter { cfg: lora.clone(), tensors };
         let merged = adapter.merge_into(self.model.config(), base)?;
         Ok(Some(CausalLm::new(self.model.config(), &merged)?))
     }
@@ -437,7 +437,7 @@ impl Trainer {
                     if sync.synced_step().is_none() {
                         sync.check_base(&CausalLm::new(self.model.config(), base)?)?;
                     }
-                    sync.sync(self.step, engine::Upload::Adapter(&crate::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
+                    sync.sync(self.step, engine::Upload::Adapter(&lm::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
                 }
             };
             tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");

@@ -5,8 +5,8 @@
 
 use candle_core::{DType, Device};
 use std::path::PathBuf;
-use trainer::weights::{load_weights, TensorMap};
-use trainer::{CausalLm, ModelConfig};
+use lm::weights::{load_weights, TensorMap};
+use lm::{CausalLm, ModelConfig};
 
 /// Qwen3 tied and sharded, Qwen3 untied, Llama tied with llama3 rope
 /// scaling, Qwen2 with q/k/v biases.
@@ -50,8 +50,8 @@ pub fn mean_nll(m: &CausalLm, ids: &[u32]) -> candle_core::Tensor {
     use candle_core::Tensor;
     let n = ids.len();
     let tokens = Tensor::from_slice(ids, (1, n), &Device::Cpu).unwrap();
-    let hidden = m.forward(&tokens, &trainer::model::cache::Positions::sequential(1, n), None).unwrap();
+    let hidden = m.forward(&tokens, &lm::model::cache::Positions::sequential(1, n), None).unwrap();
     let hidden = hidden.squeeze(0).unwrap().narrow(0, 0, n - 1).unwrap();
     let targets = Tensor::from_slice(&ids[1..], n - 1, &Device::Cpu).unwrap();
-    trainer::logprobs::token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
+    lm::logprobs::token_logprobs(m, &hidden, &targets, 1.0).unwrap().mean_all().unwrap().neg().unwrap()
 }
