@@ -23,30 +23,6 @@ export FUSEGRPO_LOG=warn
 
 # A small world: the practice repository, its tasks, a tiny model, a config.
 scripts/tiny-world.sh "$B" "$w" bad-inputs
-name = "bad-inputs"
-[model]
-path = "model"
-[env]
-repos_dir = "repos"
-[episode]
-max_turns = 2
-max_turn_tokens = 16
-max_total_tokens = 2048
-[rollout]
-group = 2
-[sampling]
-temperature = 0.7
-[train]
-tasks = "tasks.jsonl"
-steps = 3
-tasks_per_step = 1
-save_every = 1
-keep_last = 3
-[grpo]
-beta = 0.0
-[optim]
-lr = 1e-4
-EOF
 cd "$w"
 # A config with one line changed: variant NAME FROM TO.
 variant() { sed "s|$2|$3|" cfg.toml > "$1.toml"; cmp -s cfg.toml "$1.toml" && { echo "variant $1: '$2' not in cfg.toml" >&2; exit 1; }; true; }
