@@ -29,7 +29,8 @@ pub const TOLERANCE: f64 = 1e-6;
 /// One compared case.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Case {
-    /// `grpo`, `bnpo`, `dr_grpo`, `dapo` or `sft`.
+    /// `grpo`, `bnpo`, `dr_grpo`, `dapo`, `gspo` (sequence-level ratios,
+    /// `grpo` aggregation), `sft`, `grpo_zero1` or `sft_zero1`.
     pub name: String,
     /// One process's gradient norm (0 would make the case vacuous).
     pub grad_norm: f64,
@@ -77,6 +78,16 @@ pub fn run(dist: &Dist, cfg: &RunConfig, model_cfg: &ModelConfig, weights: &Tens
             let one = grpo_update(Arc::new(Single), &c, model_cfg, weights, episodes)?;
             cases.push(compare(name, weights, &ranks, &one)?);
         }
+    }
+    // GSPO: one ratio per sequence, whose mean must not cross the ranks' shares.
+    let mut c = cfg.clone();
+    c.grpo.aggregation = LossAggregation::Grpo;
+    c.grpo.importance_sampling = trainer::grpo::ImportanceSampling::Sequence;
+    let ranks = grpo_update(dist.clone(), &c, model_cfg, weights, episodes)?;
+    trainer::dist::reduce::check_same_parameters(&**dist, &ranks.1, 1)?;
+    if dist.rank() == 0 {
+        let one = grpo_update(Arc::new(Single), &c, model_cfg, weights, episodes)?;
+        cases.push(compare("gspo".into(), weights, &ranks, &one)?);
     }
     let batch = sft_batch(episodes, &weights_device(weights))?;
     // A warmup's first step has learning rate 0: the check steps at sft.lr.
@@ -305,7 +316,7 @@ mod tests {
                 })
                 .collect();
             let cases: Vec<Case> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
-            assert_eq!(cases.len(), 7, "rank 0 reports 4 aggregations, SFT and both with ZeRO-1");
+            assert_eq!(cases.len(), 8, "rank 0 reports 4 aggregations, GSPO, SFT and GRPO and SFT with ZeRO-1");
             for c in &cases {
                 println!("{world} ranks: {c:?}");
                 assert!(c.passed(), "{world} ranks: {c:?}");

@@ -92,7 +92,7 @@ fn two_and_three_ranks_match_one_process_for_every_aggregation_sft_and_zero1() {
         }
         let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&cases).unwrap()).unwrap();
         let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "sft", "grpo_zero1", "sft_zero1"]);
+        assert_eq!(names, ["grpo", "bnpo", "dr_grpo", "dapo", "gspo", "sft", "grpo_zero1", "sft_zero1"]);
         for c in &cases {
             assert!(c["grad_norm"].as_f64().unwrap() > 0.0, "a case with no gradient proves nothing: {c}");
             assert!(c["grad_rel"].as_f64().unwrap() <= 1e-6, "{ranks} ranks: {c}");
