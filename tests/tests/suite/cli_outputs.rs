@@ -4,8 +4,7 @@
 //! with a repeated id is refused by line; `compare` names the field of a bad
 //! episode line and refuses numbers out of range.
 
-use e2e::{fusegrpo, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
-use std::path::Path;
+use e2e::{fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
 
 
 

@@ -3,7 +3,7 @@
 //! record where their base is (defect 8); messages name what is wrong
 //! (defect 9).
 
-use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
+use e2e::{fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world, fusegrpo_fails as fails, s};
 use std::path::Path;
 use std::process::{Command, Stdio};
 

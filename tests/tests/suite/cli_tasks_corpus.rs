@@ -38,14 +38,21 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The calc repository ([`calc_repo`]) and two bugs as patches against
+/// its commit: `a + b` made `a * b`, and `a - b` made `b - a`.
+fn calc_bugs(dir: &std::path::Path) -> (String, String, String) {
+    let base = calc_repo(dir);
+    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
+    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    (base, bug_add, bug_sub)
+}
+
 #[test]
 fn tasks_import_swe_smith_imports_good_rows_and_names_the_bad_ones() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let base = calc_repo(dir);
+    let (base, bug_add, bug_sub) = calc_bugs(dir);
     let short = &base[..7];
-    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
-    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
     let stale = bug_add.replace("-    return a + b", "-    return a + b + 1");
     let mut empty_statement: Value = serde_json::from_str(&row("calc.blank", "o/calc", short, &bug_add, &[])).unwrap();
     empty_statement["problem_statement"] = "".into();
@@ -246,9 +253,7 @@ fn tasks_split_refuses_an_id_repeated_with_other_contents_and_a_heldout_name_tha
 fn tasks_import_refuses_repeated_and_empty_ids_before_any_row() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let base = calc_repo(dir);
-    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
-    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let (base, bug_add, bug_sub) = calc_bugs(dir);
     let input = dir.join("rows.jsonl");
     let out = dir.join("tasks.jsonl");
     let d = |p: &Path| p.to_str().unwrap().to_string();
@@ -294,9 +299,7 @@ fn tasks_import_swe_bench_skips_a_fix_that_does_not_apply_by_line() {
 fn swe_smith_ids_that_clean_alike_both_evaluate_after_gc() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let base = calc_repo(dir);
-    let bug_add = diff_to(dir, &CALC.replace("a + b", "a * b"));
-    let bug_sub = diff_to(dir, &CALC.replace("a - b", "b - a"));
+    let (base, bug_add, bug_sub) = calc_bugs(dir);
     let input = dir.join("rows.jsonl");
     std::fs::write(&input, [row("col x", "o/calc", &base, &bug_add, &[]), row("col_x", "o/calc", &base, &bug_sub, &[])].join("\n")).unwrap();
     let (out, repos) = (dir.join("tasks.jsonl"), dir.join("repos"));
