@@ -9,7 +9,7 @@ use trainer::dist::{Collective, Dist, Single};
 use lm::error::{Error, Result};
 use trainer::grpo::advantages::TRL_ADVANTAGE_EPS;
 use trainer::grpo::{group_advantages, LossAggregation};
-use trainer::trainers::{grpo, sft};
+use trainer::{grpo, sft};
 use trainer::optim::Gradients;
 use trainer::run_config::RunConfig;
 use trainer::sft::SftBatch;

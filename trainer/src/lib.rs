@@ -15,11 +15,13 @@
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
 //! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
-//! - [`grpo`]: group-relative advantages, the clipped GRPO loss with k3 KL
-//!   and its aggregations in one function (`grpo::grpo_loss`), micro-batched
-//!   gradient accumulation.
-//! - [`trainers`]: `trainers::grpo::Trainer` (one GRPO step top to bottom,
-//!   `Trainer::step`) and `trainers::sft::Trainer`, side by side.
+//! - [`grpo`]: GRPO in one folder: `[train]`/`[grpo]` ([`grpo::config`]),
+//!   group-relative advantages, the clipped loss with k3 KL and its
+//!   aggregations in one function (`grpo::grpo_loss`), micro-batched
+//!   gradient accumulation, and the trainer (`grpo::Trainer`, one step top
+//!   to bottom in `Trainer::step`); [`sft`] likewise (`[sft]`, the
+//!   cross-entropy, `sft::Trainer`). Each trainer takes its own settings,
+//!   not the run config; `run::grpo` and `run::sft` run them.
 //! - [`backward`]: what GRPO and SFT share: the log-prob passes (plain and
 //!   folded with a linear loss) and one micro-batch's forward and backward.
 //! - [`packing`]: micro-batches as a token budget (several sequences per row, no padding).
@@ -54,7 +56,6 @@ pub mod synth_tasks;
 pub mod sft;
 pub mod threads;
 pub mod tiny;
-pub mod trainers;
 
 // The error type this crate shares with `lm` (its results are lm's).
 pub use lm::error::{Error, Result};

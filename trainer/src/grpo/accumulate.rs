@@ -11,6 +11,7 @@ use crate::backward::{backward_micro_batch, micro_batches, used_columns, LinearL
 use lm::error::{Error, Result};
 use lm::model::cache::Positions;
 use lm::model::CausalLm;
+use crate::dist::Collective;
 use crate::optim::Gradients;
 use crate::packing::{lengths_of_rows, plan, MicroBatching, Pack, Padding};
 use candle_core::{DType, Tensor, Var};
@@ -317,3 +318,62 @@ fn fold_loss(on_policy: bool, cfg: &GrpoLossConfig) -> bool {
     cfg.fold_linear_loss && on_policy && cfg.beta == 0.0 && cfg.rollout_correction != RolloutCorrection::Tis
 }
 
+/// GRPO's loss sums added over ranks (rank order): sums add, the drift's
+/// maxima and minima stay maxima and minima.
+pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -> Result<(LossSums, Padding)> {
+    if dist.world() == 1 {
+        return Ok((sums.clone(), padding));
+    }
+    let opt = |x: Option<f64>| [f64::from(u8::from(x.is_some())), x.unwrap_or(0.0)];
+    let d = &sums.drift;
+    let [kl_on, kl] = opt(sums.kl);
+    let [ent_on, ent] = opt(sums.entropy);
+    let local = [
+        sums.loss,
+        sums.tokens,
+        kl_on,
+        kl,
+        ent_on,
+        ent,
+        sums.clip_low,
+        sums.clip_high,
+        sums.clip_region,
+        sums.skipped_rows as f64,
+        d.tokens,
+        d.diff_sum,
+        d.diff_max,
+        d.ratio_sum,
+        d.ratio_min,
+        d.ratio_max,
+        padding.slots as f64,
+        padding.tokens as f64,
+        sums.clip_count,
+    ];
+    let n = local.len();
+    let all = dist.all_gather_f64(&local)?;
+    let mut total = LossSums::default();
+    let mut pad = Padding::default();
+    for v in all.chunks_exact(n) {
+        let mut s = LossSums {
+            loss: v[0],
+            tokens: v[1],
+            kl: (v[2] != 0.0).then_some(v[3]),
+            entropy: (v[4] != 0.0).then_some(v[5]),
+            clip_low: v[6],
+            clip_high: v[7],
+            clip_region: v[8],
+            skipped_rows: v[9] as usize,
+            clip_count: v[18],
+            ..LossSums::default()
+        };
+        s.drift.tokens = v[10];
+        s.drift.diff_sum = v[11];
+        s.drift.diff_max = v[12];
+        s.drift.ratio_sum = v[13];
+        s.drift.ratio_min = v[14];
+        s.drift.ratio_max = v[15];
+        total.add(&s);
+        pad.add(v[16] as usize, v[17] as usize);
+    }
+    Ok((total, pad))
+}

@@ -43,7 +43,7 @@ pub enum ZeroStdGroups {
     /// Drop them, and draw further tasks (rolling out their groups) until
     /// the step has `tasks_per_step` groups with a spread or `[grpo]
     /// max_resample_draws` further tasks were drawn (DAPO's dynamic
-    /// sampling, which refills the batch; `trainers::grpo::resample`). Here,
+    /// sampling, which refills the batch; `grpo::resample`). Here,
     /// on the rewards of every group drawn, the same as `Drop`.
     Resample,
 }

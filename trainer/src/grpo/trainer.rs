@@ -9,11 +9,6 @@
 //! rank computes the gradients of its own rows, the gradients are summed,
 //! and every rank applies the same AdamW step.
 
-pub mod batch;
-pub mod engine;
-pub mod resample;
-pub mod sampler;
-
 use crate::dist::{self, Dist};
 use lm::error::{Error, Result};
 use crate::grpo::advantages::{ZeroStdGroups, TRL_ADVANTAGE_EPS};
@@ -25,7 +20,13 @@ use crate::optim::{Gradients, Update};
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::policy::ModelPolicy;
-use crate::run_config::RunConfig;
+use super::config::{GrpoSection, TrainSection};
+use super::{batch, engine_sync, resample};
+use crate::optim::OptimSection;
+use crate::policy::RolloutLimits;
+use lm::sampling::SamplerConfig;
+use rollout::episode::EpisodeConfig;
+use rollout::reward::RewardConfig;
 use lm::weights::TensorMap;
 use candle_core::Var;
 use rand_chacha::ChaCha8Rng;
@@ -128,7 +129,7 @@ struct Rolled {
     rounds: usize,
     episodes: usize,
     tasks: Vec<String>,
-    synced: Option<engine::Synced>,
+    synced: Option<engine_sync::Synced>,
 }
 
 /// Share of `episodes` that stopped for `reason`.
@@ -136,10 +137,33 @@ fn stop_share(episodes: &[rollout::episode::Episode], reason: StopReason) -> f64
     episodes.iter().filter(|e| e.stop_reason() == Some(reason)).count() as f64 / episodes.len().max(1) as f64
 }
 
+/// What a GRPO trainer is set up with: its own sections (`[grpo]`,
+/// `[train]`, `[optim]`), its loss, and what it takes of the other
+/// sections. A run config converts into it (`RunConfig::grpo_trainer`), so
+/// the trainer knows no `RunConfig`.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    pub grpo: GrpoSection,
+    pub train: TrainSection,
+    pub optim: OptimSection,
+    /// The loss of every update (`RunConfig::loss_config`).
+    pub loss: GrpoLossConfig,
+    /// Episodes per task (`[rollout] group`, >= 1: checked at config load).
+    pub group: usize,
+    /// `[rollout]`'s batching and KV-cache bounds.
+    pub limits: RolloutLimits,
+    /// `[sampling]`'s sampler.
+    pub sampler: SamplerConfig,
+    pub episode: EpisodeConfig,
+    pub reward: RewardConfig,
+    /// `[lora]`, validated, when the run trains an adapter.
+    pub lora: Option<lm::lora::LoraConfig>,
+}
+
 /// Everything a run updates: the trainable weights, their optimizer, the
 /// frozen reference (beta > 0) and the RNG streams it owns.
 pub struct Trainer {
-    pub cfg: RunConfig,
+    pub cfg: TrainerConfig,
     pub vars: BTreeMap<String, Var>,
     /// Trainable model (its tensors are the `Var`s).
     pub model: CausalLm,
@@ -159,7 +183,7 @@ pub struct Trainer {
     pub dist: Dist,
     /// A vLLM server the rollouts come from instead of this process's
     /// decoding, synced to the weights before each step's rollouts.
-    pub engine: Option<engine::EngineSync>,
+    pub engine: Option<engine_sync::EngineSync>,
 }
 
 impl Trainer {
@@ -167,14 +191,15 @@ impl Trainer {
     /// is `reference` (the run's starting weights when resuming), else a
     /// copy of `weights`.
     pub fn new(
-        cfg: RunConfig,
+        cfg: impl Into<TrainerConfig>,
         model_cfg: &lm::ModelConfig,
         weights: &TensorMap,
         reference: Option<&TensorMap>,
         adapter: Option<&lm::lora::Adapter>,
         sampling_rng: ChaCha8Rng,
     ) -> Result<Self> {
-        let lora = cfg.lora();
+        let cfg = cfg.into();
+        let lora = cfg.lora.clone();
         let (model, vars) = lm::model::load::trainable_model(lora.as_ref(), model_cfg, weights, adapter)?;
         let detached: TensorMap = vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
         let sampler_view = match &lora {
@@ -206,10 +231,6 @@ impl Trainer {
         Ok(())
     }
 
-    fn loss_config(&self) -> GrpoLossConfig {
-        self.cfg.loss_config()
-    }
-
     /// One GRPO step on `tasks` (B tasks, G episodes each; with several
     /// ranks, this rank rolls out its share of the tasks). Under
     /// `zero_std_groups = "resample"`, `more(k)` draws `k` further tasks
@@ -226,7 +247,7 @@ impl Trainer {
         let t1 = Instant::now();
         let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
         let g = &self.cfg.grpo;
-        let adv = group_advantages(&rewards, self.cfg.rollout.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
+        let adv = group_advantages(&rewards, self.cfg.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
         let (m, Update { grad_norm, skipped }) = if adv.kept_rows.is_empty() {
             // Every group had equal rewards and `zero_std_groups = "drop"`
@@ -307,7 +328,7 @@ impl Trainer {
         more: &mut dyn FnMut(usize) -> Vec<Task>,
         rolled: &mut Rolled,
     ) -> Result<resample::Refill> {
-        let (group, max_more) = (self.cfg.rollout.group, self.cfg.grpo.resample_draws(target));
+        let (group, max_more) = (self.cfg.group, self.cfg.grpo.resample_draws(target));
         let reward = self.cfg.reward.clone();
         resample::refill(episodes, group, target, max_more, |e| e.training_reward(&reward), |k| {
             let tasks = more(k);
@@ -356,7 +377,7 @@ impl Trainer {
         let totals = batch::totals(episodes, &adv.kept_rows, self.cfg.train.mask_truncated);
         let (rows, values) = self.own_rows(episodes.len(), adv);
         let mut batch = batch::build_batch(episodes, &rows, &values, self.cfg.train.mask_truncated, &device)?;
-        let (temperature, micro) = (self.loss_config().temperature, self.cfg.train.micro_batching()?);
+        let (temperature, micro) = (self.cfg.loss.temperature, self.cfg.train.micro_batching()?);
         if !rows.is_empty() {
             if let Some(r) = &self.reference {
                 batch.ref_logprobs = Some(detached_logprobs(r, &batch.tokens, &batch.mask, temperature, micro)?);
@@ -371,9 +392,9 @@ impl Trainer {
     /// The gradients of the whole batch: this rank's rows with the batch's
     /// totals, summed over ranks, with the loss metrics added over ranks.
     pub fn gradients(&self, batch: &GrpoBatch, totals: BatchTotals) -> Result<(Gradients, GrpoMetrics)> {
-        let (mut grads, sums, padding) = accumulate_share(&self.model, &self.vars, batch, &self.loss_config(), self.cfg.train.micro_batching()?, totals)?;
+        let (mut grads, sums, padding) = accumulate_share(&self.model, &self.vars, batch, &self.cfg.loss, self.cfg.train.micro_batching()?, totals)?;
         self.sharding.sum_gradients(&*self.dist, &self.vars, &mut grads)?;
-        let (sums, padding) = dist::reduce::sum_loss_sums(&*self.dist, &sums, padding)?;
+        let (sums, padding) = super::accumulate::sum_loss_sums(&*self.dist, &sums, padding)?;
         let mut metrics = sums.metrics();
         metrics.padding = padding;
         Ok((grads, metrics))
@@ -382,7 +403,7 @@ impl Trainer {
     /// This rank's kept rows (episodes of its share of the groups) and their
     /// advantages.
     fn own_rows(&self, episodes: usize, adv: &Advantages) -> (Vec<usize>, Vec<f32>) {
-        let group = self.cfg.rollout.group; // >= 1: checked at config load
+        let group = self.cfg.group; // >= 1: checked at config load
         let groups = dist::share(&*self.dist, episodes / group);
         let mine = groups.start * group..groups.end * group;
         adv.kept_rows.iter().zip(&adv.values).filter(|(r, _)| mine.contains(r)).map(|(&r, &v)| (r, v)).unzip()
@@ -407,7 +428,7 @@ impl Trainer {
     /// rollout engine, from the engine, synced first: also what the sync
     /// took and found. `round` counts the step's rounds of rollouts
     /// (several under `zero_std_groups = "resample"`).
-    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine_sync::Synced>)> {
         if let Some(mut sync) = self.engine.take() {
             let result = self.engine_rollouts(&mut sync, env, tasks, round);
             self.engine = Some(sync);
@@ -416,8 +437,8 @@ impl Trainer {
         let stop = env.tokenizer.stop_ids().to_vec();
         let merged = self.rollout_model()?;
         let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
-        let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampling.sampler(), rng, stop, self.cfg.rollout.limits());
-        let result = run_episodes(&mut policy, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {});
+        let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampler, rng, stop, self.cfg.limits);
+        let result = run_episodes(&mut policy, env, tasks, self.cfg.group, &self.cfg.episode, |_| {});
         self.sampling_rng = policy.into_rng();
         Ok((result.map_err(|e| Error::invalid("rollout", e.to_string()))?, None))
     }
@@ -425,26 +446,26 @@ impl Trainer {
     /// [`Trainer::rollouts`] on a vLLM server: this step's weights go to it
     /// unless it has them (once per step; on a resume, the first step of
     /// the process), then the rollouts, then the probe again.
-    fn engine_rollouts(&mut self, sync: &mut engine::EngineSync, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine::Synced>)> {
+    fn engine_rollouts(&mut self, sync: &mut engine_sync::EngineSync, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine_sync::Synced>)> {
         let mut synced_now = None;
         if sync.synced_step() != Some(self.step) {
             let trained: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
             let merged = self.rollout_model()?;
             let ours = merged.as_ref().unwrap_or(&self.sampler_view);
             let synced = match &self.lora_base {
-                None => sync.sync(self.step, engine::Upload::Model(self.model.config(), &trained), ours)?,
+                None => sync.sync(self.step, engine_sync::Upload::Model(self.model.config(), &trained), ours)?,
                 Some((base, lora)) => {
                     if sync.synced_step().is_none() {
                         sync.check_base(&CausalLm::new(self.model.config(), base)?)?;
                     }
-                    sync.sync(self.step, engine::Upload::Adapter(&lm::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
+                    sync.sync(self.step, engine_sync::Upload::Adapter(&lm::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
                 }
             };
             tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
             synced_now = Some(synced);
         }
         sync.seed_round(self.step, round);
-        let episodes = run_episodes(&mut sync.engine, env, tasks, self.cfg.rollout.group, &self.cfg.episode, |_| {})
+        let episodes = run_episodes(&mut sync.engine, env, tasks, self.cfg.group, &self.cfg.episode, |_| {})
             .map_err(|e| Error::invalid("rollout", e.to_string()))?;
         sync.check()?;
         Ok((episodes, synced_now))

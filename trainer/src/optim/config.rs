@@ -1,8 +1,8 @@
 //! `[optim]`: AdamW, clipping, the learning-rate schedule and ZeRO, shared
 //! by GRPO and SFT.
 
-use crate::optim::adamw::WeightDecayScope;
-use crate::optim::schedule::LrSchedule;
+use super::adamw::WeightDecayScope;
+use super::schedule::LrSchedule;
 use serde::{Deserialize, Serialize};
 
 /// AdamW, clipping and the learning-rate schedule.

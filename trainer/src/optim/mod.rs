@@ -4,9 +4,11 @@
 //! ([`LrSchedule`], as transformers' schedulers).
 
 pub mod adamw;
+pub mod config;
 pub mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig, WeightDecayScope};
+pub use config::OptimSection;
 pub use schedule::LrSchedule;
 
 use lm::error::{Error, Result};

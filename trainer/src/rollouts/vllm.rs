@@ -27,12 +27,12 @@ pub fn engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
 /// GRPO's rollouts on the vLLM engine of `[rollout.vllm]`, kept in step
 /// with the weights being trained (`crate::grpo::engine`): each sync's
 /// folder goes under `run_dir/engine-weights` (the server must read it).
-pub fn training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<crate::trainers::grpo::engine::EngineSync> {
+pub fn training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<crate::grpo::engine_sync::EngineSync> {
     let (engine, probe) = connect(cfg, tok)?;
     let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
     let dir = std::path::absolute(run_dir.join("engine-weights")).with_context(|| format!("{}", run_dir.display()))?;
     eprintln!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display());
-    Ok(crate::trainers::grpo::engine::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
+    Ok(crate::grpo::engine_sync::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
 }
 
 /// The vLLM engine of `[rollout.vllm]`, its model listed and its log-probs
@@ -75,10 +75,10 @@ fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result
     let ours: Vec<f32> = lm::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
     drop(model);
     let v = cfg.rollout.vllm.as_ref().context("[rollout.vllm]")?;
-    let (mut mean, mut max) = crate::trainers::grpo::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+    let (mut mean, mut max) = crate::grpo::engine_sync::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     if mean > v.probe_tolerance && v.load_model {
         load_config_model(cfg, engine)?;
-        (mean, max) = crate::trainers::grpo::engine::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
+        (mean, max) = crate::grpo::engine_sync::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     }
     anyhow::ensure!(
         mean <= v.probe_tolerance,

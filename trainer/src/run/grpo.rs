@@ -6,7 +6,7 @@ use super::drive::{drive, Schedule, Step, Steps};
 use super::{Run, RunEnd, RunOptions, Stage};
 use crate::checkpoint::{self, DataCursor, RngState};
 use crate::run_config::RunConfig;
-use crate::trainers::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
+use crate::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
 use lm::weights::load_weights;
 use anyhow::{Context, Result};
 use rand::SeedableRng;

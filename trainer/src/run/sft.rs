@@ -10,7 +10,7 @@ use crate::checkpoint::DataCursor;
 use crate::run_config::{OpeningPhase, RunConfig};
 use crate::sft::batches::{batch_at, heldout_split, total_steps};
 use crate::sft::{heldout_loss, SftBatch};
-use crate::trainers::sft;
+use crate::sft;
 use anyhow::{Context, Result};
 use rollout::episode::filter::{filter, SftExample};
 use rollout::episode::opening::openings;
@@ -131,7 +131,7 @@ struct SftSteps<'a> {
 }
 
 impl Steps for SftSteps<'_> {
-    type Metrics = crate::trainers::sft::SftStepMetrics;
+    type Metrics = crate::sft::SftStepMetrics;
 
     fn done(&self) -> u64 {
         self.trainer.step

@@ -1,32 +1,33 @@
 //! Run configuration: raw TOML (unknown keys rejected, by name) -> a
 //! validated [`RunConfig`]. Every section has defaults, so a preset only
-//! states what differs. One file per section; the value enums they hold
-//! stay with their algorithms (`grpo::LossAggregation`, ...), and nothing
-//! here depends on the code that runs a config.
+//! states what differs. One file per section; an algorithm's own sections
+//! live in its folder (`[train]` and `[grpo]` in `grpo::config`, `[sft]` in
+//! `sft::config`, `[optim]` in `optim::config`), re-exported here. Nothing
+//! here depends on the code that runs a config: the trainers take their own
+//! settings ([`crate::grpo::TrainerConfig`], [`crate::sft::TrainerConfig`]),
+//! which a `RunConfig` converts into.
 
 mod env;
 mod log;
 mod lora;
 mod model;
-mod optim;
 mod overrides;
 mod pipeline;
 mod rollout;
 mod sampling;
-mod sft;
-mod train;
 
 pub use env::EnvSection;
 pub use log::LogSection;
 pub use lora::LoraSection;
 pub use model::ModelSection;
-pub use optim::OptimSection;
 pub use overrides::Override;
 pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
 pub use sampling::SamplingSection;
-pub use sft::{OpeningPhase, SftSection};
-pub use train::{GrpoSection, TrainSection};
+// The algorithms' own sections live with them (and [optim] with AdamW).
+pub use crate::grpo::config::{GrpoSection, TrainSection};
+pub use crate::optim::config::OptimSection;
+pub use crate::sft::config::{OpeningPhase, SftSection};
 
 use lm::error::{Error, Result};
 use crate::grpo::advantages::ZeroStdGroups;
@@ -168,6 +169,18 @@ fn merge(into: &mut toml::Table, over: toml::Table) {
     }
 }
 
+impl From<RunConfig> for crate::grpo::TrainerConfig {
+    fn from(cfg: RunConfig) -> Self {
+        cfg.grpo_trainer()
+    }
+}
+
+impl From<&RunConfig> for crate::sft::TrainerConfig {
+    fn from(cfg: &RunConfig) -> Self {
+        cfg.sft_trainer()
+    }
+}
+
 impl RunConfig {
     /// The GRPO loss this config trains with: `[grpo]`'s clip range, beta,
     /// aggregation, rollout correction and importance-sampling level, the sampling temperature (1 when
@@ -188,6 +201,29 @@ impl RunConfig {
             skip_zero_advantage: true,
             fold_linear_loss: true,
         }
+    }
+
+    /// The GRPO trainer's settings: `[grpo]`, `[train]`, `[optim]`, the
+    /// loss ([`RunConfig::loss_config`]) and what it takes of `[rollout]`,
+    /// `[sampling]`, `[episode]`, `[reward]` and `[lora]`.
+    pub fn grpo_trainer(&self) -> crate::grpo::TrainerConfig {
+        crate::grpo::TrainerConfig {
+            grpo: self.grpo.clone(),
+            train: self.train.clone(),
+            optim: self.optim.clone(),
+            loss: self.loss_config(),
+            group: self.rollout.group,
+            limits: self.rollout.limits(),
+            sampler: self.sampling.sampler(),
+            episode: self.episode.clone(),
+            reward: self.reward.clone(),
+            lora: self.lora(),
+        }
+    }
+
+    /// The SFT trainer's settings: `[sft]`, `[optim]` and `[lora]`'s.
+    pub fn sft_trainer(&self) -> crate::sft::TrainerConfig {
+        crate::sft::TrainerConfig { sft: self.sft.clone(), optim: self.optim.clone(), lora: self.lora() }
     }
 
     /// Read, parse and validate a TOML file. Relative paths in it are taken

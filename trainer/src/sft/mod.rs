@@ -3,9 +3,14 @@
 //! masked), averaged over the batch's policy tokens, micro-batched with
 //! gradient accumulation ([`sft_gradients`]); a rank's share of a batch
 //! ([`SftBatch::share`], [`sft_share_gradients`]); the held-out loss. The
-//! step (clip, AdamW, ranks) is `trainers::sft::Trainer::step`.
+//! step (clip, AdamW, ranks) is [`trainer::Trainer::step`].
 
 pub mod batches;
+pub mod config;
+pub mod trainer;
+
+pub use config::{OpeningPhase, SftSection};
+pub use trainer::{SftStepMetrics, Trainer, TrainerConfig};
 
 use crate::dist;
 use lm::error::{Error, Result};

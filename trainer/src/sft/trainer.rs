@@ -11,8 +11,9 @@ use lm::model::recompute::Recompute;
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig, Gradients, Update};
 use crate::packing::MicroBatching;
-use crate::run_config::RunConfig;
-use crate::sft::{sft_gradients, sft_share_gradients, SftBatch};
+use super::config::SftSection;
+use crate::optim::OptimSection;
+use super::{sft_gradients, sft_share_gradients, SftBatch};
 use lm::weights::TensorMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,17 @@ pub struct SftStepMetrics {
     pub skipped: bool,
 }
 
+/// What an SFT trainer is set up with: `[sft]`, `[optim]` and the adapter
+/// setting of `[lora]`. A run config converts into it
+/// (`RunConfig::sft_trainer`), so the trainer knows no `RunConfig`.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    pub sft: SftSection,
+    pub optim: OptimSection,
+    /// `[lora]`, validated, when the run trains an adapter.
+    pub lora: Option<lm::lora::LoraConfig>,
+}
+
 /// The weights being fine-tuned and their optimizer.
 pub struct Trainer {
     pub vars: BTreeMap<String, Var>,
@@ -57,8 +69,9 @@ pub struct Trainer {
 impl Trainer {
     /// `run_steps` is the run's length in updates (all epochs), which a
     /// schedule with `total_steps = 0` runs over.
-    pub fn new(cfg: &RunConfig, model_cfg: &lm::ModelConfig, weights: &TensorMap, adapter: Option<&lm::lora::Adapter>, run_steps: u64) -> Result<Self> {
-        let (model, vars) = lm::model::load::trainable_model(cfg.lora().as_ref(), model_cfg, weights, adapter)?;
+    pub fn new(cfg: impl Into<TrainerConfig>, model_cfg: &lm::ModelConfig, weights: &TensorMap, adapter: Option<&lm::lora::Adapter>, run_steps: u64) -> Result<Self> {
+        let cfg = cfg.into();
+        let (model, vars) = lm::model::load::trainable_model(cfg.lora.as_ref(), model_cfg, weights, adapter)?;
         let o = &cfg.optim;
         let dist = dist::current();
         let (sharding, optimizer) = dist::zero::Sharding::with_optimizer(o.zero_stage, &vars, &*dist, AdamWConfig::from(o))?;

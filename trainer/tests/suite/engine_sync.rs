@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use lm::logprobs::score_sequence;
 use lm::lora::peft;
-use trainer::trainers::grpo::engine::{EngineSync, Upload};
+use trainer::grpo::engine_sync::{EngineSync, Upload};
 use lm::CausalLm;
 
 /// A vLLM stand-in: the dev and LoRA endpoints answer OK after checking the
