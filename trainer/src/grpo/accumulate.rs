@@ -153,16 +153,9 @@ pub fn accumulate_share(
 ) -> Result<(Gradients, LossSums, Padding)> {
     // The settings were checked once, at config load (GrpoLossConfig::validate).
     debug_assert!(cfg.validate().is_ok(), "{:?}", cfg.validate());
+    // The log-probs the settings need (reference for beta, rollout's for
+    // TIS) are checked where the loss reads them, in `grpo_loss`.
     let (b, _) = batch.check()?;
-    if cfg.beta != 0.0 && batch.ref_logprobs.is_none() {
-        return Err(Error::invalid(
-            "grpo batch",
-            format!("beta is {} but no reference log-probs were given", cfg.beta),
-        ));
-    }
-    if cfg.rollout_correction == RolloutCorrection::Tis && batch.rollout_logprobs.is_none() {
-        return Err(Error::invalid("grpo batch", "rollout_correction = \"tis\" needs the rollout's log-probs"));
-    }
     // The mask on the host once: lengths, token counts and packed weights.
     let mask_rows = batch.mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
     let mut lengths = lengths_of_rows(&mask_rows);

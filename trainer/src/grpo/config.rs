@@ -68,7 +68,7 @@ pub struct GrpoSection {
     /// 2 x `tasks_per_step`. Left out of the config hash when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_resample_draws: Option<usize>,
-    /// Updates per batch of rollouts (mu).
+    /// Updates per batch of rollouts (mu, >= 1: checked at config load).
     pub num_iterations: usize,
     /// Truncated importance sampling of the drift between the rollout's
     /// log-probs and the trainer's (`none` | `tis`); the drift is measured

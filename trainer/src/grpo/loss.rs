@@ -286,6 +286,25 @@ impl SequenceMean {
     }
 }
 
+/// The normalizer of each [`LossAggregation`], its one definition (the
+/// rows' formula, its gradient and the packed rows' token weights all read
+/// it): a token's loss is divided by its sequence's policy tokens
+/// (`max(1, Σ_t m)`) when `per_sequence`, and the sum by `divisor`.
+struct Normalizer {
+    per_sequence: bool,
+    divisor: f64,
+}
+
+impl Normalizer {
+    fn of(aggregation: LossAggregation, totals: BatchTotals, max_completion_length: usize) -> Self {
+        match aggregation {
+            LossAggregation::Grpo => Normalizer { per_sequence: true, divisor: totals.rows as f64 },
+            LossAggregation::Bnpo | LossAggregation::Dapo => Normalizer { per_sequence: false, divisor: totals.tokens.max(1.0) },
+            LossAggregation::DrGrpo => Normalizer { per_sequence: false, divisor: (totals.rows * max_completion_length) as f64 },
+        }
+    }
+}
+
 /// How a (micro-)batch's per-token losses `l` become its share of the
 /// optimizer batch's loss.
 #[derive(Debug, Clone, Copy)]
@@ -311,14 +330,14 @@ impl Aggregate<'_> {
             Aggregate::Rows { aggregation, totals, max_completion_length } => (aggregation, totals, max_completion_length),
         };
         let masked = (l * mask)?;
-        Ok(match aggregation {
-            LossAggregation::Grpo => {
-                let lens = mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
-                (masked.sum(D::Minus1)?.div(&lens)?.sum_all()? / totals.rows as f64)?
-            }
-            LossAggregation::Bnpo | LossAggregation::Dapo => (masked.sum_all()? / totals.tokens.max(1.0))?,
-            LossAggregation::DrGrpo => (masked.sum_all()? / (totals.rows * max_len) as f64)?,
-        })
+        let n = Normalizer::of(aggregation, totals, max_len);
+        let summed = if n.per_sequence {
+            let lens = mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?;
+            masked.sum(D::Minus1)?.div(&lens)?.sum_all()?
+        } else {
+            masked.sum_all()?
+        };
+        Ok((summed / n.divisor)?)
     }
 
     /// `d(share) / d(l)` `[b, t]`: each token's weight, computed as the
@@ -331,11 +350,11 @@ impl Aggregate<'_> {
         let (b, _) = mask.dims2()?;
         // The scalar's own gradient, as Candle's `x / s` (an affine map) passes it back.
         let scale = |s: f64| Tensor::full(s as f32, b, mask.device());
-        let per_row = match aggregation {
-            LossAggregation::Grpo => scale(1.0 / totals.rows as f64)?.div(&mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?)?,
-            LossAggregation::Bnpo | LossAggregation::Dapo => scale(1.0 / totals.tokens.max(1.0))?,
-            LossAggregation::DrGrpo => scale(1.0 / (totals.rows * max_len) as f64)?,
-        };
+        let n = Normalizer::of(aggregation, totals, max_len);
+        let mut per_row = scale(1.0 / n.divisor)?;
+        if n.per_sequence {
+            per_row = per_row.div(&mask.sum(D::Minus1)?.clamp(1.0, f64::INFINITY)?)?;
+        }
         Ok(mask.broadcast_mul(&per_row.unsqueeze(1)?)?)
     }
 }
@@ -462,10 +481,11 @@ fn per_token_advantages(advantages: &Tensor, b: usize, t: usize) -> Result<Tenso
 /// `sequence_tokens` policy tokens: `Σ_{i,t} w_i·m·l` equals the rows'
 /// formula ([`Aggregate::Rows`]). Packed rows use it, where a row is no sequence.
 pub fn token_weight(aggregation: LossAggregation, totals: BatchTotals, max_completion_length: usize, sequence_tokens: f64) -> f64 {
-    match aggregation {
-        LossAggregation::Grpo => 1.0 / (sequence_tokens.max(1.0) * totals.rows as f64),
-        LossAggregation::Bnpo | LossAggregation::Dapo => 1.0 / totals.tokens.max(1.0),
-        LossAggregation::DrGrpo => 1.0 / (totals.rows * max_completion_length) as f64,
+    let n = Normalizer::of(aggregation, totals, max_completion_length);
+    if n.per_sequence {
+        1.0 / (sequence_tokens.max(1.0) * n.divisor)
+    } else {
+        1.0 / n.divisor
     }
 }
 

@@ -352,7 +352,7 @@ impl Trainer {
     pub fn update(&mut self, episodes: &[rollout::episode::Episode], adv: &Advantages, lr: f64) -> Result<(GrpoMetrics, Update)> {
         let (batch, totals) = self.own_batch(episodes, adv)?;
         let mut last = None;
-        for _ in 0..self.cfg.grpo.num_iterations.max(1) {
+        for _ in 0..self.cfg.grpo.num_iterations {
             let (grads, metrics) = self.gradients(&batch, totals)?;
             let update = self.apply(grads, metrics.loss, lr)?;
             last = Some((metrics, update));
