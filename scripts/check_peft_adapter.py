@@ -7,8 +7,8 @@ torch, transformers and peft (see scripts/make_lora_fixtures.py for the
 versions used):
 
     /work/venvs/peft/bin/python scripts/check_peft_adapter.py \
-        --base trainer/tests/fixtures/tied_sharded \
-        --adapter trainer/tests/fixtures/lora/tied_sharded \
+        --base lm/tests/fixtures/tied_sharded \
+        --adapter lm/tests/fixtures/lora/tied_sharded \
         --ids 201,181,5,77 [--merged-out DIR]
 
 The base is loaded with transformers' AutoModelForCausalLM (float32, eager

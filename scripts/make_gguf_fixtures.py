@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A tiny GGUF file and transformers' reading of it: the golden fixture of
-`fusegrpo import-gguf` (trainer/tests/suite/gguf_import.rs).
+`fusegrpo import-gguf` (lm/tests/suite/gguf_import.rs).
 
 Not run by tests: run it by hand when the fixture must change, from a venv
 outside the repository with torch, transformers, tokenizers and gguf:
 
-    /work/venv/bin/python scripts/make_gguf_fixtures.py trainer/tests/fixtures/gguf_llama
+    /work/venv/bin/python scripts/make_gguf_fixtures.py lm/tests/fixtures/gguf_llama
 
 It writes, under <out>/:
   tiny-llama.gguf   a random Llama (tied, GQA 2:1) as llama.cpp's converter
@@ -176,4 +176,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures/gguf_llama")
+    main(sys.argv[1] if len(sys.argv) > 1 else "lm/tests/fixtures/gguf_llama")

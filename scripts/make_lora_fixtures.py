@@ -9,7 +9,7 @@ peft 0.21.2, trl 1.16.0, safetensors 0.8.0, Python 3.11.7:
     python3 -m venv /work/venvs/peft
     /work/venvs/peft/bin/pip install torch==2.15.0 transformers==5.24.0 \
         peft==0.21.2 trl==1.16.0
-    /work/venvs/peft/bin/python scripts/make_lora_fixtures.py trainer/tests/fixtures [CASE ...]
+    /work/venvs/peft/bin/python scripts/make_lora_fixtures.py lm/tests/fixtures [CASE ...]
 
 Run it from the repository root: the base checkpoints are read from
 <fixtures>/<base> and adapter_config.json records that path as
@@ -278,4 +278,4 @@ def main(fixtures, only):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures", set(sys.argv[2:]))
+    main(sys.argv[1] if len(sys.argv) > 1 else "lm/tests/fixtures", set(sys.argv[2:]))

@@ -5,7 +5,7 @@ Not run by tests: run it by hand when the fixtures must change, from a venv
 outside the repository that has torch and transformers:
 
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers
-    /tmp/ref/bin/python scripts/make_model_fixtures.py trainer/tests/fixtures [CASE ...]
+    /tmp/ref/bin/python scripts/make_model_fixtures.py lm/tests/fixtures [CASE ...]
 
 With CASE names, only those cases are (re)written, so the others stay
 byte-identical.
@@ -141,4 +141,4 @@ def main(out_root, only):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "trainer/tests/fixtures", set(sys.argv[2:]))
+    main(sys.argv[1] if len(sys.argv) > 1 else "lm/tests/fixtures", set(sys.argv[2:]))

@@ -6,7 +6,7 @@
 //! the tests run it with ranks as threads.
 
 use trainer::dist::{Collective, Dist, Single};
-use lm::error::{Error, Result};
+use trainer::error::{Error, Result};
 use trainer::grpo::advantages::TRL_ADVANTAGE_EPS;
 use trainer::grpo::{group_advantages, LossAggregation};
 use trainer::{grpo, sft};

@@ -1,7 +1,7 @@
-//! Typed errors of the model crate, which `trainer` shares (its
-//! `OptimizerState` is the trainer's, until the trainer has an error type of
-//! its own). Each names the file, tensor, key or argument it is about, so a
-//! user can act on it without a debugger.
+//! Typed errors of the model crate (loading, saving and running a model,
+//! tokenizers, adapters; `trainer` wraps them in its own). Each names the
+//! file, tensor, key or argument it is about, so a user can act on it
+//! without a debugger.
 
 use std::path::PathBuf;
 
@@ -53,8 +53,6 @@ pub enum Error {
     Gguf { path: PathBuf, message: String },
     #[error("{what}: {message}")]
     Invalid { what: String, message: String },
-    #[error("optimizer state: tensor `{name}` {message}")]
-    OptimizerState { name: String, message: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
     /// The caller asked to stop ([`crate::generate::generate_until`]).

@@ -52,9 +52,9 @@ pub fn fusegrpo_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
 
-/// The trainer's golden fixtures (made by scripts/make_model_fixtures.py).
+/// The model fixtures, lm/tests/fixtures (made by scripts/make_model_fixtures.py).
 pub fn model_fixture(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../trainer/tests/fixtures").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../lm/tests/fixtures").join(case)
 }
 
 /// The real Qwen3 tokenizer folder (scripts/fetch-qwen-tokenizer.sh).

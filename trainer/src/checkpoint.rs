@@ -9,7 +9,7 @@
 //! temporary folder, which resume ignores and the next save removes.
 
 use lm::config::ModelConfig;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::weights::{save_checkpoint as save_model, ShardPolicy, TensorMap};
 use candle_core::Device;
 use rand_chacha::ChaCha8Rng;
@@ -397,7 +397,7 @@ impl crate::optim::adamw::SavedState for OptimizerFile {
 
     fn load(&self, key: &str) -> Result<candle_core::Tensor> {
         let i = *self.index.get(key).ok_or_else(|| Error::OptimizerState { name: key.to_string(), message: "is missing from the optimizer state".into() })?;
-        self.readers[i].load(key, &self.device)
+        Ok(self.readers[i].load(key, &self.device)?)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Device and dtype choices, as enums (no strings past the CLI parser).
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use candle_core::{DType, Device};
 
 /// Where tensors live.

@@ -10,7 +10,7 @@
 //! it when every check passed); `fusegrpo kernels status` prints the
 //! choice and why.
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! `trainer`: everything that learns, over the model of the `lm` crate
 //! (named as `lm::model`, `lm::lora`, ... at every use: nothing of it is
-//! re-exported here but its error type).
+//! re-exported here). Its errors are [`error::Error`], lm's wrapped as
+//! they are.
 //!
 //! - [`run`]: a run's lifecycle (folder, resume, metrics, SIGINT) and ONE
 //!   loop, `run::drive`, for GRPO (`run::grpo::grpo`) and SFT (`run::sft::sft`);
@@ -38,6 +39,7 @@ pub mod backward;
 pub mod checkpoint;
 pub mod device;
 pub mod dist;
+pub mod error;
 pub mod files;
 pub mod gpu_check;
 pub mod grpo;
@@ -57,5 +59,5 @@ pub mod sft;
 pub mod threads;
 pub mod tiny;
 
-// The error type this crate shares with `lm` (its results are lm's).
-pub use lm::error::{Error, Result};
+// Its own error type (lm's errors wrapped as they are).
+pub use error::{Error, Result};

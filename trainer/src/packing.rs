@@ -7,7 +7,7 @@
 //! its rows go into one packed row and how many leading tokens of each
 //! matter, and [`Pack::gather`] cuts them out and lays them end to end.
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::cache::Positions;
 use candle_core::{DType, Tensor};
 use serde::Serialize;

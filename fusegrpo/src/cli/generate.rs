@@ -76,8 +76,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // OUTPUT.partial, which the ordered OUTPUT then replaces (atomically).
     let mut stream = trainer::files::RowStream::create(&args.output)?;
     let gens = generate_each(&model, &prompts, &cfg, &mut rng, |i, g| {
-        let row = output_row(g, tokenizer.as_ref()).map_err(|e| trainer::Error::Invalid { what: "generate".into(), message: e.to_string() })?;
-        stream.write(i, row).map_err(|e| trainer::Error::Invalid { what: args.output.display().to_string(), message: e.to_string() })
+        let row = output_row(g, tokenizer.as_ref()).map_err(|e| lm::error::Error::Invalid { what: "generate".into(), message: e.to_string() })?;
+        stream.write(i, row).map_err(|e| lm::error::Error::Invalid { what: args.output.display().to_string(), message: e.to_string() })
     })?;
     let new_tokens: usize = gens.iter().map(|g| g.ids.len()).sum();
     let secs = t0.elapsed().as_secs_f64();

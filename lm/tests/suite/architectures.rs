@@ -20,7 +20,7 @@ fn fixture_raw(case: &str) -> serde_json::Map<String, Value> {
     serde_json::from_str(&text).unwrap()
 }
 
-fn parse(raw: serde_json::Map<String, Value>) -> trainer::Result<ModelConfig> {
+fn parse(raw: serde_json::Map<String, Value>) -> lm::error::Result<ModelConfig> {
     ModelConfig::from_raw(raw, Path::new("/models/m/config.json"))
 }
 

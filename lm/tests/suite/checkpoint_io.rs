@@ -7,7 +7,7 @@ use candle_core::{DType, Device};
 use std::path::Path;
 use lm::weights::{load_weights, save_checkpoint, ShardPolicy, TensorMap, INDEX_FILE};
 use lm::ModelConfig;
-use trainer::Error;
+use lm::error::Error;
 
 fn max_abs_diff(a: &TensorMap, b: &TensorMap) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -4,7 +4,7 @@
 //! ([`hidden_weighted_logprobs`]).
 
 use super::EntropyMetric;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::logprobs::{token_logprobs, token_logprobs_and_entropy, weighted_logprob_sum};
 use lm::model::{cache::Positions, CausalLm};
 use candle_core::{DType, Device, Tensor};

@@ -11,7 +11,7 @@ pub mod logprobs;
 
 pub use logprobs::{hidden_logprobs, hidden_weighted_logprobs, sequence_logprobs, WeightedPass};
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::cache::Positions;
 use lm::model::recompute::Recompute;
 use lm::model::CausalLm;
@@ -174,7 +174,19 @@ pub fn backward_micro_batch(
         let grad_top = store.get(saved.top().as_tensor()).cloned();
         drop(store);
         if let Some(grad_top) = grad_top {
-            model.backward_layers(saved, &grad_top, |s| add_gradients(params, s, grads))?;
+            // lm's loop takes lm's errors: this crate's comes back out as it was.
+            let mut failed = None;
+            let layers = model.backward_layers(saved, &grad_top, |s| {
+                add_gradients(params, s, grads).map_err(|e| {
+                    let message = e.to_string();
+                    failed = Some(e);
+                    lm::error::Error::invalid("gradients", message)
+                })
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            layers?;
         }
     }
     Ok(())

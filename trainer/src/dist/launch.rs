@@ -5,8 +5,8 @@
 //! single-process job. Without a launcher nothing changes.
 
 #[cfg(not(feature = "mpi"))]
-use lm::error::Error;
-use lm::error::Result;
+use crate::error::Error;
+use crate::error::Result;
 
 /// The number of ranks the launcher's environment announces, if any:
 /// OpenMPI's `OMPI_COMM_WORLD_SIZE`, MPICH/PMI's `PMI_SIZE`, or Slurm's

@@ -2,7 +2,7 @@
 //! MPI, testable without it (each thread holds one [`LocalRank`]).
 
 use super::Collective;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use std::sync::{Arc, Barrier, Mutex};
 
 struct Shared {

@@ -25,7 +25,7 @@ pub mod nccl;
 pub mod reduce;
 pub mod zero;
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 

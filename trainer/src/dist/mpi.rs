@@ -4,7 +4,7 @@
 //! the node's shared-memory communicator.
 
 use super::Collective;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};

@@ -7,7 +7,7 @@
 //! and f32 AdamW masters.
 
 use super::Collective;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::optim::Gradients;
 use candle_core::cuda_backend::cudarc::nccl::{Comm, Id, ReduceOp};
 use candle_core::cuda_backend::CudaDType;

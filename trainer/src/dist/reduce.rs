@@ -3,7 +3,7 @@
 //! and a rerun gives the same bits, whatever MPI's own algorithms do.
 
 use super::Collective;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::optim::Gradients;
 use lm::weights::TensorMap;
 use candle_core::{DType, Tensor, Var};

@@ -25,7 +25,7 @@
 use crate::optim::Update;
 use super::partition::Partition;
 use super::Collective;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::optim::{clip_coefficient, tensor_norm, AdamW, AdamWConfig, Gradients};
 use candle_core::{Tensor, Var};
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 use super::drift::RolloutCorrection;
 use super::loss::{grpo_loss, linear_coefficients, token_weight, Aggregate, BatchTotals, GrpoLossConfig, GrpoMetrics, ImportanceSampling, LossInputs, LossSums, Segments};
 use crate::backward::{backward_micro_batch, micro_batches, used_columns, LinearLoss, LogprobPass};
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::cache::Positions;
 use lm::model::CausalLm;
 use crate::dist::Collective;

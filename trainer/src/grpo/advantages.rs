@@ -5,7 +5,7 @@
 //! Rewards come grouped: `rewards[g * group_size .. (g + 1) * group_size]` are
 //! the `group_size` episodes of task `g`.
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// TRL's epsilon in `A = (R - mean) / (std + 1e-4)` (hard-coded there).

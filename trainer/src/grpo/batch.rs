@@ -1,6 +1,6 @@
 //! Episodes -> the right-padded tensors of one GRPO optimizer batch.
 
-use lm::error::Result;
+use crate::error::Result;
 use crate::grpo::{BatchTotals, GrpoBatch, OldLogprobs};
 use candle_core::{Device, Tensor};
 use rollout::episode::{Episode, StopReason};

@@ -39,7 +39,7 @@ pub struct TrainSection {
 
 impl TrainSection {
     /// How each optimizer batch is cut (`micro_batch_tokens` wins).
-    pub fn micro_batching(&self) -> lm::error::Result<MicroBatching> {
+    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
         MicroBatching::from_settings("train", self.micro_batch_rows, self.micro_batch_tokens)
     }
 }

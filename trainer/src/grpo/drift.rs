@@ -13,7 +13,7 @@
 //! `logp_old` is the trainer's log-prob before the update (the detached
 //! current one when mu == 1).
 
-use lm::error::Result;
+use crate::error::Result;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 

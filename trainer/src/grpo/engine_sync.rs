@@ -12,7 +12,7 @@
 //! not take the weights, or that was restarted with other ones during the
 //! rollouts, fails the step, which a resume then redoes.
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::CausalLm;
 use lm::weights::{ShardPolicy, TensorMap};
 use rollout::engine::vllm::VllmEngine;

@@ -23,7 +23,7 @@
 //! always column 0, which nothing predicts).
 
 use crate::backward::EntropyMetric;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::recompute::Recompute;
 use crate::packing::Padding;
 use super::drift::{Drift, DriftMetrics, DriftSums, RolloutCorrection, DEFAULT_TIS_CAP};

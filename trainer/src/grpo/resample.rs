@@ -13,7 +13,7 @@
 //! every round (the same on each rank), so all ranks draw the same tasks
 //! and run the same rounds.
 
-use lm::error::Result;
+use crate::error::Result;
 use crate::grpo::advantages::group_stats;
 use rollout::episode::Episode;
 use serde::Serialize;

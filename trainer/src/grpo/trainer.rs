@@ -10,7 +10,7 @@
 //! and every rank applies the same AdamW step.
 
 use crate::dist::{self, Dist};
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::grpo::advantages::{ZeroStdGroups, TRL_ADVANTAGE_EPS};
 use crate::backward::detached_logprobs;
 use crate::grpo::{

@@ -13,7 +13,7 @@
 //! master rounded to its dtype.
 
 use super::Gradients;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use candle_core::{DType, Tensor, Var};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};

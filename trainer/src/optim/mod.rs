@@ -11,7 +11,7 @@ pub use adamw::{AdamW, AdamWConfig, WeightDecayScope};
 pub use config::OptimSection;
 pub use schedule::LrSchedule;
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The optimizer state's file in a checkpoint folder (defined with the
 /// weights, whose readers skip it).

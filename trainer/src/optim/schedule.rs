@@ -2,7 +2,7 @@
 //! the update made after `step` earlier updates is `base_lr * factor(step)`
 //! (so with warmup the first update, step 0, has lr 0, as in the HF Trainer).
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// A learning-rate multiplier as a function of the number of updates done.

@@ -24,7 +24,7 @@ pub enum TaskSource<'a> {
 /// `[pipeline]` section and a task file (`pipeline.tasks`, else
 /// `train.tasks`), or `tasks_from = "synth"`. `path` is the config file,
 /// named in the error.
-pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> lm::error::Result<(&'a PipelineSection, TaskSource<'a>)> {
+pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> crate::error::Result<(&'a PipelineSection, TaskSource<'a>)> {
     let missing = |key: &str, message: &str| crate::Error::Config { path: path.into(), key: key.into(), message: message.into() };
     let p = cfg.pipeline.as_ref().ok_or_else(|| missing("pipeline", "no [pipeline] section (fusegrpo pipeline needs one)"))?;
     if p.tasks_from == TasksFrom::Synth {

@@ -1,7 +1,7 @@
 //! How much memory the device a run uses has: the GPU's free memory, or the
 //! host's available memory for the CPU.
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use candle_core::Device;
 
 /// Bytes a run may use on `device`, and where the figure comes from.

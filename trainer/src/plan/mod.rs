@@ -15,7 +15,7 @@ pub mod footprint;
 pub mod known;
 pub mod run;
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use serde_json::{json, Map, Value};
 
 /// A stage of a run with its own resident set.

@@ -13,7 +13,7 @@
 use super::limits::prefill_groups;
 use super::{ModelPolicy, Parked};
 use lm::model::cache::{KvCache, Positions};
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use candle_core::Tensor;
 use rand::Rng;
 use rollout::policy::TurnRequest;

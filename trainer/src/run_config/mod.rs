@@ -29,7 +29,7 @@ pub use crate::grpo::config::{GrpoSection, TrainSection};
 pub use crate::optim::config::OptimSection;
 pub use crate::sft::config::{OpeningPhase, SftSection};
 
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::grpo::advantages::ZeroStdGroups;
 use ::rollout::episode::EpisodeConfig;
 use ::rollout::reward::RewardConfig;

@@ -9,7 +9,7 @@
 //! are taken from the config file's folder, as in the file.
 
 use super::RunConfig;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// One `--set KEY=VALUE`.

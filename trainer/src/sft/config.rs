@@ -87,7 +87,7 @@ impl Default for SftSection {
 
 impl SftSection {
     /// How each optimizer batch is cut (`micro_batch_tokens` wins).
-    pub fn micro_batching(&self) -> lm::error::Result<MicroBatching> {
+    pub fn micro_batching(&self) -> crate::error::Result<MicroBatching> {
         MicroBatching::from_settings("sft", self.micro_batch_rows, self.micro_batch_tokens)
     }
 

@@ -13,7 +13,7 @@ pub use config::{OpeningPhase, SftSection};
 pub use trainer::{SftStepMetrics, Trainer, TrainerConfig};
 
 use crate::dist;
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::backward::{backward_micro_batch, micro_batches, sequence_logprobs, used_columns, EntropyMetric, LinearLoss, LogprobPass};
 use lm::model::cache::Positions;
 use lm::model::recompute::Recompute;

@@ -6,7 +6,7 @@
 //! AdamW step everywhere.
 
 use crate::dist::{self, Dist};
-use lm::error::{Error, Result};
+use crate::error::{Error, Result};
 use lm::model::recompute::Recompute;
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig, Gradients, Update};

@@ -604,7 +604,7 @@ fn a_lora_grpo_step_matches_trl_and_peft() {
     // > 0, stored old log-probs) on a PEFT model (the `untied` base with an
     // r = 8 adapter on all seven projections); the reference is the base
     // with the adapter off.
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lora/grpo");
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../lm/tests/fixtures/lora/grpo");
     let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("update.json")).unwrap()).unwrap();
     let want = candle_core::safetensors::load(dir.join("grads.safetensors"), &Device::Cpu).unwrap();
     let (c, w) = common::load("untied");

@@ -1,6 +1,7 @@
-//! Shared helpers for the trainer's integration tests: the golden fixtures
-//! made by scripts/make_model_fixtures.py (transformers, f32, CPU):
-//! Qwen3, Llama and Qwen2 checkpoints.
+//! Shared helpers of lm's integration tests (and the trainer's, which
+//! include this file): the golden fixtures in lm/tests/fixtures made by
+//! scripts/make_model_fixtures.py (transformers, f32, CPU): Qwen3, Llama
+//! and Qwen2 checkpoints.
 #![allow(dead_code)]
 
 use candle_core::{DType, Device};
@@ -13,9 +14,8 @@ use lm::{CausalLm, ModelConfig};
 pub const CASES: [&str; 4] = ["tied_sharded", "untied", "llama_tied_rope3", "qwen2_bias"];
 
 pub fn fixture_dir(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(case)
+    // `lm/../lm` from lm's tests, `trainer/../lm` from the trainer's.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../lm/tests/fixtures").join(case)
 }
 
 pub fn load(case: &str) -> (ModelConfig, TensorMap) {
