@@ -13,7 +13,7 @@ use trainer::run_config::RunConfig;
 use anyhow::{bail, Result};
 use rollout::episode::driver::{run_episodes_until, Env};
 use rollout::episode::Episode;
-use rollout::localize::Localization;
+use rollout::localization::Localization;
 use rollout::policy::Policy;
 use rollout::repo::{load_snapshot, load_worktree, Snapshot, SnapshotConfig, WORKTREE};
 use rollout::scaling::judge::EvidenceJudge;

@@ -25,7 +25,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
-use rollout::localize::Localization;
+use rollout::localization::Localization;
 use rollout::toolcall::ToolCall;
 use rollout::tools::ToolRunner;
 use schemars::JsonSchema;

@@ -41,7 +41,7 @@ pub mod efficiency;
 pub mod engine;
 pub mod entities;
 pub mod http;
-pub mod localize;
+pub mod localization;
 pub mod episode;
 pub mod policy;
 pub mod practice;

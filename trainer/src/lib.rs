@@ -14,7 +14,7 @@
 //! - [`checkpoint`]: atomic training checkpoints (model, optimizer, state
 //!   with RNG streams and data cursor, DONE last), retention and resume.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
-//! - [`policy::ModelPolicy`]: the model as a rollout policy (batched turns,
+//! - [`model_policy::ModelPolicy`]: the model as a rollout policy (batched turns,
 //!   parked KV caches); [`run_config::RunConfig`]: the TOML run configuration.
 //! - [`grpo`]: GRPO in one folder: `[train]`/`[grpo]` ([`grpo::config`]),
 //!   group-relative advantages, the clipped loss with k3 KL and its
@@ -49,7 +49,7 @@ pub mod optim;
 pub mod packing;
 pub mod pipeline;
 pub mod plan;
-pub mod policy;
+pub mod model_policy;
 pub mod repos;
 pub mod rollouts;
 pub mod run;

@@ -67,7 +67,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
     let model = match &a.model {
-        Some(m) => trainer::policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
+        Some(m) => trainer::model_policy::load::load_model(m, a.adapter.as_deref(), &a.on.placement())?.0,
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = lm::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;

@@ -98,18 +98,18 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
             "--out ATTEMPTS.jsonl or --out-dir DIR is required"
         );
         let judge = args.scaling.judge.clone().unwrap_or(super::scaling::JudgeSpec::Evidence);
-        let run = trainer::rollouts::scaling::run(&cfg, &tasks, &args.policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
+        let run = trainer::rollouts::attempts::run(&cfg, &tasks, &args.policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
         if let Some(out) = &args.out {
             write_episodes_atomic(out, &run.attempts)?;
         }
         let judge = judge.name();
         if let Some(dir) = &args.scaling.out_dir {
             let policy = policy_name(&args.policy);
-            trainer::rollouts::scaling::write_dir(dir, &run, &sc, &policy, &judge)?;
+            trainer::rollouts::attempts::write_dir(dir, &run, &sc, &policy, &judge)?;
             apps::plot::scaling::draw_dir(dir, None)?;
             eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
         }
-        print!("{}", trainer::rollouts::scaling::report(&run, &judge));
+        print!("{}", trainer::rollouts::attempts::report(&run, &judge));
         return Ok(());
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };

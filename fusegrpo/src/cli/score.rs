@@ -2,7 +2,7 @@
 
 use super::common::{model_tokenizer, read_input_lines, RunOn};
 use trainer::files::write_json_lines;
-use trainer::policy::load::load_model;
+use trainer::model_policy::load::load_model;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

@@ -3,7 +3,7 @@
 //! stdout once bound (so `--port 0` can be used by scripts and tests).
 
 use super::common::RunOn;
-use trainer::policy::load::load_model;
+use trainer::model_policy::load::load_model;
 use anyhow::{Context, Result};
 use rollout::chat::ChatTokenizer;
 use std::io::Write;

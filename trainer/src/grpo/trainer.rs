@@ -19,11 +19,11 @@ use crate::grpo::{
 use crate::optim::{Gradients, Update};
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
-use crate::policy::ModelPolicy;
+use crate::model_policy::ModelPolicy;
 use super::config::{GrpoSection, TrainSection};
 use super::{batch, engine_sync, resample};
 use crate::optim::OptimSection;
-use crate::policy::RolloutLimits;
+use crate::model_policy::RolloutLimits;
 use lm::sampling::SamplerConfig;
 use rollout::episode::EpisodeConfig;
 use rollout::reward::RewardConfig;

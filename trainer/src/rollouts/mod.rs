@@ -4,7 +4,7 @@
 //! HTTP teacher), a checked task file, progress, and episode files.
 
 pub mod episodes;
-pub mod scaling;
+pub mod attempts;
 pub mod vllm;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};
@@ -138,10 +138,10 @@ fn with_policy_in<T>(
             work(&mut engine, env)
         }
         PolicyChoice::Model => {
-            let (model, _) = crate::policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
+            let (model, _) = crate::model_policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
             let stop = tok.stop_ids().to_vec();
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
-            let mut policy = crate::policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
+            let mut policy = crate::model_policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
             work(&mut policy, env)
         }
         PolicyChoice::Scripted => {

@@ -71,7 +71,7 @@ const VLLM_PROBE: &str = "Issue: calling parse_config() with an empty file raise
 /// adapter loaded under a name of its own, or the weights reloaded in
 /// place). Returns the mean and the max.
 fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result<(f64, f64)> {
-    let (model, _) = crate::policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
+    let (model, _) = crate::model_policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
     let ours: Vec<f32> = lm::logprobs::score_sequence(&model, probe)?.into_iter().skip(1).map(|l| l.unwrap_or(f32::NAN)).collect();
     drop(model);
     let v = cfg.rollout.vllm.as_ref().context("[rollout.vllm]")?;

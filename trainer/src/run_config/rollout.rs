@@ -99,8 +99,8 @@ fn is_default_prefill(n: &usize) -> bool {
 }
 
 impl RolloutSection {
-    pub fn limits(&self) -> crate::policy::RolloutLimits {
-        crate::policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens, max_live: self.max_live_episodes }
+    pub fn limits(&self) -> crate::model_policy::RolloutLimits {
+        crate::model_policy::RolloutLimits { max_batch_tokens: self.max_batch_tokens, max_kv_tokens: self.max_kv_tokens, max_prefill_tokens: self.max_prefill_tokens, max_live: self.max_live_episodes }
     }
 }
 

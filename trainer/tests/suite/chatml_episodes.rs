@@ -22,7 +22,7 @@ use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use trainer::policy::{ModelPolicy, RolloutLimits};
+use trainer::model_policy::{ModelPolicy, RolloutLimits};
 use lm::sampling::SamplerConfig;
 
 fn template() -> PathBuf {

@@ -15,7 +15,7 @@ use rollout::tools::ToolRunner;
 use std::path::Path;
 use std::process::Command;
 use lm::logprobs::score_sequence;
-use trainer::policy::{ModelPolicy, PolicyStats, RolloutLimits};
+use trainer::model_policy::{ModelPolicy, PolicyStats, RolloutLimits};
 use lm::sampling::SamplerConfig;
 use lm::{CausalLm, ModelConfig};
 
