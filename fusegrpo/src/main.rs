@@ -208,10 +208,10 @@ fn run(command: Command) -> anyhow::Result<()> {
 /// commands run: any other would run N times over the same files.
 fn only_data_parallel_commands_under_a_launcher(command: &Command) -> anyhow::Result<()> {
     let dist = trainer::dist::current();
-    let parallel = matches!(command, Command::Train(_) | Command::Sft(_) | Command::DistCheck(_));
+    let parallel = matches!(command, Command::Train(_) | Command::Sft(_) | Command::Pipeline(_) | Command::DistCheck(_));
     anyhow::ensure!(
         dist.world() == 1 || parallel,
-        "started as one of {} ranks: only `train`, `sft` and `dist-check` run data-parallel; run this command as one process",
+        "started as one of {} ranks: only `train`, `sft`, `pipeline` and `dist-check` run data-parallel; run this command as one process",
         dist.world()
     );
     Ok(())

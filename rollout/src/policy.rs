@@ -68,4 +68,15 @@ pub trait Policy {
     fn max_live(&self) -> Option<usize> {
         None
     }
+
+    /// Seeds drawn from the policy's random stream so far (a sampling model
+    /// draws one per [`Policy::next_turns`]; 0 for a policy without one).
+    fn draws(&self) -> u64 {
+        0
+    }
+
+    /// Draws `n` seeds and drops them, as `n` more calls would have: ranks
+    /// that shared a batch and decoded fewer rounds than the busiest one
+    /// stay in step with one process that decoded the whole batch.
+    fn skip_draws(&mut self, _n: u64) {}
 }

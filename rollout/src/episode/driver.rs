@@ -117,18 +117,51 @@ pub fn run_episodes_until(
     cancel: &Arc<AtomicBool>,
     on_done: impl FnMut(&Episode),
 ) -> Result<Vec<Episode>, RolloutError> {
+    run_keyed_until(policy, env, tasks, group, cfg, 0, cancel, on_done)
+}
+
+/// [`run_episodes`] whose episodes are keyed from `first` on (the key a
+/// policy sees in [`TurnRequest::episode`], which keys the scripted
+/// teacher's variant and a sampling model's random stream): a share of a
+/// larger batch, keyed as in the whole batch, plays the episodes the whole
+/// batch would (ranks of a data-parallel evaluation).
+pub fn run_episodes_keyed(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[Task],
+    group: usize,
+    cfg: &EpisodeConfig,
+    first: u64,
+    on_done: impl FnMut(&Episode),
+) -> Result<Vec<Episode>, RolloutError> {
+    run_keyed_until(policy, env, tasks, group, cfg, first, &Arc::new(AtomicBool::new(false)), on_done)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_keyed_until(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[Task],
+    group: usize,
+    cfg: &EpisodeConfig,
+    first: u64,
+    cancel: &Arc<AtomicBool>,
+    on_done: impl FnMut(&Episode),
+) -> Result<Vec<Episode>, RolloutError> {
     policy.interrupt_on(Some(cancel.clone()));
-    let result = drive(policy, env, tasks, group, cfg, cancel, on_done);
+    let result = drive(policy, env, tasks, group, cfg, first, cancel, on_done);
     policy.interrupt_on(None);
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive(
     policy: &mut dyn Policy,
     env: &Env<'_>,
     tasks: &[Task],
     group: usize,
     cfg: &EpisodeConfig,
+    first: u64,
     cancel: &AtomicBool,
     mut on_done: impl FnMut(&Episode),
 ) -> Result<Vec<Episode>, RolloutError> {
@@ -152,7 +185,7 @@ fn drive(
                 l.ep.phase = Phase::Done(StopReason::ContextFull);
             }
         }
-        finish_done(&mut live, env.reward, policy, &mut on_done);
+        finish_done(&mut live, env.reward, policy, first, &mut on_done);
         let active: Vec<usize> = (0..started).filter(|&i| live[i].ep.phase == Phase::Generating).collect();
         if active.is_empty() {
             if started == live.len() {
@@ -161,13 +194,13 @@ fn drive(
             continue;
         }
         if cancelled() {
-            return Err(cancel_all(&live, policy));
+            return Err(cancel_all(&live, policy, first));
         }
         let t0 = Instant::now();
         let requests: Vec<TurnRequest<'_>> = active
             .iter()
             .map(|&i| TurnRequest {
-                episode: i as u64,
+                episode: first + i as u64,
                 tokens: &live[i].ep.tokens,
                 messages: &live[i].messages,
                 tools: &tools,
@@ -175,7 +208,7 @@ fn drive(
             })
             .collect();
         let outputs = match policy.next_turns(&requests) {
-            Err(_) if cancelled() => return Err(cancel_all(&live, policy)),
+            Err(_) if cancelled() => return Err(cancel_all(&live, policy, first)),
             r => r?,
         };
         if outputs.len() != active.len() {
@@ -194,26 +227,26 @@ fn drive(
             }
             append_responses(l, env.tokenizer, cfg)?;
         }
-        finish_done(&mut live, env.reward, policy, &mut on_done);
+        finish_done(&mut live, env.reward, policy, first, &mut on_done);
     }
     Ok(live.into_iter().map(|l| l.ep).collect())
 }
 
 /// Releases what the policy keeps for the unfinished episodes of a
 /// cancelled run; the error says how many turns had run.
-fn cancel_all(live: &[Live], policy: &mut dyn Policy) -> RolloutError {
+fn cancel_all(live: &[Live], policy: &mut dyn Policy, first: u64) -> RolloutError {
     for (i, _) in live.iter().enumerate().filter(|(_, l)| !matches!(l.ep.phase, Phase::Done(_))) {
-        policy.finish(i as u64);
+        policy.finish(first + i as u64);
     }
     RolloutError::Cancelled { turns: live.iter().map(|l| l.ep.turns.len()).sum() }
 }
 
 /// Score every episode that just ended and tell the policy and the caller.
-fn finish_done(live: &mut [Live], reward: &RewardConfig, policy: &mut dyn Policy, on_done: &mut impl FnMut(&Episode)) {
+fn finish_done(live: &mut [Live], reward: &RewardConfig, policy: &mut dyn Policy, first: u64, on_done: &mut impl FnMut(&Episode)) {
     for (i, l) in live.iter_mut().enumerate() {
         if matches!(l.ep.phase, Phase::Done(_)) && l.ep.score.is_none() {
             finish(l, reward);
-            policy.finish(i as u64);
+            policy.finish(first + i as u64);
             on_done(&l.ep);
         }
     }

@@ -189,7 +189,7 @@ fn only_the_data_parallel_commands_run_as_several_ranks() {
     let repos = tmp.path().join("repos");
     let out = mpirun(2, &["practice-repo", "--out", s(&repos)]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("only `train`, `sft` and `dist-check` run data-parallel"), "{err}");
+    assert!(!out.status.success() && err.contains("only `train`, `sft`, `pipeline` and `dist-check` run data-parallel"), "{err}");
     assert!(!repos.exists());
     // One rank under mpirun is one process.
     mpirun_ok(1, &["practice-repo", "--out", s(&repos)]);
@@ -393,4 +393,131 @@ fn zero1_is_the_replicated_update_bit_for_bit_resumes_after_kill_9_and_reshards_
     mpirun_ok(3, &["train", "--config", s(&zero_cfg), "--model", s(&start), "--out", s(&grpo), "--max-steps", "1"]);
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(grpo.join("step_00000001/state.json")).unwrap()).unwrap();
     assert!(state["config"]["model"]["path"].as_str().unwrap().ends_with("step_00000002"), "{}", state["config"]["model"]);
+}
+
+/// A short recipe on the practice repository (tiny model): synth with the
+/// varied scripted teacher in chunks of 2 tasks, SFT, 2 GRPO steps, and
+/// sampled evaluations (2 episodes a task, temperature 0.7) of base,
+/// teacher, SFT and GRPO on 4 held-out tasks, also in chunks of 2.
+fn pipeline_world(dir: &Path) -> PathBuf {
+    let d = |p: &str| dir.join(p).to_str().unwrap().to_string();
+    fusegrpo_ok(&["practice-repo", "--out", &d("repos"), "--seed", "2", "--commits", "12"]);
+    fusegrpo_ok(&["tasks", "from-history", "--repo", "practice/shop", "--repos-dir", &d("repos"), "--out", &d("tasks.jsonl"), "--max", "10"]);
+    fusegrpo_ok(&[
+        "init-tiny", "--out", &d("model"), "--small-vocab", "1024", "--hidden-size", "32", "--intermediate-size", "64",
+        "--layers", "1", "--corpus-repo", "practice/shop", "--repos-dir", &d("repos"),
+    ]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"mpi-pipeline\"\n[model]\npath = \"model\"\n[env]\nrepos_dir = \"repos\"\n\
+         [env.tools]\nmax_grep_matches = 4\nmax_read_lines = 8\nmax_output_bytes = 400\n\
+         [episode]\nmax_turns = 3\nmax_turn_tokens = 24\nmax_total_tokens = 2400\n\
+         [sampling]\ntemperature = 0.7\nseed = 1\n[rollout]\ngroup = 2\n\
+         [train]\nsteps = 2\ntasks_per_step = 2\nmicro_batch_rows = 4\nsave_every = 1\nkeep_last = 2\n\
+         [optim]\nlr = 1e-3\n\
+         [sft]\nepochs = 1\nbatch_rows = 4\nmicro_batch_rows = 2\nlr = 1e-3\nheldout_fraction = 0.2\neval_tasks = 0\nsave_every = 1\nkeep_last = 2\n\
+         [sft.filter]\nmin_f1 = 0.3\nmin_e = 0.0\nmin_calls_per_turn = 1\nmax_tokens = 2400\nmax_truncation_ratio = 0.5\n\
+         [pipeline]\ntasks = \"tasks.jsonl\"\nheldout_tasks = 4\nsamples = 2\neval_group = 2\neval_temperature = 0.7\neval_teacher = true\nchunk_tasks = 2\n",
+    )
+    .unwrap();
+    cfg
+}
+
+/// An episode file's lines without their wall times (`seconds`, and
+/// `seconds`/`tools_seconds` of each turn).
+fn episodes_without_timings(path: &Path) -> Vec<serde_json::Value> {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.retain(|k, _| !k.contains("seconds"));
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut rows = read_jsonl(path);
+    rows.iter_mut().for_each(strip);
+    rows
+}
+
+/// A report's stage rows without their wall times.
+fn stages_without_timings(run: &Path) -> serde_json::Value {
+    let mut report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("report.json")).unwrap()).unwrap();
+    let stages = report["stages"].as_object_mut().unwrap();
+    for row in stages.values_mut() {
+        row.as_object_mut().unwrap().remove("seconds");
+    }
+    serde_json::json!({ "stages": stages, "paired": report["paired"], "filter": report["filter"] })
+}
+
+#[test]
+#[ignore = "needs mpirun and fusegrpo built with --features mpi: scripts/test-mpi.sh"]
+fn pipeline_on_two_ranks_plays_one_process_episodes_and_resumes_after_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = pipeline_world(tmp.path());
+    let (one, two, killed) = (tmp.path().join("one"), tmp.path().join("two"), tmp.path().join("killed"));
+    mpirun_ok(1, &["pipeline", "--config", s(&cfg), "--out", s(&one)]);
+    let out = mpirun_ok(2, &["pipeline", "--config", s(&cfg), "--out", s(&two)]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.matches("report: ").count(), 1, "rank 0 alone prints the table:\n{table}");
+
+    // What does not depend on training plays the same episodes, token for
+    // token: the teacher's trajectories (each rank's share keyed as in the
+    // whole chunk) and the sampled evaluations of the base model and the teacher.
+    // The model's log-probs come from other batches (a task's episodes
+    // decode beside other tasks'), so their last bit may differ.
+    for file in ["synth/trajectories.jsonl", "eval/base.jsonl", "eval/teacher.jsonl"] {
+        let (mut a, mut b) = (episodes_without_timings(&one.join(file)), episodes_without_timings(&two.join(file)));
+        assert!(!a.is_empty() && a.len() == b.len(), "{file}: {} vs {} episodes", a.len(), b.len());
+        for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+            let (lx, ly) = (x.as_object_mut().unwrap().remove("logprobs").unwrap(), y.as_object_mut().unwrap().remove("logprobs").unwrap());
+            for (p, q) in lx.as_array().unwrap().iter().zip(ly.as_array().unwrap()) {
+                let (p, q) = (p.as_f64().unwrap(), q.as_f64().unwrap());
+                assert!((p - q).abs() <= 1e-5, "{file}: log-prob {p} vs {q}");
+            }
+        }
+        assert!(a == b, "{file}: 2 ranks played other episodes than 1 process");
+    }
+    let (r1, r2) = (stages_without_timings(&one), stages_without_timings(&two));
+    for stage in ["base", "teacher"] {
+        assert_eq!(r1["stages"][stage], r2["stages"][stage], "report row {stage}");
+    }
+    assert_eq!(r1["filter"], r2["filter"], "the same trajectories pass the filter");
+    // SFT sums the ranks' gradients in another order (dist-check: within
+    // ~1e-7), and GRPO's rollouts draw from each rank's own stream: their
+    // rows are reported, not equal to one process's.
+    let (s1, s2) = (read_jsonl(&one.join("sft/metrics.jsonl")), read_jsonl(&two.join("sft/metrics.jsonl")));
+    assert_eq!(s1.len(), s2.len());
+    for (a, b) in s1.iter().zip(&s2) {
+        let (la, lb) = (a["loss"].as_f64().unwrap(), b["loss"].as_f64().unwrap());
+        assert!((la - lb).abs() <= 1e-4 * la.abs().max(1.0), "SFT loss {la} (1 process) vs {lb} (2 ranks)");
+    }
+    for stage in ["sft", "grpo"] {
+        assert_eq!(r2["stages"][stage]["episodes"], 8, "4 held-out tasks x 2");
+    }
+
+    // kill -9 of a rank once GRPO has saved its first step; the rerun
+    // continues and reports what the uninterrupted 2-rank run did.
+    let job = mpirun(2, &["pipeline", "--config", s(&cfg), "--out", s(&killed)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let log = killed.join("grpo/rank-1.jsonl");
+    let t0 = Instant::now();
+    while !log.exists() || read_jsonl_or_empty(&log).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(600), "rank 1 never finished a GRPO step");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid: serde_json::Value = serde_json::from_str(&read_jsonl_or_empty(&log)[0]).unwrap();
+    let pid = pid["pid"].as_u64().unwrap();
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    let out = job.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the killed job failed");
+    assert!(!killed.join("report.json").exists());
+    let again = mpirun_ok(2, &["pipeline", "--config", s(&cfg), "--out", s(&killed)]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("== synth: ") && err.contains("exists, skipped") && err.contains("== sft: done"), "done stages skipped:\n{err}");
+    assert_eq!(stages_without_timings(&killed), r2, "the resumed pipeline's report");
+    for name in ["model.safetensors", "optimizer.safetensors"] {
+        assert!(file(&killed.join("grpo"), 2, name) == file(&two.join("grpo"), 2, name), "GRPO {name} of the resumed pipeline differs");
+    }
 }

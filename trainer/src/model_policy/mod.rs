@@ -72,13 +72,15 @@ pub struct ModelPolicy<'m, R: Rng> {
     stats: PolicyStats,
     /// Set: the decode stops before its next token ([`Policy::interrupt_on`]).
     interrupt: Option<Arc<AtomicBool>>,
+    /// Seeds drawn from `rng` ([`Policy::draws`]).
+    draws: u64,
 }
 
 impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
     pub fn new(model: &'m CausalLm, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
         let limits = RolloutLimits { max_batch_tokens: limits.max_batch_tokens.max(1), max_prefill_tokens: limits.max_prefill_tokens.max(1), ..limits };
-        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default(), interrupt: None }
+        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default(), interrupt: None, draws: 0 }
     }
 
     /// The caller's RNG (to checkpoint its state).
@@ -218,6 +220,7 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
             return Err(self.err(format!("episode {} asks for a turn with no tokens", r.episode)));
         }
         let streams = DrawStreams::for_sampler(&self.sampler, &mut self.rng);
+        self.draws += u64::from(streams.is_some());
         let mut outputs = Vec::with_capacity(requests.len());
         let mut start = 0;
         while start < requests.len() {
@@ -235,6 +238,16 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
 
     fn finish(&mut self, episode: u64) {
         self.parked.remove(&episode);
+    }
+
+    fn draws(&self) -> u64 {
+        self.draws
+    }
+
+    fn skip_draws(&mut self, n: u64) {
+        for _ in 0..n {
+            self.draws += u64::from(DrawStreams::for_sampler(&self.sampler, &mut self.rng).is_some());
+        }
     }
 
     fn interrupt_on(&mut self, flag: Option<Arc<AtomicBool>>) {

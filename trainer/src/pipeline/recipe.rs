@@ -4,6 +4,13 @@
 //! the run folder and is skipped when that output exists; SFT and GRPO resume
 //! from their newest checkpoint, so an interrupted pipeline continues where
 //! it stopped.
+//!
+//! Under `mpirun -n N` every rank runs the recipe: the stages that
+//! parallelize share their work (teacher synthesis, the difficulty probe
+//! and the evaluations by tasks, [`run_policy_resumable`]; SFT and GRPO as
+//! `fusegrpo sft`/`train` do), and what writes the run folder's shared files
+//! (task lists, markers, the report) runs on rank 0, the others waiting for
+//! its result ([`on_rank0`]).
 
 use crate::rollouts::episodes::run_policy_resumable;
 use crate::rollouts::{with_env, Endpoint, TeacherOpts};
@@ -38,10 +45,15 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     let cfg = cfg.clone();
     let (p, source) = super::pipeline_inputs(&cfg, config)?;
     crate::run::grpo::check_vllm_pipeline(&cfg)?;
+    let world = crate::dist::current().world();
+    anyhow::ensure!(
+        world == 1 || cfg.rollout.engine != crate::run_config::Engine::Vllm,
+        "[rollout] engine = \"vllm\" with {world} ranks: a pipeline on a vLLM server runs as one process (the server does the batching); run without mpirun/srun"
+    );
     let run_dir = run_dir.to_path_buf();
     let tasks_path = match source {
         TaskSource::File(path) => path.to_path_buf(),
-        TaskSource::Synth(s) => synth_tasks(&cfg, p, s, &run_dir)?,
+        TaskSource::Synth(s) => on_rank0(|| synth_tasks(&cfg, p, s, &run_dir))?,
     };
     let p = p.clone();
     let all = crate::rollouts::checked_tasks(&tasks_path, &cfg, skip_bad)
@@ -58,22 +70,25 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         }
         None => split_tasks(&all, &p)?,
     };
-    eprintln!("pipeline: {} training tasks, {} held out, run folder {}", train.len(), heldout.len(), run_dir.display());
-    crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
-    crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?;
-    // Stages skipped now keep the wall time the report recorded when they ran.
+    // Read by every rank before rank 0 writes anything.
     let mut seconds = previous_stage_seconds(&run_dir.join("report.json"));
+    let ranks = if world > 1 { format!(", {world} ranks") } else { String::new() };
+    say(&format!("pipeline: {} training tasks, {} held out, run folder {}{ranks}", train.len(), heldout.len(), run_dir.display()));
+    on_rank0(|| {
+        crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
+        crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)
+    })?;
 
     let traj = run_dir.join("synth/trajectories.jsonl");
     if traj.exists() {
-        eprintln!("== synth: {} exists, skipped", traj.display());
+        say(&format!("== synth: {} exists, skipped", traj.display()));
     } else {
         let t0 = Instant::now();
         let (teacher, opts) = teacher_of(&p, cfg.sampling.seed);
         let tasks = draw(&train, p.synth_tasks, p.split_seed);
-        eprintln!("== synth: {} teacher episodes on each of {} training tasks", p.samples, tasks.len());
+        say(&format!("== synth: {} teacher episodes on each of {} training tasks", p.samples, tasks.len()));
         let episodes = run_policy_resumable(&cfg, &tasks, &teacher, p.samples, &opts, p.chunk_tasks, &traj)?;
-        eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
+        say(&format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher")));
         seconds.insert("synth".to_string(), t0.elapsed().as_secs_f64());
     }
 
@@ -89,11 +104,11 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
     // The chosen pilot run's folder (named as `pilot` names it).
     let extend = (p.pilot.extend && pilot.is_some()).then(|| run_dir.join("pilot").join(format!("lr-{:e}", grpo_cfg.optim.lr)));
-    let longer = reopen_if_longer(&run_dir.join("grpo"), "grpo", grpo_cfg.train.steps)?;
+    let longer = on_rank0(|| reopen_if_longer(&run_dir.join("grpo"), "grpo", grpo_cfg.train.steps))?;
     let grpo_ckpt = stage(&run_dir.join("grpo"), "grpo", &mut seconds, |dir| {
         let mut opts = stage_opts(Path::new("grpo"));
         if let Some(pilot_dir) = &extend {
-            opts.allow_config_change = extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir)?;
+            opts.allow_config_change = on_rank0(|| extend_pilot(&grpo_cfg, p.pilot.steps, pilot_dir, dir))?;
         } else if longer {
             opts.allow_config_change = steps_only_change(&grpo_cfg, dir, "grpo: a longer run")?;
         }
@@ -118,14 +133,14 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     models.push(("grpo", cfg.with_trained(&grpo_ckpt), PolicyChoice::Model));
     for (name, model, policy) in models {
         let t0 = Instant::now();
-        eprintln!("== eval {name}: {} held-out tasks", heldout.len());
+        say(&format!("== eval {name}: {} held-out tasks", heldout.len()));
         let out = run_dir.join("eval").join(format!("{name}.jsonl"));
         let made_from = match name {
             "sft" => Some(sft_ckpt.as_path()),
             "grpo" => Some(grpo_ckpt.as_path()),
             _ => None,
         };
-        set_aside_if_stale(&out, made_from)?;
+        on_rank0(|| set_aside_if_stale(&out, made_from))?;
         let read_back = out.exists();
         let episodes = evaluate(&model, &p, &heldout, &policy, &out)?;
         let rewards = stats::task_rewards(&episodes);
@@ -144,9 +159,12 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         }
         report.paired.insert(format!("{later}_vs_{earlier}"), stats::paired(&per_task[earlier], &per_task[later]));
     }
-    std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-    println!("{}", table(&report));
-    println!("report: {}", run_dir.join("report.json").display());
+    on_rank0(|| {
+        std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+        println!("{}", table(&report));
+        println!("report: {}", run_dir.join("report.json").display());
+        Ok(())
+    })?;
     Ok(report)
 }
 
@@ -173,6 +191,29 @@ fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: 
     };
     crate::synth_tasks::make_tasks_to(&job, &out)?;
     Ok(out)
+}
+
+/// `work` on rank 0 alone (what writes the run folder's shared files),
+/// every rank then getting its result; one process runs it as it is. The
+/// others wait for rank 0 in the gather; when `work` fails there, rank 0's
+/// error ends every rank (`dist::launch`).
+fn on_rank0<T: serde::Serialize + serde::de::DeserializeOwned>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    let dist = crate::dist::current();
+    if dist.world() == 1 {
+        return work();
+    }
+    // A list, not an Option: `Some(())` would travel as JSON null, read back as None.
+    let mine = if dist.rank() == 0 { vec![work()?] } else { Vec::new() };
+    let all = crate::dist::gather_json(&*dist, &mine)?;
+    all.into_iter().next().and_then(|r0| r0.into_iter().next()).context("rank 0 sent no result")
+}
+
+/// A line on stderr from rank 0 (one process: every line); ranks share the
+/// launcher's stderr, and the stages' lines are the same on each.
+fn say(line: &str) {
+    if crate::dist::current().rank() == 0 {
+        crate::dist::say(line);
+    }
 }
 
 fn ensure_dir(dir: &Path) -> Result<&Path> {
@@ -218,17 +259,18 @@ fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl 
     let marker = dir.join(COMPLETE);
     match finished_checkpoint(dir)? {
         Some(Ok(ckpt)) => {
-            eprintln!("== {name}: done ({}), skipped", ckpt.display());
+            say(&format!("== {name}: done ({}), skipped", ckpt.display()));
             return Ok(ckpt);
         }
-        Some(Err(ckpt)) => eprintln!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display()),
+        Some(Err(ckpt)) => say(&format!("== {name}: {} names {}, which is not a complete checkpoint; running the stage again", marker.display(), ckpt.display())),
         None => {}
     }
-    eprintln!("== {name}");
+    say(&format!("== {name}"));
     let t0 = Instant::now();
     match run(dir).with_context(|| format!("pipeline stage {name}"))? {
         RunEnd::Done(ckpt) => {
-            std::fs::write(&marker, serde_json::json!({ "checkpoint": ckpt }).to_string())?;
+            // Every rank has finished the stage (and read the marker's absence) first.
+            on_rank0(|| Ok(std::fs::write(&marker, serde_json::json!({ "checkpoint": ckpt }).to_string())?))?;
             seconds.insert(name.to_string(), t0.elapsed().as_secs_f64());
             Ok(ckpt)
         }
@@ -271,7 +313,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
         return Ok((train.to_vec(), None));
     }
     let probe = draw(train, d.tasks, p.split_seed.wrapping_add(1));
-    eprintln!("== difficulty: {} episodes of the SFT model on each of {} training tasks", d.samples, probe.len());
+    say(&format!("== difficulty: {} episodes of the SFT model on each of {} training tasks", d.samples, probe.len()));
     let t0 = Instant::now();
     let out = run_dir.join("difficulty/episodes.jsonl");
     let read_back = out.exists();
@@ -288,9 +330,9 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let all_zero = rewards.values().filter(|r| r.iter().all(|x| *x == 0.0)).count();
     let summary = Summary::of(&episodes);
     let (mean, answered) = (summary.reward, summary.answered);
-    eprintln!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered);
+    say(&format!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered));
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
-    crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?;
+    on_rank0(|| crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept))?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
                                      "mean_reward": mean, "answered": answered});
     Ok((kept, Some(figures)))
@@ -318,14 +360,14 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         // Step 1 rolls out before any update: the same for every rate.
         let after_first = if rewards.len() > 1 { &rewards[1..] } else { &rewards[..] };
         let mean = after_first.iter().sum::<f64>() / after_first.len().max(1) as f64;
-        eprintln!("pilot {name}: mean reward R {mean:.4} (R of the rollouts, without the answer term) over steps 2-{}", rewards.len());
+        say(&format!("pilot {name}: mean reward R {mean:.4} (R of the rollouts, without the answer term) over steps 2-{}", rewards.len()));
         means.insert(format!("{lr:e}"), serde_json::json!({"mean_reward": mean, "rewards": rewards}));
         if best.is_none_or(|(_, m)| mean > m) {
             best = Some((lr, mean));
         }
     }
     let (lr, _) = best.expect("at least one pilot");
-    eprintln!("pilot: the long run takes lr {lr:e}");
+    say(&format!("pilot: the long run takes lr {lr:e}"));
     Ok(Some(serde_json::json!({"steps": p.pilot.steps, "runs": means, "chosen_lr": lr})))
 }
 
@@ -350,7 +392,7 @@ fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
     if done >= steps {
         return Ok(false);
     }
-    eprintln!("== {name}: finished at step {done} ({}); [train] steps is now {steps}: continuing from it", ckpt.display());
+    say(&format!("== {name}: finished at step {done} ({}); [train] steps is now {steps}: continuing from it", ckpt.display()));
     std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
     Ok(true)
 }
@@ -396,7 +438,7 @@ fn set_aside_if_stale(out: &Path, made_from: Option<&Path>) -> Result<()> {
                     std::fs::rename(&from, &to).with_context(|| format!("moving {} to {}", from.display(), to.display()))?;
                 }
             }
-            eprintln!("eval: {} was made with {}; kept as {stem}.{tag}.jsonl, evaluating {} again", out.display(), was["checkpoint"], now["checkpoint"]);
+            say(&format!("eval: {} was made with {}; kept as {stem}.{tag}.jsonl, evaluating {} again", out.display(), was["checkpoint"], now["checkpoint"]));
         }
     }
     if !source.exists() {
@@ -424,7 +466,7 @@ fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path)
     if crate::checkpoint::latest(dir)?.is_none() {
         let from = crate::checkpoint::latest(pilot_dir)?
             .with_context(|| format!("[pipeline.pilot] extend: the chosen pilot run {} has no checkpoint", pilot_dir.display()))?;
-        eprintln!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps);
+        say(&format!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps));
         copy_run(pilot_dir, dir)?;
     }
     crate::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;

@@ -6,7 +6,7 @@ use super::{on_done, progress_bar, with_policy, TeacherOpts};
 use crate::files::write_json_lines;
 use crate::run_config::{PolicyChoice, RunConfig};
 use anyhow::{Context, Result};
-use rollout::episode::driver::run_episodes;
+use rollout::episode::driver::run_episodes_keyed;
 use rollout::episode::Episode;
 use rollout::tasks::Task;
 use std::io::BufRead;
@@ -47,6 +47,13 @@ pub fn episode_row(e: &Episode) -> serde_json::Value {
 /// these tasks', and continues after them; `out` appears (renamed) when all
 /// are done, and is read back when it exists. A first interrupt stops after
 /// the chunk in progress (exit 130, nothing lost).
+///
+/// With several ranks ([`crate::dist::current`], `mpirun`), each chunk's
+/// tasks are shared among them ([`crate::dist::share`]), each rank's
+/// episodes keyed as in the whole chunk ([`run_episodes_keyed`]), so the
+/// scripted teacher and a sampling model play the episodes one process
+/// would; the chunk is gathered in rank order (task order) and rank 0
+/// alone writes the files. Every rank returns every episode.
 pub fn run_policy_resumable(
     cfg: &RunConfig,
     tasks: &[Task],
@@ -56,6 +63,8 @@ pub fn run_policy_resumable(
     chunk: usize,
     out: &Path,
 ) -> Result<Vec<Episode>> {
+    let dist = crate::dist::current();
+    let writer = dist.rank() == 0;
     if out.exists() {
         return read(out);
     }
@@ -64,28 +73,35 @@ pub fn run_policy_resumable(
     }
     let partial = PathBuf::from(format!("{}.chunks", out.display()));
     let chunk = chunk.max(1);
-    let mut done = read_whole_chunks(&partial, tasks, group, chunk)?;
-    if !done.is_empty() {
+    // Rank 0 drops a torn tail first; the others then read what it kept.
+    let mut done = if writer { read_whole_chunks(&partial, tasks, group, chunk)? } else { Vec::new() };
+    dist.barrier()?;
+    if !writer {
+        done = read_whole_chunks(&partial, tasks, group, chunk)?;
+    }
+    if !done.is_empty() && writer {
         eprintln!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group);
     }
     let stop = crate::interrupt::flag()?;
     with_policy(cfg, policy, teacher, |policy, env| {
-        let bar = progress_bar((tasks.len() * group) as u64, "episodes");
+        let bar = if writer { progress_bar((tasks.len() * group) as u64, "episodes") } else { indicatif::ProgressBar::hidden() };
         bar.set_position(done.len() as u64);
         // One progress closure for every chunk: its mean and ETA are this run's.
         let mut progress = on_done(&bar);
         for piece in tasks[done.len() / group..].chunks(chunk) {
-            let episodes = run_episodes(policy, env, piece, group, &cfg.episode, &mut progress)?;
-            let mut text = String::new();
-            for e in &episodes {
-                text += &serde_json::to_string(&episode_row(e))?;
-                text.push('\n');
+            let mine = crate::dist::share(&*dist, piece.len());
+            let first = (mine.start * group) as u64;
+            let before = policy.draws();
+            let local = run_episodes_keyed(policy, env, &piece[mine], group, &cfg.episode, first, &mut progress)?;
+            let mine = policy.draws() - before;
+            keep_draws_in_step(&*dist, policy, mine)?;
+            let episodes = crate::dist::gather_concat(&*dist, local)?;
+            if writer {
+                append_chunk(&partial, &episodes)?;
             }
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&partial).with_context(|| format!("opening {}", partial.display()))?;
-            std::io::Write::write_all(&mut file, text.as_bytes()).with_context(|| format!("appending to {}", partial.display()))?;
-            file.sync_data().with_context(|| format!("syncing {}", partial.display()))?;
             done.extend(episodes);
-            if stop.load(std::sync::atomic::Ordering::SeqCst) && done.len() < tasks.len() * group {
+            let stopping = crate::dist::any(&*dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
+            if stopping && done.len() < tasks.len() * group {
                 bar.abandon();
                 return Err(crate::interrupt::Interrupted(format!(
                     "interrupted: {} of {} episodes kept in {}; run the same command again to continue",
@@ -99,9 +115,40 @@ pub fn run_policy_resumable(
         bar.finish_and_clear();
         Ok(())
     })?;
-    write_episodes_atomic(out, &done)?;
-    std::fs::remove_file(&partial).with_context(|| format!("removing {}", partial.display()))?;
+    if writer {
+        write_episodes_atomic(out, &done)?;
+        std::fs::remove_file(&partial).with_context(|| format!("removing {}", partial.display()))?;
+    }
+    dist.barrier()?;
     Ok(done)
+}
+
+/// After a chunk, every rank's policy as far along its random stream as
+/// the rank that drew the most seeds (`mine` this rank's draws): one
+/// process decodes the chunk in as many rounds as the rank with the
+/// longest episodes, one seed a round, so the next chunk starts from the
+/// same seed on every rank as in one process. (Exact when the chunk's
+/// episodes all run at once: `chunk_tasks` x group within
+/// `[rollout] max_live_episodes`.)
+fn keep_draws_in_step(dist: &dyn crate::dist::Collective, policy: &mut dyn rollout::policy::Policy, mine: u64) -> Result<()> {
+    if dist.world() == 1 {
+        return Ok(());
+    }
+    let most = dist.all_gather_f64(&[mine as f64])?.into_iter().fold(0.0, f64::max) as u64;
+    policy.skip_draws(most - mine);
+    Ok(())
+}
+
+/// One chunk's episodes appended to the partial file and synced.
+fn append_chunk(partial: &Path, episodes: &[Episode]) -> Result<()> {
+    let mut text = String::new();
+    for e in episodes {
+        text += &serde_json::to_string(&episode_row(e))?;
+        text.push('\n');
+    }
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(partial).with_context(|| format!("opening {}", partial.display()))?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).with_context(|| format!("appending to {}", partial.display()))?;
+    file.sync_data().with_context(|| format!("syncing {}", partial.display()))
 }
 
 /// Why `line` is not an episode, naming the field where that can be told:
