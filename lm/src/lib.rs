@@ -29,6 +29,7 @@ pub mod logprobs;
 pub mod lora;
 pub mod model;
 pub mod params;
+pub mod profile;
 pub mod safetensors_stream;
 pub mod sampling;
 pub mod weights;
