@@ -4,7 +4,6 @@
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::PathBuf;
-use std::time::Instant;
 use super::{rss_kib, Clock};
 use trainer::device::DTypeKind;
 use lm::model::cache::Positions;
@@ -41,11 +40,11 @@ pub fn run(args: Args) -> Result<()> {
     };
     let dtype: DType = args.dtype.into();
     if !args.dir.join(INDEX_FILE).exists() {
-        let t0 = Instant::now();
+        let clock = Clock::start(&Device::Cpu)?;
         let w = lm::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
         save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
             .with_context(|| format!("writing {}", args.dir.display()))?;
-        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), t0.elapsed().as_secs_f64());
+        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), clock.seconds()?);
     }
     let rss_before = rss_kib("VmRSS");
     let clock = Clock::start(&Device::Cpu)?;
