@@ -318,11 +318,13 @@ mod tests {
         assert!(!is_on());
         assert_eq!(grads.get(x.as_tensor()).unwrap().to_vec1::<f32>().unwrap(), vec![4.0; 4]);
         let s = |ph| p.get(ph);
-        assert!(s(Phase::Attention) >= 0.040 && s(Phase::Attention) < 0.060, "{p:?}");
-        assert!(s(Phase::Matmul) >= 0.060 && s(Phase::Matmul) < 0.090, "the backward's sleep: {p:?}");
+        // Lower bounds only: a loaded machine stretches every interval.
+        assert!(s(Phase::Attention) >= 0.040, "{p:?}");
+        assert!(s(Phase::Matmul) >= 0.060, "the backward's sleep (its forward is one copy): {p:?}");
         assert!(s(Phase::Other) >= 0.030, "{p:?}");
-        assert!(s(Phase::Optimizer) >= 0.020 && s(Phase::Optimizer) < 0.040, "{p:?}");
+        assert!(s(Phase::Optimizer) >= 0.020, "{p:?}");
         assert_eq!(s(Phase::LogprobHead), 0.0);
+        assert_eq!(s(Phase::NormRopeElementwise), 0.0);
         // 2 ops x (open, close) forward, 2 x (open, close) backward, the region's 2, the marks' copies' 4, finish.
         assert!(p.events >= 10, "{p:?}");
     }
