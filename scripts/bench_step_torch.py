@@ -91,6 +91,8 @@ def main() -> None:
 
     step()  # warm-up, not counted
     rss_first = peak_rss_mib()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()  # the peak of the timed steps
     times, loss = [], float("nan")
     for _ in range(a.reps):
         model.zero_grad(set_to_none=True)

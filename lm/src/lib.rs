@@ -15,6 +15,12 @@
 //!   per-sequence random streams; the draw runs in `kernels::sampling`) and
 //!   [`generate`]: seeded sampling and batched generation with the KV cache.
 //! - [`init`]: random weights for tiny checkpoints (tests and CPU runs).
+//! - [`profile`]: per-phase times of a training step (attention, projections,
+//!   log-prob head, norms and rotary, optimizer), forward and backward, for
+//!   `bench step --phases`; a thread's own switch, off unless a benchmark
+//!   turns it on (the one piece of state the model does not take as an
+//!   argument: threading a profiler through every op would change every
+//!   signature for a measurement).
 //!
 //! The `trainer` crate re-exports every module under the same name.
 
@@ -29,6 +35,7 @@ pub mod logprobs;
 pub mod lora;
 pub mod model;
 pub mod params;
+pub mod profile;
 pub mod safetensors_stream;
 pub mod sampling;
 pub mod weights;

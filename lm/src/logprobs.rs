@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::model::{cache::Positions, ops, CausalLm};
+use crate::profile::{self, Phase};
 use candle_core::{DType, Tensor, D};
 
 /// Log-probs `[n]` (f32) of `targets` `[n]` given hidden states `[n, hidden]`,
@@ -10,20 +11,26 @@ use candle_core::{DType, Tensor, D};
 /// Differentiable; the fused kernel ([`kernels::logprobs::token_logprobs`]):
 /// the `[n, vocab]` logits are never materialized.
 pub fn token_logprobs(model: &CausalLm, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
-    Ok(kernels::logprobs::token_logprobs(hidden, model.lm_head(), targets, temperature)?)
+    Ok(profile::op(Phase::LogprobHead, [hidden], |[h]| kernels::logprobs::token_logprobs(&h, model.lm_head(), targets, temperature))?)
 }
 
 /// [`token_logprobs`] and the detached entropy `[n]` of each position's
 /// temperature-scaled distribution, from the same fused pass.
 pub fn token_logprobs_and_entropy(model: &CausalLm, hidden: &Tensor, targets: &Tensor, temperature: f64) -> Result<(Tensor, Tensor)> {
-    Ok(kernels::logprobs::token_logprobs_and_entropy(hidden, model.lm_head(), targets, temperature)?)
+    let head = |[h]: [Tensor; 1]| kernels::logprobs::token_logprobs_and_entropy(&h, model.lm_head(), targets, temperature);
+    Ok(profile::op_then(Phase::LogprobHead, [hidden], head, |(lp, ent), mark| Ok((mark(&lp)?, ent)))?)
 }
 
 /// `Σ weights · logp` (differentiable) with the detached log-probs and
 /// entropies `[n]`, the gradient computed in the forward sweep
 /// ([`kernels::logprobs::weighted_logprob_sum`]): for losses linear in the log-probs.
 pub fn weighted_logprob_sum(model: &CausalLm, hidden: &Tensor, targets: &Tensor, weights: &Tensor, temperature: f64) -> Result<kernels::logprobs::WeightedLogprobs> {
-    Ok(kernels::logprobs::weighted_logprob_sum(hidden, model.lm_head(), targets, weights, temperature)?)
+    let head = |[h]: [Tensor; 1]| kernels::logprobs::weighted_logprob_sum(&h, model.lm_head(), targets, weights, temperature);
+    // The gradient flows back through `sum` alone (the log-probs are detached).
+    Ok(profile::op_then(Phase::LogprobHead, [hidden], head, |mut out, mark| {
+        out.sum = mark(&out.sum)?;
+        Ok(out)
+    })?)
 }
 
 /// [`token_logprobs`] through the full logits (matmul, `/ T`, log-softmax,

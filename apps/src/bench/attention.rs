@@ -5,15 +5,18 @@
 //! over the inputs; the counterpart is `scripts/bench_attention_torch.py`.
 //! `--direct` calls the op's forward and backward without autograd, so the
 //! peak over the inputs and outputs is the op's own working memory.
+//! `--device cuda --dtype bf16` runs it on the GPU (the fused op where the
+//! CUDA kernels are on, else the reference composition: `kernel` in the
+//! JSON says which ran); the clock is read after synchronizing the device,
+//! and the checksums are taken after the clock.
 
-use super::{median, reset_peak_rss, rss_kib, set_threads};
+use super::{median, reset_peak_rss, rss_kib, set_threads, Clock};
 use anyhow::{ensure, Result};
-use candle_core::{Device, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use kernels::attention::{attention, attention_reference, Visibility};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Which implementation runs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -56,6 +59,9 @@ pub struct Args {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Device and dtype of q, k, v (on CUDA the RSS figures are the host's).
+    #[command(flatten)]
+    pub on: crate::args::RunOn,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -63,12 +69,17 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "--heads must be a positive multiple of --kv-heads");
     ensure!(!a.direct || (a.backward && matches!(a.mode, Mode::Fused)), "--direct needs --mode fused --backward");
     set_threads(a.threads)?;
+    let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));
+    ensure!(!a.direct || (device.is_cpu() && dtype == DType::F32), "--direct runs on the CPU in f32 only (--device cpu --dtype f32)");
     let (t, d) = (a.tokens, a.head_dim);
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
     let mut random = |shape: (usize, usize, usize, usize)| -> Result<Var> {
         let n = shape.0 * shape.1 * shape.2 * shape.3;
         let data: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        Ok(Var::from_vec(data, shape, &Device::Cpu)?)
+        if device.is_cpu() && dtype == DType::F32 {
+            return Ok(Var::from_vec(data, shape, &device)?);
+        }
+        Ok(Var::from_tensor(&Tensor::from_vec(data, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(&device)?)?)
     };
     let q = random((1, a.heads, t, d))?;
     let k = random((1, a.kv_heads, t, d))?;
@@ -77,34 +88,46 @@ pub fn run(a: Args) -> Result<()> {
     let pos: Vec<i64> = (0..t as i64).collect();
     let vis = Arc::new(Visibility::new(1, pos.clone(), pos)?);
     let scale = 1.0 / (d as f64).sqrt();
+    // What `attention` runs here: the fused op, or (CUDA kernels off, or a
+    // dtype it has no kernel for) the reference composition.
+    let fused_runs = kernels::has_native_path(&device) && kernels::attention::fused_dtype(&device, dtype);
+    let kernel = match a.mode {
+        Mode::Fused if fused_runs => "fused",
+        Mode::Fused | Mode::Unfused => "reference",
+    };
     let rss_inputs = rss_kib("VmRSS");
     let peak_reset = reset_peak_rss();
     // q, k, v, the upstream gradient, and (direct) the output and 3 gradients.
     let input_bytes = 4 * (2 * a.heads + 2 * a.kv_heads) * t * d;
+    let sum = |x: &Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? as f64) };
     let once = || -> Result<(f64, f64)> {
-        let t0 = Instant::now();
+        let clock = Clock::start(&device)?;
         let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
         if a.direct {
             let (out, dq, dk, dv) = kernels::attention::forward_backward(qt, kt, vt, &vis, scale, &g)?;
+            let secs = clock.seconds()?;
             let mut checksum = 0.0;
             for x in [&out, &dq, &dk, &dv] {
-                checksum += x.sum_all()?.to_scalar::<f32>()? as f64;
+                checksum += sum(x)?;
             }
-            return Ok((t0.elapsed().as_secs_f64(), checksum));
+            return Ok((secs, checksum));
         }
         let out = match a.mode {
             Mode::Fused => attention(qt, kt, vt, &vis, scale)?,
             Mode::Unfused => attention_reference(qt, kt, vt, &vis, scale)?,
         };
-        let mut checksum = out.sum_all()?.to_scalar::<f32>()? as f64;
-        if a.backward {
-            let grads = (&out * &g)?.sum_all()?.backward()?;
-            for x in [qt, kt, vt] {
-                let gx = grads.get(x).ok_or_else(|| anyhow::anyhow!("no gradient"))?;
-                checksum += gx.sum_all()?.to_scalar::<f32>()? as f64;
-            }
+        if !a.backward {
+            let secs = clock.seconds()?;
+            return Ok((secs, sum(&out)?));
         }
-        Ok((t0.elapsed().as_secs_f64(), checksum))
+        let grads = (&out * &g)?.sum_all()?.backward()?;
+        let secs = clock.seconds()?;
+        let mut checksum = sum(&out)?;
+        for x in [qt, kt, vt] {
+            let gx = grads.get(x).ok_or_else(|| anyhow::anyhow!("no gradient"))?;
+            checksum += sum(gx)?;
+        }
+        Ok((secs, checksum))
     };
     let mut first = None;
     for _ in 0..a.warmup {
@@ -124,6 +147,9 @@ pub fn run(a: Args) -> Result<()> {
         "first_seconds": first,
         "checksum": checksum,
         "mode": format!("{:?}", a.mode).to_lowercase(),
+        "kernel": kernel,
+        "device": a.on.device.name(),
+        "dtype": format!("{dtype:?}").to_lowercase(),
         "backward": a.backward,
         "tokens": t, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": d,
         "rss_inputs_mib": rss_inputs / 1024,

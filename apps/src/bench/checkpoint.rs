@@ -5,10 +5,9 @@
 //! largest tensor's size. Prints one JSON line.
 
 use super::shape::Shape;
-use super::{reset_peak_rss, rss_kib};
+use super::{reset_peak_rss, rss_kib, Clock};
 use anyhow::{ensure, Result};
 use candle_core::DType;
-use std::time::Instant;
 use trainer::checkpoint::{self, DataCursor, TrainState, FORMAT_VERSION};
 use trainer::optim::{AdamW, AdamWConfig, Gradients};
 use lm::CausalLm;
@@ -58,17 +57,17 @@ pub fn run(a: Args) -> Result<()> {
     let state_bytes: usize = exported.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum();
     let rss_before_save = rss_kib("VmRSS");
     ensure!(reset_peak_rss(), "cannot reset the peak RSS (/proc/self/clear_refs)");
-    let t0 = Instant::now();
+    let clock = Clock::start(&device)?;
     let dir = checkpoint::save(&run_dir, &cfg, &model.tensors(), &exported, &state, 0)?;
-    let save_seconds = t0.elapsed().as_secs_f64();
+    let save_seconds = clock.seconds()?;
     let save_growth = rss_kib("VmHWM").saturating_sub(rss_before_save);
     drop(exported);
     let mut fresh = stepped()?;
     let rss_before_resume = rss_kib("VmRSS");
     reset_peak_rss();
-    let t1 = Instant::now();
+    let clock = Clock::start(&device)?;
     fresh.import_from(&checkpoint::OptimizerFile::open(&dir, &device)?)?;
-    let resume_seconds = t1.elapsed().as_secs_f64();
+    let resume_seconds = clock.seconds()?;
     let resume_growth = rss_kib("VmHWM").saturating_sub(rss_before_resume);
     if a.dir.is_none() {
         std::fs::remove_dir_all(&scratch)?;

@@ -8,14 +8,13 @@
 
 use super::shape::Shape;
 use super::step::merge;
-use super::{median, rss_kib, set_threads};
+use super::{median, rss_kib, set_threads, Clock};
 use crate::args::RunOn;
 use trainer::files::write_json_lines;
 use anyhow::{ensure, Result};
 use candle_core::DType;
 use rand::SeedableRng;
 use std::path::PathBuf;
-use std::time::Instant;
 use lm::generate::{generate, GenerateConfig};
 use lm::sampling::SamplerConfig;
 use lm::CausalLm;
@@ -83,9 +82,9 @@ pub fn run(a: Args) -> Result<()> {
     };
     let once = || -> Result<(f64, Vec<lm::generate::Generation>)> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
-        let t0 = Instant::now();
+        let clock = Clock::start(model.device())?;
         let gens = generate(&model, &prompts, &cfg, &mut rng)?;
-        Ok((t0.elapsed().as_secs_f64(), gens))
+        Ok((clock.seconds()?, gens))
     };
     let (first, _) = once()?;
     let mut times = Vec::with_capacity(a.reps);

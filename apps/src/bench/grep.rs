@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use rollout::repo::SnapshotStore;
@@ -42,9 +41,10 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--runs must be at least 1");
     }
     let rss_before = rss_mib();
-    let start = Instant::now();
+    // Host work only (no tensors): the clock's device is the CPU.
+    let start = super::Clock::start(&candle_core::Device::Cpu)?;
     let snapshot = SnapshotStore::open(&args.repos_dir).get(&args.repo, &args.commit)?;
-    let load_s = start.elapsed().as_secs_f64();
+    let load_s = start.seconds()?;
     let rss_after = rss_mib();
     println!(
         "snapshot {}@{}: {} entries, {:.1} MiB of text, load {:.3} s, RSS {:.0} -> {:.0} MiB (+{:.0}), rayon threads {}",
@@ -73,15 +73,15 @@ pub fn run(args: Args) -> Result<()> {
         let ours_count: usize = grep_matches(&query, usize::MAX).iter().map(|(_, l)| l.len()).sum();
         let full = median_ms(args.runs, || {
             grep_matches(&query, usize::MAX);
-        });
+        })?;
         let call: ToolCall = serde_json::from_value(serde_json::json!({"name": "grep", "arguments": {"pattern": pattern}}))?;
         let capped = median_ms(args.runs, || {
             runner.run(&snapshot, &call);
-        });
+        })?;
         let rg_count = rg(pattern, &args.checkout)?; // warms the page cache
         let rg_ms = median_ms(args.runs, || {
             let _ = rg(pattern, &args.checkout);
-        });
+        })?;
         println!(
             "| `{}` | {ours_count} / {rg_count} | {full:.1} | {capped:.1} | {rg_ms:.1} | {:.2} |",
             pattern.replace('|', "\\|"),
@@ -102,16 +102,15 @@ fn rg(pattern: &str, dir: &PathBuf) -> Result<usize> {
     Ok(out.stdout.iter().filter(|b| **b == b'\n').count())
 }
 
-fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
-    let mut times: Vec<f64> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
+fn median_ms(runs: usize, mut f: impl FnMut()) -> Result<f64> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let clock = super::Clock::start(&candle_core::Device::Cpu)?;
+        f();
+        times.push(clock.seconds()? * 1e3);
+    }
     times.sort_by(f64::total_cmp);
-    times[runs / 2]
+    Ok(times[runs / 2])
 }
 
 /// Resident set size of this process in MiB (Linux; 0 elsewhere).

@@ -2,13 +2,16 @@
 //! random lm_head, through the fused kernel or the unfused composition, so
 //! time and peak memory (e.g. `/usr/bin/time -v`) can be compared from outside.
 //! One warm-up run, then `--reps` timed runs; `seconds` is their median.
+//! The clocks are read after synchronizing the device (CUDA returns before
+//! the queued work is done), and the checksums are taken after them. On
+//! CUDA `device_peak_mib` is the peak of the GPU memory pool over the timed
+//! runs (the RSS figures are the host's).
 
 use anyhow::{ensure, Result};
-use super::{median, reset_peak_rss, rss_kib, set_threads};
+use super::{device_peak_bytes, median, reset_device_peak, reset_peak_rss, rss_kib, set_threads, Clock};
 use candle_core::{Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::time::Instant;
 
 /// Which implementation runs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -70,18 +73,18 @@ pub fn run(args: Args) -> Result<()> {
 
     let (h, w, temp) = (hidden.as_tensor(), lm_head.as_tensor(), args.temperature);
     let once = || -> Result<Run> {
-        let t0 = Instant::now();
+        let clock = Clock::start(&device)?;
         let sum = match args.mode {
             Mode::Fused => kernels::logprobs::weighted_logprob_sum(h, w, &targets, &ones, temp)?.sum,
             Mode::Recompute => kernels::logprobs::token_logprobs(h, w, &targets, temp)?.sum_all()?,
             Mode::Unfused => kernels::logprobs::token_logprobs_reference(h, w, &targets, temp)?.sum_all()?,
         };
         let sum = sum.to_dtype(candle_core::DType::F32)?;
+        let forward_seconds = clock.seconds()?;
         let peak_forward = rss_kib("VmHWM");
-        let logprob_sum = sum.to_scalar::<f32>()? as f64;
-        let forward_seconds = t0.elapsed().as_secs_f64();
         let grads = sum.backward()?;
-        let seconds = t0.elapsed().as_secs_f64();
+        let seconds = clock.seconds()?;
+        let logprob_sum = sum.to_scalar::<f32>()? as f64;
         let (grad_w, grad_h) = (grads.get(w).expect("lm_head gradient"), grads.get(h).expect("hidden gradient"));
         let abs_sum = |g: &Tensor| -> Result<f32> { Ok(g.to_dtype(candle_core::DType::F32)?.abs()?.sum_all()?.to_scalar::<f32>()?) };
         Ok(Run {
@@ -95,7 +98,9 @@ pub fn run(args: Args) -> Result<()> {
         })
     };
     let first = once()?;
+    reset_device_peak(&device)?;
     let runs = (0..args.reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
+    let device_peak = device_peak_bytes(&device)?;
     let times: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
     let last = runs.last().unwrap_or(&first);
     let logprob_sum = last.logprob_sum;
@@ -125,6 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         "forward_peak_growth_mib": growth(peak_forward),
         "peak_growth_mib": growth(peak),
         "gradient_outputs_mib": last.gradient_elems * 4 / (1 << 20),
+        "device_peak_mib": device_peak.map(|b| b as f64 / (1u64 << 20) as f64),
     });
     println!("{report}");
     ensure!(logprob_sum.is_finite(), "non-finite log-probs");

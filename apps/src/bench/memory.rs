@@ -7,7 +7,6 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::process::Command;
-use std::time::Instant;
 use trainer::backward::EntropyMetric;
 use trainer::grpo::{accumulate_gradients, ClipRange, GrpoBatch, GrpoLossConfig, LossAggregation, OldLogprobs};
 use lm::model::recompute::Recompute;
@@ -117,9 +116,9 @@ fn measure(a: &Args, mode: Mode) -> Result<Measured> {
         fold_linear_loss: true,
     };
     let base_kib = status_kib("VmHWM")?;
-    let t0 = Instant::now();
+    let clock = super::Clock::start(&dev)?;
     let (grads, metrics) = accumulate_gradients(&model, &params, &batch, &loss, trainer::packing::MicroBatching::Rows(b))?;
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = clock.seconds()?;
     if grads.len() != params.len() || !metrics.loss.is_finite() {
         bail!("{mode:?}: {} of {} gradients, loss {}", grads.len(), params.len(), metrics.loss);
     }

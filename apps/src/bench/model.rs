@@ -4,8 +4,7 @@
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::PathBuf;
-use std::time::Instant;
-use super::rss_kib;
+use super::{rss_kib, Clock};
 use trainer::device::DTypeKind;
 use lm::model::cache::Positions;
 use lm::weights::{load_weights, save_checkpoint, ShardPolicy, INDEX_FILE};
@@ -41,27 +40,27 @@ pub fn run(args: Args) -> Result<()> {
     };
     let dtype: DType = args.dtype.into();
     if !args.dir.join(INDEX_FILE).exists() {
-        let t0 = Instant::now();
+        let clock = Clock::start(&Device::Cpu)?;
         let w = lm::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
         save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
             .with_context(|| format!("writing {}", args.dir.display()))?;
-        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), t0.elapsed().as_secs_f64());
+        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), clock.seconds()?);
     }
     let rss_before = rss_kib("VmRSS");
-    let t0 = Instant::now();
+    let clock = Clock::start(&Device::Cpu)?;
     let cfg = lm::ModelConfig::from_file(&args.dir.join("config.json"))?;
     let w = load_weights(&args.dir, &cfg, dtype, &Device::Cpu)?;
     let model = lm::CausalLm::new(&cfg, &w)?;
     drop(w);
-    let load_s = t0.elapsed().as_secs_f64();
+    let load_s = clock.seconds()?;
     let rss_loaded = rss_kib("VmRSS");
     let ids: Vec<u32> = (0..args.tokens as u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
     let tokens = Tensor::from_vec(ids, (1, args.tokens), &Device::Cpu)?;
-    let t0 = Instant::now();
+    let clock = Clock::start(&Device::Cpu)?;
     let hidden = model.forward(&tokens, &Positions::sequential(1, args.tokens), None)?;
     let logits = model.logits(&hidden.narrow(1, args.tokens - 1, 1)?)?;
     let finite = logits.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?.is_finite();
-    let forward_s = t0.elapsed().as_secs_f64();
+    let forward_s = clock.seconds()?;
     let report = serde_json::json!({
         "arch": format!("{:?}", args.arch),
         "params": lm::params::parameter_count(&cfg),

@@ -7,9 +7,9 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::time::Instant;
 use lm::model::{ops, rope::RopeTables};
 use lm::config::default_inv_freq;
+use super::Clock;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,9 +65,9 @@ fn median(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
-        let t0 = Instant::now();
+        let clock = Clock::start(&Device::Cpu)?;
         f()?;
-        times.push(t0.elapsed().as_secs_f64());
+        times.push(clock.seconds()?);
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])

@@ -18,6 +18,7 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::lora::{Adapter, LoraPair, Target};
 use crate::params::parameter_shapes;
+use crate::profile::{self, Phase};
 use crate::weights::TensorMap;
 use cache::{visibility, KvCache, Positions};
 use kernels::attention::Visibility;
@@ -273,12 +274,13 @@ impl CausalLm {
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
-        let h = ops::rms_norm(x, &layer.input_norm, eps)?;
+        let h = profile::op(Phase::NormRopeElementwise, [x], |[x]| ops::rms_norm(&x, &layer.input_norm, eps))?;
         let attn = self.attention(l, layer, &h, rope, vis, cache)?;
         let x = (x + attn)?;
-        let h = ops::rms_norm(&x, &layer.post_norm, eps)?;
+        let h = profile::op(Phase::NormRopeElementwise, [&x], |[x]| ops::rms_norm(&x, &layer.post_norm, eps))?;
         let lora = [layer.lora(Target::GateProj), layer.lora(Target::UpProj), layer.lora(Target::DownProj)];
-        Ok((&x + ops::swiglu_lora(&h, [&layer.gate, &layer.up, &layer.down], lora)?)?)
+        let mlp = profile::op(Phase::Matmul, [&h], |[h]| ops::swiglu_lora(&h, [&layer.gate, &layer.up, &layer.down], lora))?;
+        Ok((&x + mlp)?)
     }
 
     fn attention(
@@ -294,15 +296,16 @@ impl CausalLm {
         let a = &layer.attn;
         let (b, t, _) = x.dims3()?;
         let heads = |w: &Tensor, bias: &Option<Tensor>, target: Target, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
-            let y = ops::lora_linear(x, w, bias.as_ref(), layer.lora(target))?.reshape((b, t, n, c.head_dim))?;
+            let y = profile::op(Phase::Matmul, [x], |[x]| ops::lora_linear(&x, w, bias.as_ref(), layer.lora(target)))?.reshape((b, t, n, c.head_dim))?;
             let y = match norm {
-                Some(nw) => ops::rms_norm(&y, nw, c.rms_norm_eps)?,
+                Some(nw) => profile::op(Phase::NormRopeElementwise, [&y], |[y]| ops::rms_norm(&y, nw, c.rms_norm_eps))?,
                 None => y,
             };
             Ok(y.transpose(1, 2)?.contiguous()?)
         };
-        let q = rope.apply(&heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?)?;
-        let k = rope.apply(&heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?)?;
+        let rotate = |x: Tensor| profile::op(Phase::NormRopeElementwise, [&x], |[x]| rope.apply(&x));
+        let q = rotate(heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?)?;
+        let k = rotate(heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?)?;
         let v = heads(&a.v, &a.v_bias, Target::VProj, c.num_key_value_heads, None)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(l, &k, &v)?,
@@ -312,7 +315,7 @@ impl CausalLm {
         // query heads read their kv head in place, no [t, slots] scores kept),
         // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let out = kernels::attention::attention(&q, &k, &v, vis, scale)?;
-        Ok(ops::lora_linear(&out, &a.o, a.o_bias.as_ref(), layer.lora(Target::OProj))?)
+        let out = profile::op(Phase::Attention, [&q, &k, &v], |[q, k, v]| kernels::attention::attention(&q, &k, &v, vis, scale))?;
+        Ok(profile::op(Phase::Matmul, [&out], |[out]| ops::lora_linear(&out, &a.o, a.o_bias.as_ref(), layer.lora(Target::OProj)))?)
     }
 }

@@ -69,7 +69,7 @@ impl LayerInputs {
 impl CausalLm {
     /// The final RMSNorm (what [`CausalLm::forward`] applies after the layers).
     pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::rms_norm(x, &self.norm, self.cfg.rms_norm_eps)?)
+        Ok(crate::profile::op(crate::profile::Phase::NormRopeElementwise, [x], |[x]| ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps))?)
     }
 
     /// Forward through the embedding and the decoder layers for `tokens`
