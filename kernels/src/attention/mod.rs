@@ -25,6 +25,9 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cudnn")]
+mod cudnn;
+pub mod cudnn_map;
 
 use crate::storage::f32_slice;
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
