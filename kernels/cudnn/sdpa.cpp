@@ -282,6 +282,18 @@ int fg_cudnn_execute(const FgSdpaKey *key, int ordinal, const FgSdpaPtrs *p, voi
     }
 }
 
+// dlopen()s `path` with RTLD_GLOBAL (a library the frontend later opens by
+// name, e.g. libcudart); 0 on success.
+int fg_dlopen_global(const char *path, char *err, size_t n) {
+    dlerror();
+    if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL)) {
+        const char *why = dlerror();
+        set_err(err, n, std::string("dlopen ") + path + ": " + (why ? why : "unknown error"));
+        return 1;
+    }
+    return 0;
+}
+
 // The number of graphs built so far (for the log and tests on a GPU).
 int64_t fg_cudnn_graphs() {
     std::lock_guard<std::mutex> lock(mutex);

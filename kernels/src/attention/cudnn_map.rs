@@ -143,6 +143,18 @@ pub fn sequences(vis: &Visibility) -> Result<Vec<Sequence>, String> {
     Ok(out)
 }
 
+/// Logs `message` on stderr once per process for each message that
+/// differs from the others in more than its numbers ("attention: ...").
+pub fn note_once(message: &str) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let shape: String = message.chars().filter(|c| !c.is_ascii_digit()).collect();
+    let Ok(mut seen) = SEEN.lock() else { return };
+    if !seen.contains(&shape) {
+        seen.push(shape);
+        eprintln!("attention: {message}");
+    }
+}
+
 /// Strides (in elements) of a `[b, heads, len, d]` operand: row, head, token.
 pub type Strides = [i64; 3];
 
