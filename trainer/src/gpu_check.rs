@@ -124,18 +124,20 @@ pub fn attention_line(on: bool, probe: bool) -> String {
 }
 
 /// "; libcudnn <version> at <path>" or why none loads, when `probe`.
+#[cfg(feature = "cudnn")]
 fn cudnn_found(probe: bool) -> String {
     if !probe {
         return String::new();
     }
-    #[cfg(feature = "cudnn")]
-    {
-        match kernels::attention::cudnn_library() {
-            Ok(lib) => format!("; libcudnn {} at {}", lib.version, lib.path.display()),
-            Err(e) => format!("; {e}"),
-        }
+    match kernels::attention::cudnn_library() {
+        Ok(lib) => format!("; libcudnn {} at {}", lib.version, lib.path.display()),
+        Err(e) => format!("; {e}"),
     }
-    #[cfg(not(feature = "cudnn"))]
+}
+
+/// Nothing: a build without cuDNN attention.
+#[cfg(not(feature = "cudnn"))]
+fn cudnn_found(_probe: bool) -> String {
     String::new()
 }
 

@@ -238,7 +238,7 @@ fn forward<T: CudaDType + DeviceRepr + ValidAsZeroBits>(dims: Dims, scale: f32, 
     let key = GraphKey::new(false, io, &ragged, heads, kv_heads, d, &layouts, scale);
     let mut out = dev.alloc_zeros::<T>(batch * queries * heads * d).map_err(s)?;
     let mut stats = dev.alloc_zeros::<f32>(key.stats_len()).map_err(s)?;
-    let ints = dev.clone_htod(&ragged.packed()).map_err(s)?;
+    let ints = dev.clone_htod(&ragged.packed()[..]).map_err(s)?;
     if seqs.is_empty() {
         return Ok((wrap(out, &dev), Saved { stats, ints, key, empty: true }));
     }

@@ -246,36 +246,6 @@ fn f16_admitted(device: &Device, dtype: DType, head_dim: usize) -> bool {
     false
 }
 
-/// Which attention runs on `device` for `dtype` and `head_dim` where the
-/// fused path is on, in words (for `plan`, `kernels status` and logs):
-/// cuDNN's fused attention (feature `cudnn`, when it takes them) or the
-/// fused kernel, with the reason.
-pub fn cuda_backend_summary(device: &Device, dtype: DType, head_dim: usize) -> String {
-    let _ = (device, dtype, head_dim);
-    #[cfg(feature = "cudnn")]
-    {
-        match (Backend::from_env(), device) {
-            (Err(e), _) => return e,
-            (Ok(Backend::Kernel), _) => return "the fused kernel (FUSEGRPO_ATTENTION=kernel)".into(),
-            (Ok(_), Device::Cuda(dev)) => {
-                return match cudnn::admits(dev, dtype, head_dim) {
-                    Ok(()) => match cudnn::library() {
-                        Ok(lib) => format!("cuDNN fused attention ({} {}), the fused kernel where a call's layout is declined", lib.path.display(), lib.version),
-                        Err(e) => e,
-                    },
-                    Err(why) => format!("the fused kernel (cuDNN declined: {why})"),
-                }
-            }
-            _ => {}
-        }
-    }
-    if cfg!(feature = "cudnn") {
-        "cuDNN fused attention where it takes the call (bf16/f16, Hopper or newer, libcudnn.so.9 found), else the fused kernel".into()
-    } else {
-        "the fused kernel (this build has no cuDNN attention: --features cudnn)".into()
-    }
-}
-
 /// The libcudnn.so.9 this process opened for cuDNN's attention (feature
 /// `cudnn`), opened now if it was not yet, or why none loads.
 #[cfg(feature = "cudnn")]
