@@ -13,7 +13,9 @@
 #      shim is in and libcudnn is not linked (it is opened at run time),
 #   1. it starts (`--help`),
 #   2. `--device cuda` fails with a clear message (stub driver, `--device cpu`),
-#      and so does `selftest --device cuda`,
+#      and so does `selftest --device cuda`; `kernels status` names the
+#      attention that runs (cuDNN's where it takes the call) and where
+#      libcudnn was looked for, and a bad FUSEGRPO_ATTENTION is named,
 #   3. the CPU path still works in the CUDA build (init-tiny, score, generate).
 # One target folder serves both toolkits: cudarc and our kernels rebuild
 # when CUDA_HOME/NVCC change, and Candle's kernels' build output is removed
@@ -123,6 +125,13 @@ for cmd in score selftest; do
   expect_in "$tmp/err.txt" "--device cpu"
   echo "$cmd --device cuda: exit $rc: $(tail -n 1 "$tmp/err.txt")"
 done
+
+echo "== cuDNN attention: which attention runs, libcudnn looked for at run time (kernels status)"
+"$bin" kernels status --cuda-kernels on > "$tmp/status.txt" 2>&1 || { cat "$tmp/status.txt" >&2; fail "kernels status --cuda-kernels on"; }
+expect_in "$tmp/status.txt" "attention on CUDA: cuDNN's fused attention where it takes the call"
+tail -n 1 "$tmp/status.txt"
+FUSEGRPO_ATTENTION=flash "$bin" kernels status --cuda-kernels on > "$tmp/status.txt" 2>&1 || true
+expect_in "$tmp/status.txt" 'FUSEGRPO_ATTENTION="flash": expected "auto", "cudnn" or "kernel"'
 
 echo "== the CPU path works in the CUDA build"
 "$bin" score --model "$tmp/model" --input "$tmp/in.jsonl" --output "$tmp/cpu.jsonl" --device cpu 2> "$tmp/err.txt" \
