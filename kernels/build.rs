@@ -5,6 +5,14 @@
 //! nvcc is `$NVCC`, else `$CUDA_HOME/bin/nvcc`, else `nvcc` on PATH; the
 //! target is `compute_$CUDA_COMPUTE_CAP` (default 90, Hopper), PTX that the
 //! driver JIT-compiles for that GPU generation and newer.
+//!
+//! With feature `cudnn` as well: compiles `cudnn/sdpa.cpp` (the shim over
+//! NVIDIA's header-only cudnn-frontend) with the `cc` crate and
+//! `NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING`, so that nothing links against
+//! cuDNN: libcudnn.so.9 is dlopen()ed at run time. Headers:
+//! `$CUDNN_FRONTEND_INCLUDE` (cudnn_frontend.h) and `$CUDNN_INCLUDE`
+//! (cudnn.h), as `scripts/cudnn-headers.sh` prints them, and
+//! `$CUDA_HOME/include` (cuda.h, cuda_runtime_api.h).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +36,37 @@ fn main() {
         let ptx = out.join(format!("{name}.ptx"));
         compile(&nvcc, &cap, &src, &ptx);
     }
+    #[cfg(feature = "cudnn")]
+    cudnn_shim();
+}
+
+/// Compiles `cudnn/sdpa.cpp` into a static library linked into `kernels`.
+#[cfg(feature = "cudnn")]
+fn cudnn_shim() {
+    for var in ["CUDNN_FRONTEND_INCLUDE", "CUDNN_INCLUDE"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed=cudnn");
+    let include = |var: &str, file: &str| -> PathBuf {
+        let dir = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+            panic!("feature `cudnn` needs ${var} (the folder of {file}): eval \"$(scripts/cudnn-headers.sh)\" sets it")
+        });
+        if !dir.join(file).exists() {
+            panic!("${var}={}: no {file} there (eval \"$(scripts/cudnn-headers.sh)\")", dir.display());
+        }
+        dir
+    };
+    let frontend = include("CUDNN_FRONTEND_INCLUDE", "cudnn_frontend.h");
+    let cudnn = include("CUDNN_INCLUDE", "cudnn.h");
+    let cuda = std::env::var_os("CUDA_HOME").map(|h| Path::new(&h).join("include")).filter(|p| p.join("cuda_runtime_api.h").exists());
+    let mut build = cc::Build::new();
+    build.cpp(true).std("c++17").define("NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING", None).include(frontend).include(cudnn);
+    if let Some(cuda) = cuda {
+        build.include(cuda);
+    }
+    // The frontend's headers warn a lot; they are not ours to fix.
+    build.warnings(false).opt_level(2).file("cudnn/sdpa.cpp").compile("fusegrpo_cudnn");
+    println!("cargo:rustc-link-lib=dylib=dl");
 }
 
 /// The nvcc to run.

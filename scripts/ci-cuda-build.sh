@@ -2,16 +2,20 @@
 # CI's CUDA job on a machine with no GPU and no CUDA install: installs the
 # pinned CUDA toolchain (scripts/cuda-toolchain.sh: 13.0 by default, 12.4
 # with --cuda 12, cached in ~/.cache/fusegrpo/cuda<N>), builds `fusegrpo`
-# with `--features cuda,nccl,mpi` (candle's CUDA backend and our
+# with `--features cuda,nccl,mpi,cudnn` (candle's CUDA backend and our
 # kernels/cuda/*.cu as PTX, NCCL's gradient sums, MPI ranks; OpenMPI from
-# Debian via scripts/install-mpi.sh), then starts the binary with the stub
-# driver and asserts that
+# Debian via scripts/install-mpi.sh; cuDNN's fused attention through the
+# shim kernels/cudnn/sdpa.cpp, headers from scripts/cudnn-headers.sh), then
+# starts the binary with the stub driver and asserts that
 #   0. NCCL and MPI are linked in, and the CUDA libraries of that major
 #      version (ldd); every PTX module embedded is of that toolkit's PTX ISA
-#      (8.4 for CUDA 12.4: a 12.x driver cannot load 9.x PTX),
+#      (8.4 for CUDA 12.4: a 12.x driver cannot load 9.x PTX); the cuDNN
+#      shim is in and libcudnn is not linked (it is opened at run time),
 #   1. it starts (`--help`),
 #   2. `--device cuda` fails with a clear message (stub driver, `--device cpu`),
-#      and so does `selftest --device cuda`,
+#      and so does `selftest --device cuda`; `kernels status` names the
+#      attention that runs (cuDNN's where it takes the call) and where
+#      libcudnn was looked for, and a bad FUSEGRPO_ATTENTION is named,
 #   3. the CPU path still works in the CUDA build (init-tiny, score, generate).
 # One target folder serves both toolkits: cudarc and our kernels rebuild
 # when CUDA_HOME/NVCC change, and Candle's kernels' build output is removed
@@ -56,6 +60,9 @@ eval "$(scripts/cuda-toolchain.sh "$cuda")"
 echo "== OpenMPI and libclang (features mpi, nccl)"
 scripts/install-mpi.sh
 
+echo "== cudnn-frontend and cuDNN headers (feature cudnn; scripts/cudnn-headers.sh)"
+eval "$(scripts/cudnn-headers.sh)"
+
 # Candle's kernels keep their PTX in their build folder and do not compile
 # it again for another toolkit: a build made with another CUDA version goes.
 stamp="$out/.cuda-toolkit"
@@ -65,8 +72,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$cuda" ]; then
 fi
 mkdir -p "$out"
 echo "$cuda" > "$stamp"
-echo "== cargo build --profile $profile --features cuda,nccl,mpi --bin fusegrpo"
-cargo build --profile "$profile" --features cuda,nccl,mpi --bin fusegrpo
+echo "== cargo build --profile $profile --features cuda,nccl,mpi,cudnn --bin fusegrpo"
+cargo build --profile "$profile" --features cuda,nccl,mpi,cudnn --bin fusegrpo
 echo "cuda $cuda build: $((SECONDS - start)) s"
 bin="$out/fusegrpo"
 echo "== NCCL and MPI are linked in"
@@ -74,6 +81,10 @@ ldd "$bin" > "$tmp_ldd" 2>&1 || true
 grep -q 'libnccl.so.2 => /' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libnccl.so.2 not resolved" >&2; exit 1; }
 grep -q 'libmpi.so' "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libmpi not linked" >&2; exit 1; }
 grep -E 'libnccl|libmpi\.' "$tmp_ldd"
+echo "== the cuDNN shim is in, libcudnn is not linked (opened at run time)"
+grep -q 'libcudnn' "$tmp_ldd" && { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libcudnn is linked; it must be opened at run time" >&2; exit 1; }
+grep -aq 'fg_cudnn_execute' "$bin" || { echo "ci-cuda-build: FAIL: no cuDNN shim (fg_cudnn_execute) in $bin" >&2; exit 1; }
+echo "fg_cudnn_execute present; no libcudnn in ldd"
 echo "== CUDA $cuda libraries and PTX ISA $ptx_isa"
 grep -q "libcublas.so.$cuda => /" "$tmp_ldd" || { cat "$tmp_ldd" >&2; echo "ci-cuda-build: FAIL: libcublas.so.$cuda not linked" >&2; exit 1; }
 isas=$(grep -ao '^\.version [0-9.]*' "$bin" | sort | uniq -c)
@@ -114,6 +125,13 @@ for cmd in score selftest; do
   expect_in "$tmp/err.txt" "--device cpu"
   echo "$cmd --device cuda: exit $rc: $(tail -n 1 "$tmp/err.txt")"
 done
+
+echo "== cuDNN attention: which attention runs, libcudnn looked for at run time (kernels status)"
+"$bin" kernels status --cuda-kernels on > "$tmp/status.txt" 2>&1 || { cat "$tmp/status.txt" >&2; fail "kernels status --cuda-kernels on"; }
+expect_in "$tmp/status.txt" "attention on CUDA: cuDNN's fused attention where it takes the call"
+tail -n 1 "$tmp/status.txt"
+FUSEGRPO_ATTENTION=flash "$bin" kernels status --cuda-kernels on > "$tmp/status.txt" 2>&1 || true
+expect_in "$tmp/status.txt" 'FUSEGRPO_ATTENTION="flash": expected "auto", "cudnn" or "kernel"'
 
 echo "== the CPU path works in the CUDA build"
 "$bin" score --model "$tmp/model" --input "$tmp/in.jsonl" --output "$tmp/cpu.jsonl" --device cpu 2> "$tmp/err.txt" \

@@ -79,6 +79,76 @@ pub fn check_all(dev: &Device, seed: u64, report: &mut Report) -> Result<()> {
             attention_case(dev, &mut rng, dtype, &case, &format!("attention {dn} {}", case.name), (tf, tg), report)?;
         }
     }
+    cudnn_attention(dev, &mut rng, report)
+}
+
+/// cuDNN attention tolerances, as the kernel's bf16 ones: (dtype, name,
+/// output, gradients).
+#[cfg(feature = "cudnn")]
+const CUDNN_DTYPES: [(DType, &str, f64, f64); 2] = [(DType::BF16, "bf16", 2e-2, 3e-2), (DType::F16, "f16", 1e-2, 2e-2)];
+
+/// With feature `cudnn`: cuDNN's fused attention (forced, whatever
+/// `FUSEGRPO_ATTENTION` says) against the CPU attention op on every
+/// attention case (padded, packed, a KV-cache view, decoding) plus one at
+/// Qwen3-4B's heads (32/8, d = 128), forward and the three gradients, the
+/// upstream gradient zero at padding queries and their outputs left out
+/// (cuDNN writes 0 there, ours the mean of every value: never used); then
+/// a second run bitwise equal to the first (the deterministic backward).
+/// A cuDNN that declines (no libcudnn, an older GPU) fails each case with
+/// the reason. Without the feature: one line saying so.
+#[cfg(feature = "cudnn")]
+fn cudnn_attention(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, report: &mut Report) -> Result<()> {
+    match kernels::attention::cudnn_library() {
+        Ok(lib) => println!("attention cudnn: libcudnn {} at {}", lib.version, lib.path.display()),
+        Err(e) => println!("attention cudnn: {e}"),
+    }
+    let qwen = AttentionCase { name: "qwen3-4b heads b=1 h=32/8 t=s=300 d=128", b: 1, heads: 32, kv_heads: 8, t: 300, s: 300, d: 128, slots: Slots::Packed, extra: 0 };
+    for (dtype, dn, tf, tg) in CUDNN_DTYPES {
+        for case in ATTENTION_CASES.iter().chain([&qwen]) {
+            let name = format!("attention cudnn {dn} {}", case.name);
+            if let Err(e) = cudnn_case(dev, rng, dtype, case, &name, (tf, tg), report) {
+                println!("{name:<44} FAIL: {e}");
+                report.total += 1;
+                report.failed.push(name);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cudnn"))]
+fn cudnn_attention(_: &Device, _: &mut rand_chacha::ChaCha8Rng, _: &mut Report) -> Result<()> {
+    println!("attention cudnn: not built (cargo build --features cuda,cudnn)");
+    Ok(())
+}
+
+/// One cuDNN case: see [`cudnn_attention`].
+#[cfg(feature = "cudnn")]
+#[allow(clippy::too_many_arguments)]
+fn cudnn_case(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, c: &AttentionCase, name: &str, (tf, tg): (f64, f64), report: &mut Report) -> Result<()> {
+    let vis = std::sync::Arc::new(attention_visibility(c)?);
+    let scale = 1.0 / (c.d as f64).sqrt();
+    let live: Vec<f32> = (0..c.b).flat_map(|r| (0..c.t).map(move |i| (r, i))).map(|(r, i)| if vis.is_padding_query(r, i) { 0.0 } else { 1.0 }).collect();
+    let live = Tensor::from_vec(live, (c.b, c.t, 1), &Device::Cpu)?;
+    let q = random(rng, &[c.b, c.heads, c.t, c.d], 1.0)?.to_dtype(dtype)?;
+    let cache_k = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+    let cache_v = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+    let g = random(rng, &[c.b, c.t, c.heads * c.d], 1.0)?.broadcast_mul(&live)?.to_dtype(dtype)?;
+    let f32s = |x: &Tensor| x.to_dtype(DType::F32);
+    let want = kernels::attention::forward_backward(&f32s(&q)?, &f32s(&cache_k)?.narrow(2, 0, c.s)?, &f32s(&cache_v)?.narrow(2, 0, c.s)?, &vis, scale, &f32s(&g)?)?;
+    let (qc, kc, vc, gc) = (q.to_device(dev)?, cache_k.to_device(dev)?, cache_v.to_device(dev)?, g.to_device(dev)?);
+    let run = || kernels::cuda_ops::attention_cudnn_forward_backward(&qc, &kc.narrow(2, 0, c.s)?, &vc.narrow(2, 0, c.s)?, &vis, scale, &gc);
+    let got = run()?;
+    anyhow::ensure!(got.0.dtype() == dtype && got.1.dtype() == dtype, "{name}: cuDNN outputs are {:?}, expected {dtype:?}", got.0.dtype());
+    let out = got.0.to_device(&Device::Cpu)?.to_dtype(DType::F32)?.broadcast_mul(&live)?;
+    report.check_scaled(&format!("{name} out"), &out, &want.0.broadcast_mul(&live)?, tf, 1.0)?;
+    report.check_scaled(&format!("{name} grad_q"), &got.1, &want.1, tg, 1.0)?;
+    report.check_scaled(&format!("{name} grad_k"), &got.2, &want.2, tg, 1.0)?;
+    report.check_scaled(&format!("{name} grad_v"), &got.3, &want.3, tg, 1.0)?;
+    let again = run()?;
+    for (what, a, b) in [("out", &again.0, &got.0), ("grad_q", &again.1, &got.1), ("grad_k", &again.2, &got.2), ("grad_v", &again.3, &got.3)] {
+        report.check(&format!("{name} {what} bitwise rerun"), a, &b.to_device(&Device::Cpu)?, 0.0)?;
+    }
     Ok(())
 }
 

@@ -103,3 +103,11 @@ pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> 
 pub fn attention_forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     crate::attention::forward_backward_cuda(q, k, v, vis, scale, grad_out)
 }
+
+/// `(out, dq, dk, dv)` of the attention op on cuDNN's fused attention
+/// (feature `cudnn`): an error says why cuDNN declined (bf16/f16 only),
+/// whatever `FUSEGRPO_ATTENTION` says.
+#[cfg(feature = "cudnn")]
+pub fn attention_cudnn_forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    crate::attention::forward_backward_cudnn(q, k, v, vis, scale, grad_out)
+}

@@ -94,6 +94,53 @@ impl std::fmt::Display for Choice {
     }
 }
 
+/// Which attention runs on CUDA with the kernels `on` (or off), in words:
+/// the quadratic reference when they are off; else, in a build with
+/// `--features cudnn`, cuDNN's fused attention where it takes the call
+/// (bf16/f16, a Hopper or newer GPU, libcudnn.so.9 found) and the fused
+/// kernel elsewhere, as `FUSEGRPO_ATTENTION` (auto, cudnn, kernel) says;
+/// in a build without it, the fused kernel. `probe` opens libcudnn to say
+/// where it is (`kernels status`); the planner does not.
+pub fn attention_line(on: bool, probe: bool) -> String {
+    use kernels::attention::cudnn_map::Backend;
+    if !on {
+        return "attention on CUDA: the quadratic reference (the CUDA kernels are off)".into();
+    }
+    if !cfg!(feature = "cudnn") {
+        return "attention on CUDA: the fused kernel (this build has no cuDNN attention: cargo build --features cuda,cudnn)".into();
+    }
+    let backend = match Backend::from_env() {
+        Ok(b) => b,
+        Err(e) => return format!("attention on CUDA: {e}"),
+    };
+    match backend {
+        Backend::Kernel => "attention on CUDA: the fused kernel (FUSEGRPO_ATTENTION=kernel)".into(),
+        Backend::Cudnn => format!("attention on CUDA: cuDNN's fused attention, an error where it declines (FUSEGRPO_ATTENTION=cudnn){}", cudnn_found(probe)),
+        Backend::Auto => format!(
+            "attention on CUDA: cuDNN's fused attention where it takes the call (bf16/f16, Hopper or newer), else the fused kernel, said once in the log (FUSEGRPO_ATTENTION=auto){}",
+            cudnn_found(probe)
+        ),
+    }
+}
+
+/// "; libcudnn <version> at <path>" or why none loads, when `probe`.
+#[cfg(feature = "cudnn")]
+fn cudnn_found(probe: bool) -> String {
+    if !probe {
+        return String::new();
+    }
+    match kernels::attention::cudnn_library() {
+        Ok(lib) => format!("; libcudnn {} at {}", lib.version, lib.path.display()),
+        Err(e) => format!("; {e}"),
+    }
+}
+
+/// Nothing: a build without cuDNN attention.
+#[cfg(not(feature = "cudnn"))]
+fn cudnn_found(_probe: bool) -> String {
+    String::new()
+}
+
 /// What `scripts/gpu-check` leaves when it passes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {

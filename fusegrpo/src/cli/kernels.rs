@@ -36,7 +36,9 @@ pub fn run(cmd: Command) -> Result<()> {
                 Some(r) => println!("gpu-check: passed on {} ({}), report {}", r.passed_at, r.gpu, r.report),
                 None => println!("gpu-check: no record for this build in {}", gpu_check::record_dir().display()),
             }
-            println!("{}", cuda_kernels.resolve());
+            let choice = cuda_kernels.resolve();
+            println!("{choice}");
+            println!("{}", gpu_check::attention_line(choice.on, true));
         }
         Command::Record { gpu, report, at } => {
             anyhow::ensure!(report.is_file(), "--report {}: no such file", report.display());

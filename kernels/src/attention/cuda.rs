@@ -30,7 +30,7 @@ fn tile(d: usize) -> usize {
     2048 / d
 }
 
-type In<'a> = (&'a CudaStorage, &'a Layout);
+pub(super) type In<'a> = (&'a CudaStorage, &'a Layout);
 
 impl Visibility {
     /// The slots as one i64 tensor on `device`: query positions `[b * t]`,
@@ -82,12 +82,12 @@ impl<'a> Slots<'a> {
 
 /// A strided rank-4 operand: its storage from the layout's start offset to
 /// its last element, and the strides of the first three dimensions.
-struct Strided<'a, T> {
-    data: CudaView<'a, T>,
-    strides: [i64; 3],
+pub(super) struct Strided<'a, T> {
+    pub data: CudaView<'a, T>,
+    pub strides: [i64; 3],
 }
 
-fn strided<'a, T: CudaDType>((s, l): In<'a>, what: &str) -> Result<Strided<'a, T>> {
+pub(super) fn strided<'a, T: CudaDType>((s, l): In<'a>, what: &str) -> Result<Strided<'a, T>> {
     let (dims, st) = (l.dims(), l.stride());
     if dims.len() != 4 || (st[3] != 1 && dims[3] > 1) {
         bail!("attention (cuda): {what} must be rank 4 with a contiguous last dimension, got {dims:?} strides {st:?}");
@@ -103,7 +103,7 @@ fn strided<'a, T: CudaDType>((s, l): In<'a>, what: &str) -> Result<Strided<'a, T
 }
 
 /// A contiguous operand of `elems` elements (out, its gradient, lse).
-fn dense<'a, T: CudaDType>((s, l): In<'a>, elems: usize, what: &str) -> Result<CudaView<'a, T>> {
+pub(super) fn dense<'a, T: CudaDType>((s, l): In<'a>, elems: usize, what: &str) -> Result<CudaView<'a, T>> {
     match l.contiguous_offsets() {
         Some((start, end)) if end - start == elems => Ok(s.as_cuda_slice::<T>()?.slice(start..end)),
         _ => bail!("attention (cuda): {what} must be contiguous with {elems} elements, got {:?}", l.shape()),

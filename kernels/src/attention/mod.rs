@@ -25,9 +25,13 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cudnn")]
+mod cudnn;
+pub mod cudnn_map;
 
 use crate::storage::f32_slice;
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
+use cudnn_map::Backend;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which keys each query sees, for a batch of `batch` rows with `queries`
@@ -51,6 +55,9 @@ pub struct Visibility {
     /// The slots as the CUDA kernels read them, made once per device on demand.
     #[cfg(feature = "cuda")]
     slots: OnceLock<Tensor>,
+    /// cuDNN's sequences (`cudnn_map::sequences`), made once on demand.
+    #[cfg(feature = "cudnn")]
+    cudnn: OnceLock<std::result::Result<Vec<cudnn_map::Sequence>, String>>,
 }
 
 impl Visibility {
@@ -78,6 +85,8 @@ impl Visibility {
             dense: OnceLock::new(),
             #[cfg(feature = "cuda")]
             slots: OnceLock::new(),
+            #[cfg(feature = "cudnn")]
+            cudnn: OnceLock::new(),
         })
     }
 
@@ -111,6 +120,11 @@ impl Visibility {
         self.keys
     }
 
+    /// Whether query `i` of row `r` is padding (position < 0).
+    pub fn is_padding_query(&self, r: usize, i: usize) -> bool {
+        self.query_positions[r * self.queries + i] < 0
+    }
+
     /// Whether query `i` of row `r` sees key `j`.
     #[inline]
     pub fn sees(&self, r: usize, i: usize, j: usize) -> bool {
@@ -120,6 +134,12 @@ impl Visibility {
         }
         let k = self.key_positions[r * self.keys + j];
         k >= 0 && k <= q && self.segments.as_ref().is_none_or(|(qs, ks)| qs[r * self.queries + i] == ks[r * self.keys + j])
+    }
+
+    /// This visibility as cuDNN's sequences, or why it is not (made once).
+    #[cfg(feature = "cudnn")]
+    pub(crate) fn cudnn_sequences(&self) -> std::result::Result<&[cudnn_map::Sequence], String> {
+        self.cudnn.get_or_init(|| cudnn_map::sequences(self)).as_deref().map_err(Clone::clone)
     }
 
     /// Additive mask `[batch, 1, queries, keys]`: 0 where seen, -inf elsewhere.
@@ -184,22 +204,53 @@ impl Dims {
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64) -> Result<Tensor> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
     let native = crate::has_native_path(q.device()) && fused_dtype(q.device(), q.dtype()) && [k, v].iter().all(|x| x.dtype() == q.dtype());
-    if !native {
+    if !native || !f16_admitted(q.device(), q.dtype(), dims.head_dim) {
         return attention_reference(q, k, v, vis, scale);
     }
-    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
+    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, force: None, lse: Mutex::new(None) };
     q.apply_op3(k, v, op)
 }
 
 /// Whether the fused op has kernels for `dtype` on `device`: f32 on the CPU,
-/// f32 and bf16 on CUDA (with feature `cuda`).
+/// f32 and bf16 on CUDA (with feature `cuda`), and f16 there too with
+/// feature `cudnn` (cuDNN only: see [`f16_admitted`]).
 pub fn fused_dtype(device: &Device, dtype: DType) -> bool {
     match device {
         Device::Cpu => dtype == DType::F32,
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => matches!(dtype, DType::F32 | DType::BF16),
+        Device::Cuda(_) => matches!(dtype, DType::F32 | DType::BF16) || (cfg!(feature = "cudnn") && dtype == DType::F16),
         _ => false,
     }
+}
+
+/// f16 runs on cuDNN alone (the fused kernel has none): where cuDNN cannot
+/// take it (said once), the reference runs; other dtypes pass.
+fn f16_admitted(device: &Device, dtype: DType, head_dim: usize) -> bool {
+    if dtype != DType::F16 {
+        return true;
+    }
+    #[cfg(feature = "cudnn")]
+    if let Device::Cuda(dev) = device {
+        if Backend::from_env() == Ok(Backend::Kernel) {
+            return false;
+        }
+        return match cudnn::admits(dev, dtype, head_dim) {
+            Ok(()) => true,
+            Err(why) => {
+                cudnn_map::note_once(&format!("f16 attention runs the reference: cuDNN declined: {why}"));
+                false
+            }
+        };
+    }
+    let _ = (device, head_dim);
+    false
+}
+
+/// The libcudnn.so.9 this process opened for cuDNN's attention (feature
+/// `cudnn`), opened now if it was not yet, or why none loads.
+#[cfg(feature = "cudnn")]
+pub fn cudnn_library() -> std::result::Result<&'static cudnn::Library, String> {
+    cudnn::library()
 }
 
 /// The fused op's forward and backward called directly, without an autograd
@@ -226,9 +277,26 @@ pub(crate) fn forward_backward_cuda(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Ar
     run_op(q, k, v, vis, scale, grad_out, dims)
 }
 
+/// [`forward_backward_cuda`] on cuDNN's fused attention only (bf16 or
+/// f16): an error says why cuDNN declined, whatever `FUSEGRPO_ATTENTION`
+/// says; for the GPU self-test.
+#[cfg(feature = "cudnn")]
+pub(crate) fn forward_backward_cudnn(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
+    if !q.device().is_cuda() || [k, v].iter().any(|x| x.dtype() != q.dtype()) {
+        candle_core::bail!("attention forward_backward_cudnn: q, k, v on a CUDA device, one dtype");
+    }
+    run_op_with(q, k, v, vis, scale, grad_out, dims, Some(Backend::Cudnn))
+}
+
 /// The op's forward then its backward, outside autograd.
 fn run_op(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
-    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, lse: Mutex::new(None) };
+    run_op_with(q, k, v, vis, scale, grad_out, dims, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_op_with(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims, force: Option<Backend>) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, force, lse: Mutex::new(None) };
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
     let out = q.apply_op3_no_bwd(&k, &v, &op)?;
     let (dq, dk, dv) = op.bwd(&q, &k, &v, &out, grad_out)?;
@@ -261,6 +329,9 @@ pub struct AttentionOp {
     vis: Arc<Visibility>,
     scale: f32,
     dims: Dims,
+    /// The CUDA backend whatever `FUSEGRPO_ATTENTION` says (self-test).
+    #[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
+    force: Option<Backend>,
     lse: Mutex<Option<Lse>>,
 }
 
@@ -271,6 +342,9 @@ enum Lse {
     /// `[b, heads, t]` f32 on the CUDA device.
     #[cfg(feature = "cuda")]
     Cuda(Tensor),
+    /// The forward ran on cuDNN: its statistics and sequence buffers.
+    #[cfg(feature = "cudnn")]
+    Cudnn(Arc<cudnn::Saved>),
 }
 
 /// A strided f32 view of a rank-4 tensor whose last dimension is contiguous.
@@ -328,6 +402,12 @@ impl CustomOp3 for AttentionOp {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
+        #[cfg(feature = "cudnn")]
+        if let Some((out, saved)) = cudnn::try_forward(self.dims, self.scale, &self.vis, self.force, (s1, l1), (s2, l2), (s3, l3))? {
+            *self.lse.lock().expect("attention lse lock") = Some(Lse::Cudnn(Arc::new(saved)));
+            let Dims { batch, queries, heads, head_dim, .. } = self.dims;
+            return Ok((out, Shape::from((batch, queries, heads * head_dim))));
+        }
         let (out, lse) = cuda::forward(self.dims, self.scale, &self.vis, (s1, l1), (s2, l2), (s3, l3))?;
         let Dims { batch, queries, heads, head_dim, .. } = self.dims;
         let lse = candle_core::Tensor::from_storage(candle_core::Storage::Cuda(lse), (batch, heads, queries), candle_core::op::BackpropOp::none(), false);
@@ -341,6 +421,8 @@ impl CustomOp3 for AttentionOp {
             Some(Lse::Cpu(lse)) => lse,
             #[cfg(feature = "cuda")]
             Some(Lse::Cuda(lse)) => return self.bwd_cuda(q, k, v, res, grad_res, &lse),
+            #[cfg(feature = "cudnn")]
+            Some(Lse::Cudnn(saved)) => return self.bwd_cudnn(q, k, v, res, grad_res, &saved),
             None => candle_core::bail!("attention backward: the forward kept no log-sum-exp"),
         };
         let (out, grad_out) = (res.contiguous()?, grad_res.to_dtype(DType::F32)?.contiguous()?);
@@ -391,6 +473,32 @@ impl AttentionOp {
             candle_core::bail!("attention backward: every input must be on the CUDA device of the forward");
         };
         let [dq, dk, dv] = cuda::backward(self.dims, self.scale, &self.vis, (cq, lq), (ck, lk), (cv, lv), (co, lo), (cg, lg), (cl, ll))?;
+        let Dims { batch, heads, kv_heads, queries, keys, head_dim } = self.dims;
+        let tensor = |s, shape: (usize, usize, usize, usize)| Tensor::from_storage(Cuda(s), shape, candle_core::op::BackpropOp::none(), false);
+        Ok((
+            Some(tensor(dq, (batch, heads, queries, head_dim))),
+            Some(tensor(dk, (batch, kv_heads, keys, head_dim))),
+            Some(tensor(dv, (batch, kv_heads, keys, head_dim))),
+        ))
+    }
+}
+
+#[cfg(feature = "cudnn")]
+impl AttentionOp {
+    /// The backward on cuDNN after a cuDNN forward: the output and its
+    /// gradient contiguous in the inputs' dtype, then `cudnn::backward`.
+    fn bwd_cudnn(&self, q: &Tensor, k: &Tensor, v: &Tensor, res: &Tensor, grad_res: &Tensor, saved: &cudnn::Saved) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        use candle_core::Storage::Cuda;
+        let (out, grad_out) = (res.contiguous()?, grad_res.to_dtype(q.dtype())?.contiguous()?);
+        let (sq, lq) = q.storage_and_layout();
+        let (sk, lk) = k.storage_and_layout();
+        let (sv, lv) = v.storage_and_layout();
+        let (so, lo) = out.storage_and_layout();
+        let (sg, lg) = grad_out.storage_and_layout();
+        let (Cuda(cq), Cuda(ck), Cuda(cv), Cuda(co), Cuda(cg)) = (&*sq, &*sk, &*sv, &*so, &*sg) else {
+            candle_core::bail!("attention backward: every input must be on the CUDA device of the forward");
+        };
+        let [dq, dk, dv] = cudnn::backward(self.dims, saved, (cq, lq), (ck, lk), (cv, lv), (co, lo), (cg, lg))?;
         let Dims { batch, heads, kv_heads, queries, keys, head_dim } = self.dims;
         let tensor = |s, shape: (usize, usize, usize, usize)| Tensor::from_storage(Cuda(s), shape, candle_core::op::BackpropOp::none(), false);
         Ok((

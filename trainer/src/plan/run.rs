@@ -284,7 +284,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     ];
     if cfg.model.device == DeviceKind::Cuda {
         notes.push(if fused_attention {
-            "attention: the fused CUDA kernel, memory linear in the sequence ([model] cuda_kernels)".to_string()
+            format!("{}; memory linear in the sequence ([model] cuda_kernels)", crate::gpu_check::attention_line(true, false).replacen("attention on CUDA: ", "attention: ", 1))
         } else {
             let why = match cfg.model.cuda_kernels {
                 crate::gpu_check::CudaKernels::Auto if kernels::cuda_kernels_in_env() == Some(false) => "\"auto\" with FUSEGRPO_CUDA_KERNELS=0",
@@ -434,6 +434,9 @@ mod tests {
         cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::On;
         let on = for_run(&cfg, &model, 2, 1).unwrap();
         assert_eq!(part(&on, PhaseKind::GrpoUpdate, "attention_scores"), 0);
+        // The note names the attention that runs (this test build has no cuDNN attention).
+        let note = on.notes.iter().find(|n| n.starts_with("attention:")).expect("an attention note");
+        assert!(note.contains("the fused kernel (this build has no cuDNN attention: cargo build --features cuda,cudnn)") && note.contains("memory linear"), "{note}");
         // On the CPU the fused kernel always runs.
         cfg.model.device = DeviceKind::Cpu;
         cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::Off;
