@@ -6,8 +6,8 @@
 // design of Liger-Kernel's FusedLinearCrossEntropy (one chunk of logits in
 // memory, never [N, V]).
 //
-// One block per row r, of any size that is a multiple of 32 (the launcher
-// uses 256 threads). Modes:
+// One block per row r, of any size that is a multiple of 32 up to 1024 (the
+// launcher uses 1024). Modes:
 // - TLP_STATS: stats[3 r ..] = (log p(t), lse, entropy) (the forward of
 //   TokenLogprobsOp).
 // - TLP_FOLDED: coef[2 r ..] = (t as float, w), stats[4 r ..] = (log p(t),

@@ -58,6 +58,8 @@ template <typename E> static const char *dn() { return std::is_same_v<E, float> 
 // outside the vocabulary (NaN log-prob, no gradient), row 2 has weight 0 (a
 // masked token: zero gradient). The gradient is read where the kernel
 // writes it, as E over the row's own f32 logits (ld = V * 4 / sizeof(E)).
+// Threads per block of the row kernel, as ROW_THREADS in logprobs/cuda.rs.
+static const unsigned kRowThreads = 1024;
 template <typename E> static void test_rows(int R, int V, float T) {
   const bool f32 = std::is_same_v<E, float>;
   const float inv_t = 1.0f / T;
@@ -109,7 +111,7 @@ template <typename E> static void test_rows(int R, int V, float T) {
   const double gtol = f32 ? 1e-5 : 8e-3;  // bf16 rounds each gradient (2^-9 relative)
   {  // TLP_STATS: statistics, the logits left as they were.
     std::vector<float> z = z0, stats(3 * R, -1.0f);
-    launch({(unsigned)R}, {256}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, t.data(), (const float *)nullptr, TLP_STATS, stats.data()); });
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, t.data(), (const float *)nullptr, TLP_STATS, stats.data()); });
     report(name + " stats logp", valid_rows(stats, lp_ref, 3, 0), 1e-5);
     report("  stats lse", valid_rows(stats, lse_ref, 3, 1), 1e-5);
     report("  stats entropy", valid_rows(stats, ent_ref, 3, 2), 1e-5);
@@ -118,7 +120,7 @@ template <typename E> static void test_rows(int R, int V, float T) {
   {  // TLP_FOLDED: statistics with the weighted column and the folded gradient in place.
     std::vector<float> z = z0, stats(4 * R, -1.0f), tw(2 * R);
     for (int r = 0; r < R; ++r) { tw[2 * r] = (float)t[r]; tw[2 * r + 1] = wt[r]; }
-    launch({(unsigned)R}, {256}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, tw.data(), TLP_FOLDED, stats.data()); });
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, tw.data(), TLP_FOLDED, stats.data()); });
     report("  folded logp", valid_rows(stats, lp_ref, 4, 0), 1e-5);
     report("  folded entropy", valid_rows(stats, ent_ref, 4, 2), 1e-5);
     std::vector<double> wlp(R);
@@ -132,7 +134,7 @@ template <typename E> static void test_rows(int R, int V, float T) {
     for (int r = 0; r < R; ++r) {
       aux[4 * r] = (float)t[r]; aux[4 * r + 1] = (float)lse_ref[r]; aux[4 * r + 2] = g_lp[r]; aux[4 * r + 3] = g_lse[r];
     }
-    launch({(unsigned)R}, {256}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, aux.data(), TLP_GRAD, (float *)nullptr); });
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, aux.data(), TLP_GRAD, (float *)nullptr); });
     report("  backward gradient in place", maxdiff(read_dz(z), dz_grad), gtol);
   }
 }
@@ -465,9 +467,10 @@ template <typename E> static void sampling_cases() {
 template <typename E> static void all(const std::string &only) {
   auto want = [&](const char *family) { return only.empty() || only == family; };
   if (want("logprobs")) {
-    test_rows<E>(5, 1037, 0.7f);  // V not a multiple of the block
+    test_rows<E>(5, 1037, 0.7f);  // V not a multiple of the block (1024)
     test_rows<E>(3, 200, 1.3f);   // V smaller than the block
-    test_rows<E>(4, 769, 1.0f);   // three tiles and one column
+    test_rows<E>(4, 769, 1.0f);   // one partial tile
+    test_rows<E>(3, 3001, 0.9f);  // three tiles, the last partial
   }
   if (want("rms")) {
     test_rms<E>(5, 200);

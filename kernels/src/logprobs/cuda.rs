@@ -33,8 +33,10 @@ const FOLDED_STATS: usize = 4;
 const AUX: usize = 4;
 /// Columns of the folded forward's per-token input (target, weight).
 const FOLDED_AUX: usize = 2;
-/// Threads of the row kernel's blocks (one block per token).
-const ROW_THREADS: u32 = 256;
+/// Threads of the row kernel's blocks (one block per token): the most a
+/// block takes, so a chunk of ~440 rows fills an H100's or H200's SMs with
+/// memory traffic (the kernel reads each row twice and writes it once).
+const ROW_THREADS: u32 = 1024;
 /// The row kernel's modes (`TLP_*` in logprobs.cu).
 const MODE_STATS: i32 = 0;
 const MODE_FOLDED: i32 = 1;
