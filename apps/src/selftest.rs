@@ -62,6 +62,10 @@ pub fn check_all(dev: &Device, seed: u64, report: &mut Report) -> Result<()> {
             let name = format!("token_logprobs {dn} N={n} d={d} V={v} T={temp}");
             logprobs_case(dev, &mut rng, dtype, (n, d, v, temp), &name, (tf, tg), report)?;
         }
+        for (n, d, v, temp) in [(67, 80, 1037, 0.7), (300, 256, 151_936, 1.0)] {
+            let name = format!("weighted_logprob_sum {dn} N={n} d={d} V={v} T={temp}");
+            folded_case(dev, &mut rng, dtype, (n, d, v, temp), &name, (tf, tg), report)?;
+        }
         for shape in [vec![3, 5, 200], vec![2, 7, 128], vec![4, 2560]] {
             rms_case(dev, &mut rng, dtype, &shape, &format!("rms_norm {dn} {shape:?}"), (tf, tg), report)?;
         }
@@ -346,6 +350,36 @@ fn logprobs_case(
     report.check(&format!("{name} entropy"), &stats.narrow(1, 2, 1)?.squeeze(1)?, &entropy, tf)?;
     let aux = Tensor::stack(&[&tc.to_dtype(DType::F32)?, &stats.narrow(1, 1, 1)?.squeeze(1)?, &g_lp.to_device(dev)?, &g_lse.to_device(dev)?], 1)?;
     let both = kernels::cuda_ops::token_logprobs_backward(&hc, &wc, &aux, temp)?;
+    report.check(&format!("{name} grad_hidden"), &both.narrow(0, 0, n)?, grads.get(hv.as_tensor()).expect("grad"), tg)?;
+    report.check(&format!("{name} grad_lm_head"), &both.narrow(0, n, v)?, grads.get(wv.as_tensor()).expect("grad"), tg)
+}
+
+/// The folded head (`weighted_logprob_sum`'s CUDA path: gradients made in
+/// the forward) against the plain composition with autograd on the CPU:
+/// log-probs, entropy, `w log p` and both gradients of `sum w log p`, one
+/// weight 0 (a masked token).
+fn folded_case(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, (n, d, v, temp): (usize, usize, usize, f64), name: &str, (tf, tg): (f64, f64), report: &mut Report) -> Result<()> {
+    let h = random(rng, &[n, d], 1.0)?.to_dtype(dtype)?;
+    let w = random(rng, &[v, d], 0.2)?.to_dtype(dtype)?;
+    let targets: Vec<u32> = (0..n).map(|_| rng.random_range(0..v as u32)).collect();
+    let t = Tensor::new(targets.as_slice(), &Device::Cpu)?;
+    let mut weights: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+    weights[0] = 0.0;
+    let wt = Tensor::new(weights.as_slice(), &Device::Cpu)?;
+    let hv = Var::from_tensor(&h.to_dtype(DType::F32)?)?;
+    let wv = Var::from_tensor(&w.to_dtype(DType::F32)?)?;
+    let logits = (hv.as_tensor().matmul(&wv.as_tensor().t()?)? / temp)?;
+    let max = logits.max_keepdim(1)?.detach();
+    let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(1)?.log()? + &max)?;
+    let logp = logits.gather(&t.unsqueeze(1)?, 1)?.sub(&lse)?.squeeze(1)?;
+    let probs = ops::softmax_last(&logits.detach())?;
+    let entropy = (&lse.squeeze(1)?.detach() - (probs * logits.detach())?.sum(1)?)?;
+    let grads = (&logp * &wt)?.sum_all()?.backward()?;
+    let aux = Tensor::stack(&[&t.to_dtype(DType::F32)?, &wt], 1)?.to_device(dev)?;
+    let (stats, both) = kernels::cuda_ops::folded_logprobs(&h.to_device(dev)?, &w.to_device(dev)?, &aux, temp)?;
+    report.check(&format!("{name} logp"), &stats.narrow(1, 0, 1)?.squeeze(1)?, &logp, tf)?;
+    report.check(&format!("{name} entropy"), &stats.narrow(1, 2, 1)?.squeeze(1)?, &entropy, tf)?;
+    report.check(&format!("{name} w logp"), &stats.narrow(1, 3, 1)?.squeeze(1)?, &(&logp * &wt)?, tf)?;
     report.check(&format!("{name} grad_hidden"), &both.narrow(0, 0, n)?, grads.get(hv.as_tensor()).expect("grad"), tg)?;
     report.check(&format!("{name} grad_lm_head"), &both.narrow(0, n, v)?, grads.get(wv.as_tensor()).expect("grad"), tg)
 }

@@ -1,190 +1,118 @@
-// Fused token log-probs: per token n, with z = h W^T / T (never written as
-// [N, V] logits), stats[n] = (z[n, t[n]] - lse[n], lse[n], entropy[n]), the
-// contract of kernels::logprobs::TokenLogprobsOp. Forward: tiles of 64 tokens
-// x 64 vocabulary rows, an online log-sum-exp (and sum of p z for the
-// entropy) per token over each block's share of the vocabulary (split-V),
-// then a combine. Backward (TokenLogprobsBackward, per-token aux rows
-// (target, lse, g_logp, g_lse)): per vocabulary chunk, recompute the chunk's
-// logits into dz = (g_logp onehot + (g_lse - g_logp) softmax) / T ([N, C] f32
-// scratch), then grad_h += dz W_chunk and grad_W_chunk = dz^T h.
-// All accumulation in f32; T is float or __nv_bfloat16.
+// The row kernel of the token log-prob head on cuBLAS (kernels/src/logprobs/
+// cuda.rs): the launcher computes one chunk of tokens' logits z = h W^T / T
+// by a cuBLAS GEMM into an f32 [rows, V] buffer; this kernel turns each row
+// into its statistics and, where asked, the logits' gradient written in
+// place; two more GEMMs carry that gradient to hidden and lm_head. The
+// design of Liger-Kernel's FusedLinearCrossEntropy (one chunk of logits in
+// memory, never [N, V]).
+//
+// One block per row r, of any size that is a multiple of 32 up to 1024 (the
+// launcher uses 1024). Modes:
+// - TLP_STATS: stats[3 r ..] = (log p(t), lse, entropy) (the forward of
+//   TokenLogprobsOp).
+// - TLP_FOLDED: coef[2 r ..] = (t as float, w), stats[4 r ..] = (log p(t),
+//   lse, entropy, w log p(t)),
+//   and dz = (w / T) (1[v = t] - p) (the loss folded into the forward,
+//   kernels::logprobs::weighted_logprob_sum).
+// - TLP_GRAD: coef[4 r ..] = (t as float, lse, g_logp, g_lse) (the rows of
+//   TokenLogprobsBackward), dz = (g_logp 1[v = t] + (g_lse - g_logp) p) / T
+//   with p = exp(z - lse) from the given lse; no stats.
+// dz is written as T over the row's own f32 logits: element v of row r at
+// ((T *)z)[r * ld + v] with ld = V * 4 / sizeof(T) (V for f32, 2V for bf16,
+// the first half of the row's bytes), the layout the next GEMMs read. A row
+// whose target is not in 0..V (a whole number, for the float-carried ones)
+// gets a NaN log-prob and no gradient. `tgt` is read in TLP_STATS only.
 #include "common.cuh"
 
-// Per (token, split): running max, sum of exp and sum of exp * z over the
-// split's vocabulary tiles, and z at the target (written by the one thread
-// that meets it).
-template <typename T>
-__device__ void fwd_partial(const T *h, const T *w, const uint32_t *tgt, int N, int V, int D,
-                            float inv_t, int tiles_per_split, float *part, float *zt) {
-  const int m0 = blockIdx.x * TILE_M, split = blockIdx.y;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const Operand<T> A{h, D, 1, N, D};  // (token, d)
-  const Operand<T> B{w, 1, D, D, V};  // (d, vocab) = w[vocab * D + d]
-  float run_m[4], run_s[4], run_u[4];
-  uint32_t tg[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = m0 + ty + 16 * i;
-    run_m[i] = -INFINITY;
-    run_s[i] = 0.0f;
-    run_u[i] = 0.0f;
-    tg[i] = row < N ? tgt[row] : 0xffffffffu;
+#define TLP_STATS 0
+#define TLP_FOLDED 1
+#define TLP_GRAD 2
+
+// Online soft-max state (max m, s = sum e^(z - m), u = sum e^(z - m) z) of
+// the block's row, merged over the warps' lanes and then the warps in a
+// fixed order; every thread gets it. All threads must call it.
+__device__ __forceinline__ void block_softmax_merge(float &m, float &s, float &u) {
+  __shared__ float wm[32], ws[32], wu[32];
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+    const float u2 = __shfl_xor_sync(0xffffffffu, u, off);
+    softmax_merge(m, s, u, m2, s2, u2);
   }
-  const int n_tiles = (V + TILE_N - 1) / TILE_N;
-  const int t_end = min(n_tiles, (split + 1) * tiles_per_split);
-  for (int tile = split * tiles_per_split; tile < t_end; ++tile) {
-    const int n0 = tile * TILE_N;
-    float acc[4][4];
-    zero_acc(acc);
-    gemm_tile<T, T, true, true>(A, B, D, m0, n0, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = m0 + ty + 16 * i;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int v = n0 + tx + 16 * j;
-        if (v >= V) continue;
-        const float z = acc[i][j] * inv_t;
-        softmax_merge(run_m[i], run_s[i], run_u[i], z, 1.0f, z);
-        if (row < N && (uint32_t)v == tg[i]) zt[row] = z;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
+  __syncthreads();  // the arrays may still be read by a previous call
+  if (lane == 0) { wm[wid] = m; ws[wid] = s; wu[wid] = u; }
+  __syncthreads();
+  m = -INFINITY; s = 0.0f; u = 0.0f;
+  for (int k = 0; k < nw; ++k) softmax_merge(m, s, u, wm[k], ws[k], wu[k]);
+}
+
+template <typename T>
+__device__ void rows_kernel(float *z, int V, float inv_t, const uint32_t *tgt, const float *coef,
+                            int mode, float *stats) {
+  const int r = blockIdx.x;
+  float *zr = z + (int64_t)r * V;
+  // The target and the gradient's coefficients: dz = a 1[v = t] + b p.
+  int t;
+  float lse_given = 0.0f, a = 0.0f, b = 0.0f, wgt = 0.0f;
+  if (mode == TLP_STATS) {
+    t = tgt[r] < (uint32_t)V ? (int)tgt[r] : -1;
+  } else {
+    const float *x = coef + (mode == TLP_GRAD ? 4 : 2) * (int64_t)r;
+    const float tf = x[0];
+    t = (tf >= 0.0f && tf < (float)V && tf == floorf(tf)) ? (int)tf : -1;
+    if (mode == TLP_GRAD) {
+      lse_given = x[1];
+      a = x[2] * inv_t;
+      b = (x[3] - x[2]) * inv_t;
+    } else {
+      wgt = x[1];
+      a = wgt * inv_t;
+      b = -a;
+    }
+  }
+  float lse = lse_given;
+  if (mode != TLP_GRAD) {
+    float m = -INFINITY, s = 0.0f, u = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) softmax_merge(m, s, u, zr[v], 1.0f, zr[v]);
+    // Read before any thread of the block overwrites the row (the merge
+    // below synchronizes).
+    const float zt = t >= 0 ? zr[t] : NAN;
+    block_softmax_merge(m, s, u);
+    lse = m + logf(s);
+    if (threadIdx.x == 0) {
+      const float logp = t >= 0 ? zt - lse : NAN;
+      if (mode == TLP_STATS) {
+        float *o = stats + 3 * (int64_t)r;
+        o[0] = logp; o[1] = lse; o[2] = lse - u / s;
+      } else {
+        float *o = stats + 4 * (int64_t)r;
+        o[0] = logp; o[1] = lse; o[2] = lse - u / s; o[3] = wgt * logp;
       }
     }
   }
-  // The 16 threads of a row (same ty) are one half-warp: merge by shuffles.
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float m = run_m[i], s = run_s[i], u = run_u[i];
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-      const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-      const float u2 = __shfl_xor_sync(0xffffffffu, u, off);
-      softmax_merge(m, s, u, m2, s2, u2);
-    }
-    const int row = m0 + ty + 16 * i;
-    if (tx == 0 && row < N) {
-      float *p = part + ((int64_t)split * N + row) * 3;
-      p[0] = m;
-      p[1] = s;
-      p[2] = u;
-    }
+  if (mode == TLP_STATS) return;
+  if (t < 0) { a = 0.0f; b = 0.0f; }
+  // Tile by tile: every thread reads its logit, then (after a barrier) all
+  // write their gradients. A bf16 write lands in bytes [2v, 2v + 2) of the
+  // row, inside logits this tile or an earlier one already read.
+  T *dr = (T *)z + (int64_t)r * V * (int64_t)(sizeof(float) / sizeof(T));
+  for (int v0 = 0; v0 < V; v0 += blockDim.x) {
+    const int v = v0 + threadIdx.x;
+    float d = 0.0f;
+    if (v < V) d = b * expf(zr[v] - lse) + (v == t ? a : 0.0f);
+    __syncthreads();
+    if (v < V) dr[v] = from_f32<T>(d);
   }
 }
 
-// Merges the splits into stats[n] = (logp, lse, entropy) (logp NaN for an
-// out-of-range target).
-extern "C" __global__ void tlp_fwd_combine(const float *part, const float *zt,
-                                           const uint32_t *tgt, int N, int V, int splits,
-                                           float *stats) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  float m = -INFINITY, s = 0.0f, u = 0.0f;
-  for (int k = 0; k < splits; ++k) {
-    const float *p = part + ((int64_t)k * N + n) * 3;
-    softmax_merge(m, s, u, p[0], p[1], p[2]);
-  }
-  const float lse = m + logf(s);
-  stats[3 * n] = tgt[n] < (uint32_t)V ? zt[n] - lse : NAN;
-  stats[3 * n + 1] = lse;
-  stats[3 * n + 2] = lse - u / s;
-}
-
-// dz[n, c] = (g_logp [v == t] + (g_lse - g_logp) p[n, v]) / T at v = v0 + c,
-// for the vocabulary chunk [v0, v0 + C); aux[n] = (target as float, lse,
-// g_logp, g_lse). Rows whose target is not a valid id get 0.
-template <typename T>
-__device__ void bwd_dz(const T *h, const T *w, const float *aux, int N, int V, int D, float inv_t,
-                       int v0, int C, float *dz) {
-  const int m0 = blockIdx.x * TILE_M, n0 = v0 + blockIdx.y * TILE_N;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const Operand<T> A{h, D, 1, N, D};
-  const Operand<T> B{w, 1, D, D, V};
-  float acc[4][4];
-  zero_acc(acc);
-  gemm_tile<T, T, true, true>(A, B, D, m0, n0, acc);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = m0 + ty + 16 * i;
-    if (row >= N) continue;
-    const float *a = aux + 4 * (int64_t)row;
-    const float tf = a[0], lse = a[1], g_lp = a[2], g_lse = a[3];
-    const bool valid = tf >= 0.0f && tf < (float)V && tf == floorf(tf);
-    const int t = valid ? (int)tf : -1;
-    const float coef = (g_lse - g_lp) * inv_t;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int v = n0 + tx + 16 * j;
-      if (v >= v0 + C) continue;
-      const float p = expf(acc[i][j] * inv_t - lse);
-      const float d = valid ? p * coef + (v == t ? g_lp * inv_t : 0.0f) : 0.0f;
-      dz[(int64_t)row * C + (v - v0)] = d;
-    }
-  }
-}
-
-// grad_h[N, D] (f32) += dz[N, C] W[v0 .. v0 + C, D].
-template <typename T>
-__device__ void bwd_grad_h(const float *dz, const T *w, int N, int D, int v0, int C, float *gh) {
-  const int m0 = blockIdx.x * TILE_M, n0 = blockIdx.y * TILE_N;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const Operand<float> A{dz, C, 1, N, C};               // (token, c)
-  const Operand<T> B{w + (int64_t)v0 * D, D, 1, C, D};  // (c, d)
-  float acc[4][4];
-  zero_acc(acc);
-  gemm_tile<float, T, true, false>(A, B, C, m0, n0, acc);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = m0 + ty + 16 * i;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int col = n0 + tx + 16 * j;
-      if (row < N && col < D) gh[(int64_t)row * D + col] += acc[i][j];
-    }
-  }
-}
-
-// grad_W[v0 + c, :] = sum_n dz[n, c] h[n, :] (each row written once).
-template <typename T>
-__device__ void bwd_grad_w(const float *dz, const T *h, int N, int D, int v0, int C, T *gw) {
-  const int m0 = blockIdx.x * TILE_M, n0 = blockIdx.y * TILE_N;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const Operand<float> A{dz, 1, C, C, N};  // (c, token) = dz[token * C + c]
-  const Operand<T> B{h, D, 1, N, D};       // (token, d)
-  float acc[4][4];
-  zero_acc(acc);
-  gemm_tile<float, T, false, false>(A, B, N, m0, n0, acc);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = m0 + ty + 16 * i;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int col = n0 + tx + 16 * j;
-      if (row < C && col < D) gw[(int64_t)(v0 + row) * D + col] = from_f32<T>(acc[i][j]);
-    }
-  }
-}
-
-#define TLP_KERNELS(T, SUF)                                                                      \
-  extern "C" __global__ void tlp_fwd_partial_##SUF(const T *h, const T *w, const uint32_t *tgt, \
-                                                   int N, int V, int D, float inv_t,              \
-                                                   int tiles_per_split, float *part, float *zt) { \
-    fwd_partial<T>(h, w, tgt, N, V, D, inv_t, tiles_per_split, part, zt);                         \
-  }                                                                                               \
-  extern "C" __global__ void tlp_bwd_dz_##SUF(const T *h, const T *w, const float *aux, int N,   \
-                                              int V, int D, float inv_t, int v0, int C,           \
-                                              float *dz) {                                        \
-    bwd_dz<T>(h, w, aux, N, V, D, inv_t, v0, C, dz);                                              \
-  }                                                                                               \
-  extern "C" __global__ void tlp_bwd_grad_h_##SUF(const float *dz, const T *w, int N, int D,     \
-                                                  int v0, int C, float *gh) {                     \
-    bwd_grad_h<T>(dz, w, N, D, v0, C, gh);                                                        \
-  }                                                                                               \
-  extern "C" __global__ void tlp_bwd_grad_w_##SUF(const float *dz, const T *h, int N, int D,     \
-                                                  int v0, int C, T *gw) {                         \
-    bwd_grad_w<T>(dz, h, N, D, v0, C, gw);                                                        \
-  }                                                                                               \
-  extern "C" __global__ void tlp_cast_##SUF(const float *src, int64_t n, T *dst) {               \
-    cast_out<T>(src, n, dst);                                                                     \
+#define TLP_KERNELS(T, SUF)                                                                  \
+  extern "C" __global__ void tlp_rows_##SUF(float *z, int V, float inv_t, const uint32_t *tgt, \
+                                            const float *coef, int mode, float *stats) {      \
+    rows_kernel<T>(z, V, inv_t, tgt, coef, mode, stats);                                      \
+  }                                                                                           \
+  extern "C" __global__ void tlp_cast_##SUF(const float *src, int64_t n, T *dst) {           \
+    cast_out<T>(src, n, dst);                                                                 \
   }
 
 TLP_KERNELS(float, f32)

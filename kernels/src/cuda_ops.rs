@@ -53,6 +53,19 @@ pub fn token_logprobs_backward(hidden: &Tensor, lm_head: &Tensor, aux: &Tensor, 
     })
 }
 
+/// The folded log-prob head (what `weighted_logprob_sum` runs on CUDA):
+/// hidden `[N, d]`, lm_head `[V, d]` and aux `[N, 2]` f32 rows (target,
+/// weight) -> stats `[N, 4]` f32 (log p, lse, entropy, w log p) and
+/// `[N + V, d]`: the gradients of `sum w log p` for hidden over lm_head.
+pub fn folded_logprobs(hidden: &Tensor, lm_head: &Tensor, aux: &Tensor, temperature: f64) -> Result<(Tensor, Tensor)> {
+    let (n, d) = hidden.dims2()?;
+    let v = lm_head.dim(0)?;
+    with_cuda(&[hidden, lm_head, aux], |x| {
+        let (stats, grads) = crate::logprobs::cuda::folded_fwd_cuda(temperature, x[0], x[1], x[2], true)?;
+        Ok((tensor((stats, Shape::from((n, 4)))), tensor((grads, Shape::from((n + v, d))))))
+    })
+}
+
 /// Picks `[rows, 2]` f32 rows (token, log-prob) of logits `[rows, V]` (f32
 /// or bf16) with uniforms `[rows]` f64 (what `SampleOp` returns; the mode is
 /// not validated here).

@@ -25,6 +25,8 @@
 //!   ([`swiglu::swiglu_gate`], reference [`swiglu::swiglu_gate_reference`]).
 //! - [`rope`]: rotary embeddings ("rotate half", per-row positions) with
 //!   backward ([`rope::rope`]).
+//! - [`cuda_pool`]: the CUDA memory pool's release threshold, set once when
+//!   a device is opened.
 //!
 //! CPU paths run their own rayon tasks (Candle's CPU element-wise ops are
 //! single-threaded) and call single-threaded matrix products per block
@@ -37,6 +39,7 @@
 //! self-test.
 
 pub mod attention;
+pub mod cuda_pool;
 pub mod fastmath;
 pub mod gated;
 pub mod linear;

@@ -28,17 +28,34 @@ impl DeviceKind {
     }
 
     /// Opens the device; for CUDA, GPU `local rank` (0 with one process; see
-    /// [`cuda_unavailable`] for the error).
+    /// [`cuda_unavailable`] for the error), with its memory pool set to keep
+    /// freed memory across synchronizations ([`kernels::cuda_pool`];
+    /// `FUSEGRPO_CUDA_POOL_RELEASE=1` keeps the driver's default).
     pub fn open(self) -> Result<Device> {
         match self {
             DeviceKind::Cpu => Ok(Device::Cpu),
-            DeviceKind::Cuda => Device::new_cuda(crate::dist::current().local_rank()).map_err(|e| {
-                // Candle appends a backtrace when RUST_BACKTRACE is set; the first line says it all.
-                let cause = e.to_string();
-                cuda_unavailable(cause.lines().next().unwrap_or_default().trim_end_matches('('))
-            }),
+            DeviceKind::Cuda => {
+                let device = Device::new_cuda(crate::dist::current().local_rank()).map_err(|e| {
+                    // Candle appends a backtrace when RUST_BACKTRACE is set; the first line says it all.
+                    let cause = e.to_string();
+                    cuda_unavailable(cause.lines().next().unwrap_or_default().trim_end_matches('('))
+                })?;
+                keep_pool_memory(&device)?;
+                Ok(device)
+            }
         }
     }
+}
+
+/// Sets the CUDA memory pool's release threshold ([`kernels::cuda_pool`]).
+fn keep_pool_memory(device: &Device) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        kernels::cuda_pool::keep_pool_memory(d)
+            .map_err(|e| Error::invalid("--device cuda", format!("setting the CUDA memory pool's release threshold: {e} (FUSEGRPO_CUDA_POOL_RELEASE=1 skips it)")))?;
+    }
+    let _ = device;
+    Ok(())
 }
 
 /// Opens `device`; for CUDA, first switches the fused kernels as `kernels`

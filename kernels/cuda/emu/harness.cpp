@@ -18,8 +18,7 @@
   template <typename E, typename... A> void k_##name(A... a) {                       \
     if constexpr (std::is_same_v<E, float>) name##_f32(a...); else name##_bf16(a...); \
   }
-KERN(tlp_fwd_partial) KERN(tlp_bwd_dz) KERN(tlp_bwd_grad_h)
-KERN(tlp_bwd_grad_w) KERN(tlp_cast) KERN(rms_fwd) KERN(rms_bwd_dx) KERN(rms_rstd) KERN(rms_dw)
+KERN(tlp_rows) KERN(tlp_cast) KERN(rms_fwd) KERN(rms_bwd_dx) KERN(rms_rstd) KERN(rms_dw)
 KERN(rms_cast) KERN(rope) KERN(sample)
 
 static std::mt19937 rng(1);
@@ -53,82 +52,91 @@ static void report(const std::string &what, double rel, double tol) {
 }
 template <typename E> static const char *dn() { return std::is_same_v<E, float> ? "f32" : "bf16"; }
 
-template <typename E> static void test_logprobs(int N, int D, int V, float T, size_t scratch_bytes) {
+// The row kernel of the log-prob head (tlp_rows_*) in its three modes on
+// one chunk of f32 logits z (already divided by T, as the GEMM leaves them),
+// against double-precision statistics and gradients: row 1's target is
+// outside the vocabulary (NaN log-prob, no gradient), row 2 has weight 0 (a
+// masked token: zero gradient). The gradient is read where the kernel
+// writes it, as E over the row's own f32 logits (ld = V * 4 / sizeof(E)).
+// Threads per block of the row kernel, as ROW_THREADS in logprobs/cuda.rs.
+static const unsigned kRowThreads = 1024;
+template <typename E> static void test_rows(int R, int V, float T) {
   const bool f32 = std::is_same_v<E, float>;
-  auto he = to_t<E>(rnd((size_t)N * D, 1)), we = to_t<E>(rnd((size_t)V * D, 0.3f));
-  auto h = to_f(he), w = to_f(we), g_lp = rnd(N, 1), g_lse = rnd(N, 0.5);
-  std::vector<uint32_t> t(N);
-  for (auto &x : t) x = rng() % V;
   const float inv_t = 1.0f / T;
-  // Reference: logp, lse, entropy; gradients of sum(g_lp logp + g_lse lse).
-  std::vector<double> lp_ref(N), lse_ref(N), ent_ref(N), gh_ref((size_t)N * D, 0), gw_ref((size_t)V * D, 0);
-  for (int n = 0; n < N; ++n) {
-    std::vector<double> z(V);
+  const std::vector<float> z0 = rnd((size_t)R * V, 6.0f), w = rnd(R, 1.0f), g_lp = rnd(R, 1.0f), g_lse = rnd(R, 0.5f);
+  std::vector<uint32_t> t(R);
+  for (auto &x : t) x = rng() % V;
+  if (R > 1) t[1] = V + 3;
+  std::vector<float> wt = w;
+  if (R > 2) wt[2] = 0.0f;
+  std::vector<double> lp_ref(R), lse_ref(R), ent_ref(R), dz_fold((size_t)R * V), dz_grad((size_t)R * V);
+  for (int r = 0; r < R; ++r) {
+    const float *z = z0.data() + (size_t)r * V;
     double m = -1e300, s = 0, u = 0;
-    for (int v = 0; v < V; ++v) {
-      double a = 0;
-      for (int k = 0; k < D; ++k) a += (double)h[(size_t)n * D + k] * w[(size_t)v * D + k];
-      z[v] = a / T;
-      m = std::max(m, z[v]);
-    }
+    for (int v = 0; v < V; ++v) m = std::max(m, (double)z[v]);
     for (int v = 0; v < V; ++v) { s += std::exp(z[v] - m); u += std::exp(z[v] - m) * z[v]; }
     const double lse = m + std::log(s);
-    lp_ref[n] = z[t[n]] - lse;
-    lse_ref[n] = lse;
-    ent_ref[n] = lse - u / s;
+    const bool valid = t[r] < (uint32_t)V;
+    lp_ref[r] = valid ? z[t[r]] - lse : NAN;
+    lse_ref[r] = lse;
+    ent_ref[r] = lse - u / s;
     for (int v = 0; v < V; ++v) {
-      const double p = std::exp(z[v] - lse);
-      const double dz = (g_lp[n] * ((v == (int)t[n]) - p) + g_lse[n] * p) / T;
-      for (int k = 0; k < D; ++k) {
-        gh_ref[(size_t)n * D + k] += dz * w[(size_t)v * D + k];
-        gw_ref[(size_t)v * D + k] += dz * h[(size_t)n * D + k];
-      }
+      const double p = std::exp(z[v] - lse), hot = (uint32_t)v == t[r];
+      dz_fold[(size_t)r * V + v] = valid ? wt[r] * (hot - p) / T : 0.0;
+      dz_grad[(size_t)r * V + v] = valid ? (g_lp[r] * (hot - p) + g_lse[r] * p) / T : 0.0;
     }
   }
-  // Launch logic of kernels/src/logprobs/cuda.rs.
-  const size_t TILE = 64, TARGET_BLOCKS = 1056;
-  const size_t row_blocks = (N + TILE - 1) / TILE, v_tiles = (V + TILE - 1) / TILE;
-  const size_t want = std::clamp((TARGET_BLOCKS + row_blocks - 1) / row_blocks, (size_t)1, v_tiles);
-  const size_t per_split = (v_tiles + want - 1) / want, splits = (v_tiles + per_split - 1) / per_split;
-  std::vector<float> part(splits * N * 3, NAN), zt(N, 0), stats(3 * N, NAN);
-  launch({(unsigned)row_blocks, (unsigned)splits}, {256}, [&] {
-    k_tlp_fwd_partial<E>(he.data(), we.data(), t.data(), N, V, D, inv_t, (int)per_split, part.data(), zt.data());
-  });
-  launch({(unsigned)((N + 255) / 256)}, {256}, [&] {
-    tlp_fwd_combine(part.data(), zt.data(), t.data(), N, V, (int)splits, stats.data());
-  });
-  std::vector<float> lp(N), lse(N), ent(N), aux(4 * N);
-  for (int n = 0; n < N; ++n) {
-    lp[n] = stats[3 * n]; lse[n] = stats[3 * n + 1]; ent[n] = stats[3 * n + 2];
-    aux[4 * n] = (float)t[n]; aux[4 * n + 1] = lse[n]; aux[4 * n + 2] = g_lp[n]; aux[4 * n + 3] = g_lse[n];
+  auto valid_rows = [&](const std::vector<float> &got, const std::vector<double> &want, int cols, int col) {
+    std::vector<float> a;
+    std::vector<double> b;
+    for (int r = 0; r < R; ++r)
+      if (t[r] < (uint32_t)V) { a.push_back(got[(size_t)r * cols + col]); b.push_back(want[r]); }
+    return maxdiff(a, b);
+  };
+  auto nan_where_invalid = [&](const std::vector<float> &got, int cols) {
+    for (int r = 0; r < R; ++r)
+      if (t[r] >= (uint32_t)V && !std::isnan(got[(size_t)r * cols])) return false;
+    return true;
+  };
+  // The gradient as the next GEMM reads it.
+  auto read_dz = [&](const std::vector<float> &buf) {
+    const E *d = reinterpret_cast<const E *>(buf.data());
+    const size_t ld = (size_t)V * sizeof(float) / sizeof(E);
+    std::vector<float> out((size_t)R * V);
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) out[(size_t)r * V + v] = to_f32(d[r * ld + v]);
+    return out;
+  };
+  const std::string name = std::string("rows ") + dn<E>() + " R=" + std::to_string(R) + " V=" + std::to_string(V);
+  const double gtol = f32 ? 1e-5 : 8e-3;  // bf16 rounds each gradient (2^-9 relative)
+  {  // TLP_STATS: statistics, the logits left as they were.
+    std::vector<float> z = z0, stats(3 * R, -1.0f);
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, t.data(), (const float *)nullptr, TLP_STATS, stats.data()); });
+    report(name + " stats logp", valid_rows(stats, lp_ref, 3, 0), 1e-5);
+    report("  stats lse", valid_rows(stats, lse_ref, 3, 1), 1e-5);
+    report("  stats entropy", valid_rows(stats, ent_ref, 3, 2), 1e-5);
+    report("  stats: NaN log-prob for the invalid target, logits untouched", (nan_where_invalid(stats, 3) && z == z0) ? 0.0 : 1.0, 0.0);
   }
-  const std::string name = std::string("logprobs ") + dn<E>() + " N=" + std::to_string(N) + " D=" + std::to_string(D) +
-                           " V=" + std::to_string(V) + " splits=" + std::to_string(splits);
-  report(name + " logp", maxdiff(lp, lp_ref), 1e-5);
-  report("  lse", maxdiff(lse, lse_ref), 1e-5);
-  report("  entropy", maxdiff(ent, ent_ref), 1e-5);
-  const size_t chunk = std::min((size_t)V, std::max(TILE, (scratch_bytes / 4 / N) / TILE * TILE));
-  std::vector<float> dz(N * chunk, NAN), gh((size_t)N * D, 0);
-  std::vector<E> out((size_t)(N + V) * D, from_f32<E>(NAN));
-  E *gw = out.data() + (size_t)N * D;
-  for (size_t v0 = 0; v0 < (size_t)V; v0 += chunk) {
-    const int cc = (int)std::min(chunk, V - v0);
-    launch({(unsigned)row_blocks, (unsigned)((cc + 63) / 64)}, {256}, [&] {
-      k_tlp_bwd_dz<E>(he.data(), we.data(), aux.data(), N, V, D, inv_t, (int)v0, cc, dz.data());
-    });
-    launch({(unsigned)row_blocks, (unsigned)((D + 63) / 64)}, {256}, [&] {
-      k_tlp_bwd_grad_h<E>(dz.data(), we.data(), N, D, (int)v0, cc, gh.data());
-    });
-    launch({(unsigned)((cc + 63) / 64), (unsigned)((D + 63) / 64)}, {256}, [&] {
-      k_tlp_bwd_grad_w<E>(dz.data(), he.data(), N, D, (int)v0, cc, gw);
-    });
+  {  // TLP_FOLDED: statistics with the weighted column and the folded gradient in place.
+    std::vector<float> z = z0, stats(4 * R, -1.0f), tw(2 * R);
+    for (int r = 0; r < R; ++r) { tw[2 * r] = (float)t[r]; tw[2 * r + 1] = wt[r]; }
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, tw.data(), TLP_FOLDED, stats.data()); });
+    report("  folded logp", valid_rows(stats, lp_ref, 4, 0), 1e-5);
+    report("  folded entropy", valid_rows(stats, ent_ref, 4, 2), 1e-5);
+    std::vector<double> wlp(R);
+    for (int r = 0; r < R; ++r) wlp[r] = wt[r] * lp_ref[r];
+    report("  folded w logp", valid_rows(stats, wlp, 4, 3), 1e-5);
+    report("  folded: NaN log-prob for the invalid target", nan_where_invalid(stats, 4) ? 0.0 : 1.0, 0.0);
+    report("  folded gradient in place", maxdiff(read_dz(z), dz_fold), gtol);
   }
-  launch({(unsigned)((N * D + 255) / 256)}, {256}, [&] { k_tlp_cast<E>(gh.data(), (int64_t)N * D, out.data()); });
-  auto outf = to_f(out);
-  const std::vector<float> ghf(outf.begin(), outf.begin() + (size_t)N * D), gwf(outf.begin() + (size_t)N * D, outf.end());
-  const double tol = f32 ? 1e-4 : 1e-2;
-  report("  chunk=" + std::to_string(chunk) + " grad_hidden", maxdiff(ghf, gh_ref), tol);
-  report("  chunk=" + std::to_string(chunk) + " grad_lm_head", maxdiff(gwf, gw_ref), tol);
+  {  // TLP_GRAD: the backward's gradient from (t, lse, g_logp, g_lse) rows.
+    std::vector<float> z = z0, aux(4 * R);
+    for (int r = 0; r < R; ++r) {
+      aux[4 * r] = (float)t[r]; aux[4 * r + 1] = (float)lse_ref[r]; aux[4 * r + 2] = g_lp[r]; aux[4 * r + 3] = g_lse[r];
+    }
+    launch({(unsigned)R}, {kRowThreads}, [&] { k_tlp_rows<E>(z.data(), V, inv_t, (const uint32_t *)nullptr, aux.data(), TLP_GRAD, (float *)nullptr); });
+    report("  backward gradient in place", maxdiff(read_dz(z), dz_grad), gtol);
+  }
 }
 
 template <typename E> static void test_rms(int rows, int D) {
@@ -459,10 +467,10 @@ template <typename E> static void sampling_cases() {
 template <typename E> static void all(const std::string &only) {
   auto want = [&](const char *family) { return only.empty() || only == family; };
   if (want("logprobs")) {
-    test_logprobs<E>(67, 80, 1037, 0.7f, 256u << 20);
-    test_logprobs<E>(67, 80, 1037, 0.7f, 67 * 4 * 200);  // several backward chunks (192 rows)
-    test_logprobs<E>(1, 33, 3001, 1.0f, 256u << 20);     // N = 1, many splits
-    test_logprobs<E>(130, 17, 200, 1.3f, 130 * 4 * 64);  // chunks of one tile
+    test_rows<E>(5, 1037, 0.7f);  // V not a multiple of the block (1024)
+    test_rows<E>(3, 200, 1.3f);   // V smaller than the block
+    test_rows<E>(4, 769, 1.0f);   // one partial tile
+    test_rows<E>(3, 3001, 0.9f);  // three tiles, the last partial
   }
   if (want("rms")) {
     test_rms<E>(5, 200);

@@ -1,36 +1,46 @@
-//! CUDA path of the fused token log-probs (`kernels/cuda/logprobs.cu`), with
-//! the contract of `TokenLogprobsOp` / `TokenLogprobsBackward` (their CPU
-//! paths in `logprobs/cpu.rs`):
+//! CUDA path of the token log-probs: the log-prob head on cuBLAS, built as
+//! Liger-Kernel's FusedLinearCrossEntropy is. Tokens go in chunks of
+//! [`CHUNK_LOGITS_BYTES`] of f32 logits (`head_plan.rs`); per chunk a cuBLAS
+//! GEMM (bf16 or f32 inputs, f32 accumulation and output) makes the logits,
+//! one row kernel of ours (`kernels/cuda/logprobs.cu`, `tlp_rows_*`) their
+//! statistics and, where a gradient is wanted, the logits' gradient written
+//! over them, and two more GEMMs carry that gradient to hidden (each
+//! chunk's rows once) and to lm_head (accumulated in f32 over the chunks).
+//! Memory: one chunk of logits, never `[N, V]`, plus the f32 accumulator of
+//! lm_head's gradient for bf16 inputs when that gradient is wanted.
 //!
-//! - forward: hidden `[N, d]`, lm_head `[V, d]`, targets `[N]` (u32) ->
-//!   stats `[N, 3]` f32 = (log p(target), log-sum-exp, entropy) of
-//!   `softmax(hidden lm_head^T / T)`, without an `[N, V]` logits buffer: an
-//!   online log-sum-exp per token over split-vocabulary tiles, then a combine;
-//! - backward: hidden, lm_head and aux `[N, 4]` f32 = (target, lse, grad of
-//!   logp, grad of lse) -> `[N + V, d]` = grad_hidden over grad_lm_head, in
-//!   the inputs' dtype; the logits are recomputed one vocabulary chunk at a
-//!   time (an `[N, C]` f32 scratch of at most [`DZ_SCRATCH_BYTES`]).
+//! - [`token_logprobs_fwd_cuda`]: `TokenLogprobsOp`'s forward, stats `[N, 3]`;
+//! - [`token_logprobs_bwd_cuda`]: `TokenLogprobsBackward`, `[N + V, d]` from
+//!   aux `[N, 4]` rows (the logits recomputed chunk by chunk);
+//! - [`folded_fwd_cuda`]: the loss folded into the forward
+//!   (`weighted_logprob_sum`): stats `[N, 4]` and both gradients at once.
 //!
-//! f32 and bf16 inputs (one dtype), f32 accumulation.
+//! f32 and bf16 inputs (one dtype).
 
-use crate::cuda_util::{cfg_1d, cfg_2d, common_float, expect_dtype, kernel_name, launch, to_i32, view, wrap, KernelFloat, LOGPROBS};
+use super::head_plan::{self as plan, Buf, Chunk, Gemm, CHUNK_LOGITS_BYTES};
+use crate::cuda_util::{cfg_1d, common_float, expect_dtype, kernel_name, launch, to_i32, view, wrap, KernelFloat, LOGPROBS};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::CudaStorage;
-use candle_core::{bail, DType, Layout, Result, Shape};
+use candle_core::cuda_backend::cudarc::cublas::{result as blas, sys as blas_sys};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
+use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::{bail, CudaDevice, DType, Layout, Result, Shape};
 
-/// Output tile of the kernels: 64 tokens x 64 vocabulary rows (or columns of d).
-const TILE: usize = 64;
-/// Threads per block of the tiled kernels (4 x 4 outputs each).
-const TILE_THREADS: u32 = 256;
-/// Blocks the forward aims for (about 8 per SM on a 132-SM H100/H200): the
-/// vocabulary is split until the token tiles times the splits reach it.
-const TARGET_BLOCKS: usize = 1056;
-/// Upper bound of the backward's per-chunk `dz` scratch.
-pub const DZ_SCRATCH_BYTES: usize = 256 << 20;
 /// Columns of the forward's output (logp, lse, entropy).
 const STATS: usize = 3;
+/// Columns of the folded forward's output (logp, lse, entropy, w logp).
+const FOLDED_STATS: usize = 4;
 /// Columns of the backward's per-token input (target, lse, grad logp, grad lse).
 const AUX: usize = 4;
+/// Columns of the folded forward's per-token input (target, weight).
+const FOLDED_AUX: usize = 2;
+/// Threads of the row kernel's blocks (one block per token): the most a
+/// block takes, so a chunk of ~440 rows fills an H100's or H200's SMs with
+/// memory traffic (the kernel reads each row twice and writes it once).
+const ROW_THREADS: u32 = 1024;
+/// The row kernel's modes (`TLP_*` in logprobs.cu).
+const MODE_STATS: i32 = 0;
+const MODE_FOLDED: i32 = 1;
+const MODE_GRAD: i32 = 2;
 
 /// Problem size: N tokens, V vocabulary rows, d hidden size.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +77,92 @@ fn dims(temperature: f64, hidden_l: &Layout, w_l: &Layout, per_token_l: &Layout,
     Ok(Dims { n, v, d })
 }
 
+type In<'a> = (&'a CudaStorage, &'a Layout);
+
+/// Device addresses of the head's buffers, and the inputs' cuBLAS type.
+struct Buffers {
+    hidden: u64,
+    lm_head: u64,
+    logits: u64,
+    grad_hidden: u64,
+    grad_head: u64,
+    /// `CUDA_R_32F` or `CUDA_R_16BF`.
+    ty: blas_sys::cudaDataType_t,
+    /// Bytes of one element of the inputs.
+    elem: usize,
+}
+
+impl Buffers {
+    /// The address and cuBLAS type of an operand.
+    fn operand(&self, o: plan::Operand) -> (u64, blas_sys::cudaDataType_t) {
+        let f32_ty = blas_sys::cudaDataType_t::CUDA_R_32F;
+        let (base, ty, elem) = match o.buf {
+            Buf::Hidden => (self.hidden, self.ty, self.elem),
+            Buf::LmHead => (self.lm_head, self.ty, self.elem),
+            Buf::Logits => (self.logits, f32_ty, 4),
+            Buf::Dz => (self.logits, self.ty, self.elem),
+            Buf::GradHidden => (self.grad_hidden, self.ty, self.elem),
+            Buf::GradHead => (self.grad_head, f32_ty, 4),
+        };
+        (base + (o.offset * elem) as u64, ty)
+    }
+}
+
+/// Runs one planned product on the device's cuBLAS handle (its stream).
+fn gemm(dev: &CudaDevice, bufs: &Buffers, g: &Gemm) -> Result<()> {
+    let handle = dev.cublas_handle();
+    let op = |t: bool| if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N };
+    let (a, a_ty) = bufs.operand(g.a);
+    let (b, b_ty) = bufs.operand(g.b);
+    let (c, c_ty) = bufs.operand(g.c);
+    let (alpha, beta) = (g.alpha, g.beta);
+    // SAFETY: the plan's operands lie inside the buffers (head_plan's tests
+    // run the same plans on host buffers of these sizes); alpha and beta
+    // are host f32 scalars, as CUBLAS_COMPUTE_32F takes them in the
+    // handle's default (host) pointer mode; the handle runs on the device's
+    // stream, where every buffer was written.
+    unsafe {
+        blas::gemm_ex(
+            *handle.handle(),
+            op(g.trans_a),
+            op(g.trans_b),
+            to_i32(g.m, "gemm m")?,
+            to_i32(g.n, "gemm n")?,
+            to_i32(g.k, "gemm k")?,
+            (&alpha) as *const f32 as *const _,
+            a as *const _,
+            a_ty,
+            to_i32(g.a.ld, "gemm lda")?,
+            b as *const _,
+            b_ty,
+            to_i32(g.b.ld, "gemm ldb")?,
+            (&beta) as *const f32 as *const _,
+            c as *mut _,
+            c_ty,
+            to_i32(g.c.ld, "gemm ldc")?,
+            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .w()
+}
+
+/// The row kernel on one chunk: `z` the chunk's logits, `tgt` its targets
+/// (u32, mode stats), `coef` its aux rows (modes folded and grad), `stats`
+/// its output rows (addresses already at the chunk's first token; 0 where
+/// the mode reads or writes none).
+#[allow(clippy::too_many_arguments)]
+fn rows<T: KernelFloat>(dev: &CudaDevice, c: Chunk, v: usize, inv_t: f32, z: u64, tgt: u64, coef: u64, mode: i32, stats: u64) -> Result<()> {
+    let v_i = to_i32(v, "V")?;
+    // SAFETY: tlp_rows_T(float* z, int V, float inv_t, const u32* tgt, const
+    // float* coef, int mode, float* stats): z holds rows x V f32 (the chunk
+    // buffer), tgt rows targets (stats), coef 2 (folded) or 4 (grad) x rows
+    // aux values, stats 3 (stats) or 4 (folded) x rows; one block per row
+    // of the grid, which reads and writes its own row only.
+    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_rows"), cfg_1d(c.rows, ROW_THREADS)?;
+        &z, &v_i, &inv_t, &tgt, &coef, &mode, &stats)
+}
+
 /// Forward: stats `[N, 3]` (f32: log p(target), lse, entropy); an
 /// out-of-range target gives a NaN log-prob. The body of
 /// `TokenLogprobsOp::cuda_fwd`.
@@ -90,39 +186,42 @@ pub(crate) fn token_logprobs_fwd_cuda(
     Ok((stats, Shape::from((dm.n, STATS))))
 }
 
-type In<'a> = (&'a CudaStorage, &'a Layout);
+/// A chunk buffer of f32 logits for `n` tokens of a vocabulary of `v`, and
+/// the tokens per chunk it holds.
+fn logits_buffer(dev: &CudaDevice, dm: Dims) -> Result<(CudaSlice<f32>, usize)> {
+    let most = plan::chunk_rows(dm.n, dm.v, CHUNK_LOGITS_BYTES);
+    // SAFETY: uninitialized; each chunk's logits GEMM writes its rows x V
+    // values before the row kernel reads them.
+    let buf = unsafe { dev.alloc::<f32>(most * dm.v)? };
+    Ok((buf, most))
+}
 
 fn fwd_typed<T: KernelFloat>(dm: Dims, inv_t: f32, [hidden, w]: [In; 2], t: In) -> Result<CudaStorage> {
     let dev = hidden.0.device();
+    let stream = dev.cuda_stream();
     let h = view::<T>(hidden.0, hidden.1, "hidden")?;
     let wv = view::<T>(w.0, w.1, "lm_head")?;
     let tv = view::<u32>(t.0, t.1, "targets")?;
-    let row_blocks = dm.n.div_ceil(TILE);
-    let v_tiles = dm.v.div_ceil(TILE);
-    let per_split = v_tiles.div_ceil(TARGET_BLOCKS.div_ceil(row_blocks).clamp(1, v_tiles));
-    let splits = v_tiles.div_ceil(per_split);
-    let (n, v, d) = (to_i32(dm.n, "N")?, to_i32(dm.v, "V")?, to_i32(dm.d, "d")?);
-    let (per_split_i, splits_i) = (to_i32(per_split, "tiles per split")?, to_i32(splits, "splits")?);
-    // SAFETY: uninitialized; the partial kernel writes all 3 values of every
-    // (split, row < N) (each split owns at least one vocabulary tile) before
-    // the combine reads them.
-    let mut part = unsafe { dev.alloc::<f32>(splits * dm.n * 3)? };
-    let mut zt = dev.alloc_zeros::<f32>(dm.n)?;
-    // SAFETY: tlp_fwd_partial_T(const T* h, const T* w, const u32* tgt, int N,
-    // int V, int D, float inv_t, int tiles_per_split, float* part, float* zt):
-    // h holds N*D, w V*D, tgt N contiguous elements (checked by `dims` and
-    // `view`), part splits*N*3, zt N; the kernel bounds-checks rows < N and
-    // vocabulary < V; grid = (row tiles, splits).
-    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_fwd_partial"), cfg_2d(row_blocks, splits, TILE_THREADS)?;
-        &h, &wv, &tv, &n, &v, &d, &inv_t, &per_split_i, &mut part, &mut zt)?;
-    // SAFETY: the combine kernel writes all 3 values of every token.
-    let mut stats = unsafe { dev.alloc::<f32>(dm.n * STATS)? };
-    // SAFETY: tlp_fwd_combine(const float* part, const float* zt, const u32* tgt,
-    // int N, int V, int splits, float* stats): sizes as allocated above;
-    // threads with n >= N return.
-    launch!(dev, LOGPROBS, "tlp_fwd_combine", cfg_1d(dm.n.div_ceil(256), 256)?;
-        &part, &zt, &tv, &n, &v, &splits_i, &mut stats)?;
+    let (logits, most) = logits_buffer(dev, dm)?;
+    // SAFETY: the row kernel writes all 3 values of every token.
+    let stats = unsafe { dev.alloc::<f32>(dm.n * STATS)? };
+    let ((hp, _g1), (wp, _g2), (tp, _g3)) = (h.device_ptr(&stream), wv.device_ptr(&stream), tv.device_ptr(&stream));
+    let ((lp, _g4), (sp, _g5)) = (logits.device_ptr(&stream), stats.device_ptr(&stream));
+    let bufs = Buffers { hidden: hp, lm_head: wp, logits: lp, grad_hidden: 0, grad_head: 0, ty: blas_type::<T>(), elem: T::DTYPE.size_in_bytes() };
+    for c in plan::chunks(dm.n, most) {
+        gemm(dev, &bufs, &plan::logits(c, dm.v, dm.d, inv_t))?;
+        rows::<T>(dev, c, dm.v, inv_t, lp, tp + 4 * c.t0 as u64, 0, MODE_STATS, sp + (4 * STATS * c.t0) as u64)?;
+    }
+    drop((_g1, _g2, _g3, _g4, _g5));
     Ok(wrap(stats, dev))
+}
+
+/// The cuBLAS type of `T`.
+fn blas_type<T: KernelFloat>() -> blas_sys::cudaDataType_t {
+    match T::DTYPE {
+        DType::BF16 => blas_sys::cudaDataType_t::CUDA_R_16BF,
+        _ => blas_sys::cudaDataType_t::CUDA_R_32F,
+    }
 }
 
 /// Backward: `[N + V, d]` = grad_hidden over grad_lm_head (the inputs' dtype)
@@ -141,67 +240,116 @@ pub(crate) fn token_logprobs_bwd_cuda(
     let dm = dims(temperature, hidden_l, w_l, aux_l, Some(AUX))?;
     expect_dtype(aux, DType::F32, "aux")?;
     let inv_t = (1.0 / temperature) as f32;
-    let ins = [(hidden, hidden_l), (w, w_l), (aux, aux_l)];
+    let ins = [(hidden, hidden_l), (w, w_l)];
     let grads = match common_float("token_logprobs backward", &[hidden.dtype(), w.dtype()])? {
-        DType::F32 => bwd_typed::<f32>(dm, inv_t, ins)?,
-        _ => bwd_typed::<half::bf16>(dm, inv_t, ins)?,
+        DType::F32 => grads_typed::<f32>(dm, inv_t, ins, Rows::Grad(aux, aux_l), true)?,
+        _ => grads_typed::<half::bf16>(dm, inv_t, ins, Rows::Grad(aux, aux_l), true)?,
     };
-    Ok((grads, Shape::from((dm.n + dm.v, dm.d))))
+    Ok((grads.out, Shape::from((dm.n + dm.v, dm.d))))
 }
 
-/// Vocabulary rows per backward chunk: a multiple of the tile, the `[N, C]`
-/// f32 scratch within [`DZ_SCRATCH_BYTES`] (at least one tile), at most V.
-fn chunk_rows(n: usize, v: usize) -> usize {
-    let fit = (DZ_SCRATCH_BYTES / 4 / n) / TILE * TILE;
-    fit.max(TILE).min(v)
+/// The folded forward (`weighted_logprob_sum`, `FoldedLogprobsOp`): hidden
+/// `[N, d]`, lm_head `[V, d]` and aux `[N, 2]` f32 rows (target, weight) -> stats `[N, 4]` f32
+/// (log p, lse, entropy, w log p) and the gradients of `sum w log p` in the
+/// inputs' dtype: `[N + V, d]` (hidden's over lm_head's) with `head_grad`,
+/// else `[N, d]` (a frozen head skips its product and its accumulator).
+pub(crate) fn folded_fwd_cuda(
+    temperature: f64,
+    (hidden, hidden_l): In,
+    (w, w_l): In,
+    aux: In,
+    head_grad: bool,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dm = dims(temperature, hidden_l, w_l, aux.1, Some(FOLDED_AUX))?;
+    expect_dtype(aux.0, DType::F32, "aux")?;
+    let inv_t = (1.0 / temperature) as f32;
+    let ins = [(hidden, hidden_l), (w, w_l)];
+    let rows = Rows::Folded(aux.0, aux.1);
+    let g = match common_float("weighted_logprob_sum", &[hidden.dtype(), w.dtype()])? {
+        DType::F32 => grads_typed::<f32>(dm, inv_t, ins, rows, head_grad)?,
+        _ => grads_typed::<half::bf16>(dm, inv_t, ins, rows, head_grad)?,
+    };
+    let stats = g.stats.ok_or_else(|| candle_core::Error::Msg("weighted_logprob_sum (cuda): no statistics".into()))?;
+    Ok((wrap(stats, hidden.device()), g.out))
 }
 
-fn bwd_typed<T: KernelFloat>(dm: Dims, inv_t: f32, [hidden, w, aux]: [In; 3]) -> Result<CudaStorage> {
+/// What the row kernel is given per token in a gradient pass.
+enum Rows<'a> {
+    /// The backward: aux `[N, 4]` rows.
+    Grad(&'a CudaStorage, &'a Layout),
+    /// The folded forward: aux `[N, 2]` rows (target, weight).
+    Folded(&'a CudaStorage, &'a Layout),
+}
+
+/// A gradient pass's results: `[N, d]` grad_hidden followed, with the head's
+/// gradient, by `[V, d]` grad_lm_head, in `T`; the folded forward's stats.
+struct Grads {
+    out: CudaStorage,
+    stats: Option<CudaSlice<f32>>,
+}
+
+fn grads_typed<T: KernelFloat>(dm: Dims, inv_t: f32, [hidden, w]: [In; 2], per_token: Rows, head_grad: bool) -> Result<Grads> {
     let dev = hidden.0.device();
+    let stream = dev.cuda_stream();
     let h = view::<T>(hidden.0, hidden.1, "hidden")?;
     let wv = view::<T>(w.0, w.1, "lm_head")?;
-    let av = view::<f32>(aux.0, aux.1, "aux")?;
-    let (n, v, d) = (to_i32(dm.n, "N")?, to_i32(dm.v, "V")?, to_i32(dm.d, "d")?);
-    let chunk = chunk_rows(dm.n, dm.v);
     let (nd, vd) = (dm.n * dm.d, dm.v * dm.d);
-    // SAFETY: uninitialized; each chunk's dz kernel writes all N * cc entries
-    // its two gradient kernels then read.
-    let mut dz = unsafe { dev.alloc::<f32>(dm.n * chunk)? };
-    // grad_hidden rows [0, N) accumulate over chunks (f32, zeroed); the
-    // grad_lm_head rows [N, N + V) are each written once by one chunk.
-    let mut gh = dev.alloc_zeros::<f32>(nd)?;
-    // SAFETY: every element is written: the first N*d by the final cast (or,
-    // for f32, by accumulating into a zeroed copy), the last V*d by grad_w.
-    let mut out = unsafe { dev.alloc::<T>(nd + vd)? };
-    let row_blocks = dm.n.div_ceil(TILE);
-    let d_blocks = dm.d.div_ceil(TILE);
-    {
-        let mut gw = out.slice_mut(nd..nd + vd);
-        for v0 in (0..dm.v).step_by(chunk) {
-            let cc = chunk.min(dm.v - v0);
-            let (v0_i, cc_i) = (to_i32(v0, "v0")?, to_i32(cc, "chunk")?);
-            // SAFETY: tlp_bwd_dz_T(const T* h, const T* w, const float* aux,
-            // int N, int V, int D, float inv_t, int v0, int C, float* dz): aux
-            // holds N*4; dz holds N*chunk >= N*cc; the kernel writes rows < N,
-            // v0 <= v < v0 + cc only; grid = (row tiles, cc tiles).
-            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_dz"), cfg_2d(row_blocks, cc.div_ceil(TILE), TILE_THREADS)?;
-                &h, &wv, &av, &n, &v, &d, &inv_t, &v0_i, &cc_i, &mut dz)?;
-            // SAFETY: tlp_bwd_grad_h_T(const float* dz, const T* w, int N, int D,
-            // int v0, int C, float* gh): reads dz[N*cc] and w rows v0..v0+cc < V,
-            // writes gh[N*D] bounds-checked; grid = (row tiles, d tiles).
-            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_h"), cfg_2d(row_blocks, d_blocks, TILE_THREADS)?;
-                &dz, &wv, &n, &d, &v0_i, &cc_i, &mut gh)?;
-            // SAFETY: tlp_bwd_grad_w_T(const float* dz, const T* h, int N, int D,
-            // int v0, int C, T* gw): gw is the V*d tail of `out`; writes rows
-            // v0..v0+cc (< V) bounds-checked; grid = (cc tiles, d tiles).
-            launch!(dev, LOGPROBS, kernel_name::<T>("tlp_bwd_grad_w"), cfg_2d(cc.div_ceil(TILE), d_blocks, TILE_THREADS)?;
-                &dz, &h, &n, &d, &v0_i, &cc_i, &mut gw)?;
+    let elem = T::DTYPE.size_in_bytes();
+    let (logits, most) = logits_buffer(dev, dm)?;
+    // SAFETY: uninitialized; the first N x d values are written by the
+    // chunks' grad_hidden products (each row once), the last V x d (with
+    // the head's gradient) by the first chunk's grad_head product (beta 0)
+    // or, for bf16, by the cast of the f32 accumulator.
+    let out = unsafe { dev.alloc::<T>(if head_grad { nd + vd } else { nd })? };
+    // bf16 accumulates lm_head's gradient over the chunks in f32; f32 in place.
+    let acc = if head_grad && T::DTYPE != DType::F32 {
+        // SAFETY: the first chunk's product (beta 0) writes all of it.
+        Some(unsafe { dev.alloc::<f32>(vd)? })
+    } else {
+        None
+    };
+    let stats = match per_token {
+        // SAFETY: the row kernel writes all 4 values of every token.
+        Rows::Folded(..) => Some(unsafe { dev.alloc::<f32>(dm.n * FOLDED_STATS)? }),
+        Rows::Grad(..) => None,
+    };
+    let ((hp, _g1), (wp, _g2)) = (h.device_ptr(&stream), wv.device_ptr(&stream));
+    let ((lp, _g3), (op, _g4)) = (logits.device_ptr(&stream), out.device_ptr(&stream));
+    let acc_ptr = acc.as_ref().map(|a| a.device_ptr(&stream));
+    let stats_ptr = stats.as_ref().map(|s| s.device_ptr(&stream));
+    let grad_head = match &acc_ptr {
+        Some((p, _)) => *p,
+        None => op + (nd * elem) as u64,
+    };
+    let bufs = Buffers { hidden: hp, lm_head: wp, logits: lp, grad_hidden: op, grad_head, ty: blas_type::<T>(), elem };
+    let ld = plan::dz_ld(dm.v, elem);
+    // The per-token rows' address (kept borrowed for the loop).
+    let coef = match &per_token {
+        Rows::Grad(aux, aux_l) | Rows::Folded(aux, aux_l) => view::<f32>(aux, aux_l, "aux")?,
+    };
+    let (coef_p, _g5) = coef.device_ptr(&stream);
+    for (i, c) in plan::chunks(dm.n, most).enumerate() {
+        gemm(dev, &bufs, &plan::logits(c, dm.v, dm.d, inv_t))?;
+        match &stats_ptr {
+            Some((sp, _)) => {
+                let (coef, st) = (coef_p + (4 * FOLDED_AUX * c.t0) as u64, sp + (4 * FOLDED_STATS * c.t0) as u64);
+                rows::<T>(dev, c, dm.v, inv_t, lp, 0, coef, MODE_FOLDED, st)?;
+            }
+            None => rows::<T>(dev, c, dm.v, inv_t, lp, 0, coef_p + (4 * AUX * c.t0) as u64, MODE_GRAD, 0)?,
+        }
+        gemm(dev, &bufs, &plan::grad_hidden(c, dm.v, dm.d, ld))?;
+        if head_grad {
+            gemm(dev, &bufs, &plan::grad_head(c, dm.v, dm.d, ld, i == 0))?;
         }
     }
-    let mut head = out.slice_mut(0..nd);
-    let nd_i = nd as i64;
-    // SAFETY: tlp_cast_T(const float* src, int64_t n, T* dst): gh holds N*d,
-    // head is the first N*d elements of `out`; threads past n return.
-    launch!(dev, LOGPROBS, kernel_name::<T>("tlp_cast"), cfg_1d(nd.div_ceil(256), 256)?; &gh, &nd_i, &mut head)?;
-    Ok(wrap(out, dev))
+    if let Some((acc_p, _)) = &acc_ptr {
+        let tail = op + (nd * elem) as u64;
+        let vd_i = vd as i64;
+        // SAFETY: tlp_cast_T(const float* src, int64_t n, T* dst): the
+        // accumulator holds V x d f32, the output's tail V x d T; threads
+        // past n return.
+        launch!(dev, LOGPROBS, kernel_name::<T>("tlp_cast"), cfg_1d(vd.div_ceil(256), 256)?; acc_p, &vd_i, &tail)?;
+    }
+    drop((stats_ptr, acc_ptr, _g1, _g2, _g3, _g4, _g5));
+    Ok(Grads { out: wrap(out, dev), stats })
 }

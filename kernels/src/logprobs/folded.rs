@@ -8,12 +8,16 @@
 //! `[N, V]` logits: each chunk of tokens holds one
 //! [`folded_cpu::BUFFER_BYTES`]-sized block of them.
 //!
+//! On CUDA the same fold runs on the cuBLAS head (`cuda.rs`): per chunk of
+//! tokens the row kernel writes the gradient over the logits it just
+//! summarized, and lm_head's product is skipped when lm_head does not train.
+//!
 //! [`weighted_logprob_sum`] is the entry point; on devices without a native
 //! path it composes [`super::token_logprobs_and_entropy`] and a weighted sum.
 
 use super::folded_cpu;
 use super::{cpu_inputs, prepare, target_id, MAX_VOCAB};
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
 use std::sync::{Arc, Mutex};
 
 /// Columns of the folded op's output: `[log p, lse, entropy, w * log p]`.
@@ -41,7 +45,7 @@ pub fn weighted_logprob_sum(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor,
         candle_core::bail!("weighted_logprob_sum: weights are {:?}, expected [{n}]", weights.dims());
     }
     let weights = weights.detach().to_dtype(DType::F32)?;
-    if !hidden.device().is_cpu() {
+    if !crate::has_native_path(hidden.device()) {
         let (logp, entropy) = super::token_logprobs_and_entropy(hidden, lm_head, targets, temperature)?;
         let sum = (&logp * &weights)?.sum_all()?;
         return Ok(WeightedLogprobs { sum, logprobs: logp.detach(), entropy });
@@ -49,7 +53,7 @@ pub fn weighted_logprob_sum(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor,
     let (hidden, lm_head, targets) = prepare(hidden, lm_head, targets, temperature)?;
     debug_assert!(lm_head.dim(0)? <= MAX_VOCAB);
     let aux = Tensor::stack(&[targets.to_dtype(DType::F32)?, weights], 1)?.contiguous()?;
-    let op = FoldedLogprobsOp { temperature, grads: Arc::new(Mutex::new(None)) };
+    let op = FoldedLogprobsOp { temperature, head_grad: lm_head.track_op(), grads: Arc::new(Mutex::new(None)) };
     let out = hidden.apply_op3(&lm_head, &aux, op)?;
     Ok(WeightedLogprobs {
         sum: out.narrow(1, 3, 1)?.sum_all()?,
@@ -65,8 +69,18 @@ pub fn weighted_logprob_sum(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor,
 #[derive(Clone, Debug)]
 struct FoldedLogprobsOp {
     temperature: f64,
-    /// `(grad hidden [N, d], grad lm_head [V, d])` from the forward, taken by the backward.
-    grads: Arc<Mutex<Option<(Vec<f32>, Vec<f32>)>>>,
+    /// Whether lm_head trains (its gradient is made on CUDA only then).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    head_grad: bool,
+    /// `(grad hidden [N, d], grad lm_head [V, d])` from the forward, taken
+    /// by the backward (in the inputs' dtype, on their device).
+    grads: Arc<Mutex<Option<(Tensor, Option<Tensor>)>>>,
+}
+
+impl FoldedLogprobsOp {
+    fn keep(&self, grads: (Tensor, Option<Tensor>)) {
+        *self.grads.lock().expect("folded-logprobs gradients") = Some(grads);
+    }
 }
 
 impl CustomOp3 for FoldedLogprobsOp {
@@ -86,8 +100,29 @@ impl CustomOp3 for FoldedLogprobsOp {
             weights.push(row[1]);
         }
         let folded = folded_cpu::forward(&p, &targets, &weights);
-        *self.grads.lock().expect("folded-logprobs gradients") = Some((folded.grad_hidden, folded.grad_lm_head));
+        let gh = Tensor::from_vec(folded.grad_hidden, (p.n, p.d), &Device::Cpu)?;
+        self.keep((gh, Some(Tensor::from_vec(folded.grad_lm_head, (p.v, p.d), &Device::Cpu)?)));
         Ok((CpuStorage::F32(folded.stats), Shape::from((p.n, COLUMNS))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (n, d) = l1.shape().dims2()?;
+        let v = l2.shape().dims2()?.0;
+        let (stats, grads) = super::cuda::folded_fwd_cuda(self.temperature, (s1, l1), (s2, l2), (s3, l3), self.head_grad)?;
+        let rows = if self.head_grad { n + v } else { n };
+        let both = Tensor::from_storage(candle_core::Storage::Cuda(grads), (rows, d), candle_core::op::BackpropOp::none(), false);
+        let head = if self.head_grad { Some(both.narrow(0, n, v)?) } else { None };
+        self.keep((both.narrow(0, 0, n)?, head));
+        Ok((stats, Shape::from((n, COLUMNS))))
     }
 
     fn bwd(&self, hidden: &Tensor, lm_head: &Tensor, _aux: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -96,16 +131,17 @@ impl CustomOp3 for FoldedLogprobsOp {
         if g.iter().any(|row| row[..COLUMNS - 1].iter().any(|&x| x != 0.0) || row[COLUMNS - 1] != scale) {
             candle_core::bail!("folded-logprobs: only the weighted sum is differentiable (the log-probs and entropies it returns are detached)");
         }
-        let Some((mut gh, mut gw)) = self.grads.lock().expect("folded-logprobs gradients").take() else {
+        let Some((gh, gw)) = self.grads.lock().expect("folded-logprobs gradients").take() else {
             candle_core::bail!("folded-logprobs: the backward ran twice on one forward");
         };
-        if scale != 1.0 {
-            gh.iter_mut().chain(gw.iter_mut()).for_each(|x| *x *= scale);
-        }
-        let gh = Tensor::from_vec(gh, hidden.shape(), hidden.device())?;
-        // A frozen head (a LoRA run) gets none. Its product was still made
-        // in the forward sweep.
-        let gw = if lm_head.track_op() { Some(Tensor::from_vec(gw, lm_head.shape(), lm_head.device())?) } else { None };
+        let scaled = |g: Tensor| if scale != 1.0 { g.affine(scale as f64, 0.0) } else { Ok(g) };
+        let gh = scaled(gh)?.reshape(hidden.shape())?;
+        // A frozen head (a LoRA run) gets none. On the CPU its product was
+        // still made in the forward sweep; on CUDA it was skipped.
+        let gw = match gw {
+            Some(g) if lm_head.track_op() => Some(scaled(g)?.reshape(lm_head.shape())?),
+            _ => None,
+        };
         Ok((Some(gh), gw, None))
     }
 }

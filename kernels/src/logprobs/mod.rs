@@ -6,11 +6,12 @@
 //!   from the same pass, [`token_entropy`] the entropy alone.
 //! - [`token_logprobs_reference`]: the plain-tensor composition they match.
 //! - [`TokenLogprobsOp`] / [`TokenLogprobsBackward`]: the Candle custom ops.
-//!   The CPU code lives in `cpu.rs`; a CUDA path adds `cuda_fwd` to these
-//!   ops from its own file (the op structs and the packing helpers below are
-//!   crate-visible for that) and makes [`crate::has_native_path`] true for
-//!   CUDA devices (until then the public functions fall back to the reference
-//!   there).
+//!   The CPU code lives in `cpu.rs`; the CUDA path (`cuda.rs`, feature
+//!   `cuda`, with [`crate::has_native_path`] true for the device) is the
+//!   log-prob head on cuBLAS: chunks of tokens, each chunk's logits by a
+//!   cuBLAS GEMM, one row kernel of ours, cuBLAS for the gradients
+//!   (`head_plan.rs`, [`CHUNK_LOGITS_BYTES`]). Where the path is off the
+//!   public functions fall back to the reference.
 //!
 //! Forward: chunks over tokens and vocabulary with an online log-sum-exp.
 //! Backward: recomputes each logits block and turns it into the gradient at
@@ -25,8 +26,30 @@ mod cpu;
 pub(crate) mod cuda;
 mod folded;
 mod folded_cpu;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod head_plan;
 
 pub use folded::{weighted_logprob_sum, WeightedLogprobs};
+pub use head_plan::CHUNK_LOGITS_BYTES;
+
+/// Working memory (bytes) of the CUDA log-prob head for `tokens` tokens, a
+/// vocabulary of `vocab`, hidden size `hidden` and inputs of `elem_bytes`
+/// bytes, at most: one chunk of f32 logits ([`CHUNK_LOGITS_BYTES`]) and,
+/// when lm_head trains (`head_grad`), the gradient the folded op holds from
+/// its forward to its backward (`[vocab, hidden]` in the inputs' dtype)
+/// and, for bf16 inputs, the f32 accumulator it is summed in. The
+/// gradient of the hidden states it returns is not included.
+pub fn cuda_head_workspace_bytes(tokens: usize, vocab: usize, hidden: usize, elem_bytes: usize, head_grad: bool) -> u64 {
+    let rows = head_plan::chunk_rows(tokens, vocab, CHUNK_LOGITS_BYTES);
+    let logits = (rows * vocab * 4) as u64;
+    let head = (vocab * hidden) as u64;
+    let grads = match (head_grad, elem_bytes) {
+        (false, _) => 0,
+        (true, 4) => head * 4,
+        (true, e) => head * (4 + e as u64),
+    };
+    logits + grads
+}
 
 /// Working memory (bytes) of [`weighted_logprob_sum`] on the CPU for a
 /// vocabulary of `vocab`, hidden size `hidden` and `threads` threads, at
@@ -122,7 +145,9 @@ fn fused_stats(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature:
     hidden.apply_op3(&lm_head, &targets, TokenLogprobsOp { temperature })
 }
 
-/// Checks shapes and the temperature; returns contiguous f32 inputs and u32 targets.
+/// Checks shapes and the temperature; returns contiguous float inputs
+/// (bf16 kept on CUDA, where the cuBLAS head takes it; f32 elsewhere) and
+/// u32 targets.
 fn prepare(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = hidden.dims2()?;
     let (v, dw) = lm_head.dims2()?;
@@ -136,9 +161,10 @@ fn prepare(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, temperature: f64
     if !(temperature.is_finite() && temperature > 0.0) {
         candle_core::bail!("token_logprobs: temperature must be positive and finite, got {temperature}");
     }
+    let float = if hidden.device().is_cuda() && hidden.dtype() == DType::BF16 && lm_head.dtype() == DType::BF16 { DType::BF16 } else { DType::F32 };
     Ok((
-        hidden.to_dtype(DType::F32)?.contiguous()?,
-        lm_head.to_dtype(DType::F32)?.contiguous()?,
+        hidden.to_dtype(float)?.contiguous()?,
+        lm_head.to_dtype(float)?.contiguous()?,
         targets.to_dtype(DType::U32)?.contiguous()?,
     ))
 }

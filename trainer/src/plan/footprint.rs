@@ -80,6 +80,25 @@ pub fn head_activation_bytes(cfg: &ModelConfig, dtype: DType) -> u64 {
 /// gradient of the hidden states, whatever the vocabulary), and the loss
 /// folded into the op (a chunk's logits over the whole vocabulary, up to
 /// 320 MiB, and its partial gradients).
+/// The same on CUDA, where the log-prob head runs on cuBLAS
+/// (kernels::logprobs, `cuda.rs`): one chunk of f32 logits
+/// ([`kernels::logprobs::CHUNK_LOGITS_BYTES`]) and, when lm_head trains,
+/// its gradient held from the folded forward to the backward and (bf16)
+/// its f32 accumulator.
+pub fn cuda_logprob_workspace_bytes(cfg: &ModelConfig, tokens: u64, dtype: DType, head_trained: bool) -> u64 {
+    kernels::logprobs::cuda_head_workspace_bytes(tokens as usize, cfg.vocab_size, cfg.hidden_size, elem(dtype) as usize, head_trained)
+}
+
+/// Layers' worth of activations per token that one micro-batch holds on
+/// CUDA beyond what [`layer_activation_bytes`] counts (the CPU's figure is
+/// within 5% of its peak): the recomputed layer's backward on the GPU (the
+/// attention kernel's f32 gradient buffers, Candle's temporaries) and the
+/// stream-ordered pool's fragmentation. Fitted, with a margin, to the peaks
+/// measured on one H200 (BENCHMARKS.md "On one H200": 4 layers x 8K and 16K,
+/// 36 x 16K), which need about 1.2 layers more than counted; the tests in
+/// `plan/run.rs` hold the plan to them.
+pub const CUDA_EXTRA_LAYERS_PER_TOKEN: f64 = 1.5;
+
 pub fn logprob_workspace_bytes(cfg: &ModelConfig, threads: usize) -> u64 {
     let recompute = (threads * 4 * 1024 * (1024 + cfg.hidden_size) * 4) as u64;
     recompute.max(kernels::logprobs::folded_workspace_bytes(cfg.vocab_size, cfg.hidden_size, threads))

@@ -1,6 +1,6 @@
 //! The phases of a run (or of `bench step`) from its settings.
 
-use super::footprint::{elem, head_activation_bytes, kv_bytes_per_slot, layer_activation_bytes, logprob_workspace_bytes, ParamSizes};
+use super::footprint::{cuda_logprob_workspace_bytes, elem, head_activation_bytes, kv_bytes_per_slot, layer_activation_bytes, logprob_workspace_bytes, ParamSizes, CUDA_EXTRA_LAYERS_PER_TOKEN};
 use super::{MemoryPlan, Part, Phase, PhaseKind};
 use lm::config::ModelConfig;
 use crate::device::DeviceKind;
@@ -168,6 +168,13 @@ impl Target<'_> {
                 (kept + 2 * layer, format!("{kept} B of layer inputs + 2 x {layer} B for the recomputed layer, per token"))
             }
         };
+        let (bytes, how) = match self.device {
+            DeviceKind::Cpu => (bytes, how),
+            DeviceKind::Cuda => {
+                let extra = (CUDA_EXTRA_LAYERS_PER_TOKEN * layer as f64).round() as u64;
+                (bytes + extra, format!("{how}, + {extra} B on CUDA ({CUDA_EXTRA_LAYERS_PER_TOKEN} layers, calibrated on an H200)"))
+            }
+        };
         let head = head_activation_bytes(m, self.dtype);
         let (bytes, how) = match self.lora {
             None => (bytes, how),
@@ -189,8 +196,22 @@ impl Target<'_> {
         };
         vec![
             Part { units: Some(tokens), ..part("activations", tokens * (bytes + head), format!("{tokens} tokens x ({how} + {head} B outside the layers)"), Some(setting)) },
-            part("logprob_workspace", logprob_workspace_bytes(m, self.threads), format!("fused log-probs, {} threads", self.threads), None),
+            self.logprob_workspace(tokens),
         ]
+    }
+
+    /// The log-prob head's working memory: per CPU thread, or one chunk of
+    /// logits (and lm_head's gradient when it trains) on CUDA.
+    fn logprob_workspace(&self, tokens: u64) -> Part {
+        let m = self.model;
+        match self.device {
+            DeviceKind::Cpu => part("logprob_workspace", logprob_workspace_bytes(m, self.threads), format!("fused log-probs, {} threads", self.threads), None),
+            DeviceKind::Cuda => {
+                let head_trained = self.lora.is_none();
+                let what = if head_trained { "one chunk of f32 logits, lm_head's gradient (and its f32 accumulator for bf16)" } else { "one chunk of f32 logits (lm_head frozen)" };
+                part("logprob_workspace", cuda_logprob_workspace_bytes(m, tokens, self.dtype, head_trained), format!("log-prob head on cuBLAS: {what}"), None)
+            }
+        }
     }
 
     /// The reference attention's scores for a micro-batch of `rows` rows of
@@ -417,6 +438,68 @@ mod tests {
         assert_eq!(part(&b, PhaseKind::Rollout, "weights"), part(&a, PhaseKind::Rollout, "weights"));
         assert_eq!(part(&b, PhaseKind::GrpoUpdate, "moments"), part(&a, PhaseKind::GrpoUpdate, "moments"));
         assert!(b.notes.iter().any(|n| n.contains("--gpu-memory-utilization")), "{:?}", b.notes);
+    }
+
+    /// Qwen3-4B's widths with `layers` layers (tied), as `bench step
+    /// --model qwen3-4b --layers L` builds them.
+    fn qwen3_4b_layers(layers: usize) -> ModelConfig {
+        ModelConfig::new_tiny(151_936, 2560, 9728, layers, 32, 8, 128, true)
+    }
+
+    /// The log-prob head of the build measured on the H200 (26c14ae), bf16,
+    /// at `n` tokens: the op converted hidden and lm_head to f32 and kept
+    /// both for its backward (4 B each), which held a 256 MiB f32 scratch,
+    /// an f32 hidden-gradient accumulator (4 B), its `[N + V, d]` f32
+    /// output (4 B) and the bf16 copies of both gradients (2 B): `14 N d +
+    /// 10 V d` bytes and the scratch. The new head (cuBLAS) replaces it.
+    fn measured_builds_head_bytes(n: u64) -> u64 {
+        let (v, d) = (151_936u64, 2560u64);
+        14 * n * d + 10 * v * d + (256 << 20)
+    }
+
+    /// The plan of `bench step --device cuda --dtype bf16 --recompute
+    /// per-layer` (no optimizer) against the GPU peaks that nvidia-smi
+    /// sampled on one H200, BENCHMARKS.md "On one H200" (2026-12-04), with
+    /// the measured build's log-prob head in place of the new one (whose
+    /// peak waits for a GPU): never below, at most 1.25x. Before the
+    /// calibration the plan was 13-32% below.
+    #[test]
+    fn the_cuda_plan_bounds_the_peaks_measured_on_an_h200() {
+        // (layers, tokens, measured peak MiB): "Memory planner vs the GPU's
+        // peak" (4 x 16,384: 19,575; 4 x 8,192: 14,615) and the second
+        // session's 36-layer micro-batch (39,767).
+        for (layers, tokens, measured_mib) in [(4usize, 16_384u64, 19_575u64), (4, 8_192, 14_615), (36, 16_384, 39_767)] {
+            let model = qwen3_4b_layers(layers);
+            let t = Target { model: &model, dtype: DType::BF16, device: DeviceKind::Cuda, threads: 16, lora: None, fused_attention: true };
+            let plan = for_bench_step(&t, 1, tokens as usize, Recompute::PerLayer);
+            let new_head = part(&plan, PhaseKind::BenchStep, "logprob_workspace");
+            // The head's f32 gradient of the hidden states, counted per token, is inside the old head's figure.
+            let as_measured = plan.peak_bytes() - new_head - 4 * 2560 * tokens + measured_builds_head_bytes(tokens);
+            let ratio = as_measured as f64 / (measured_mib << 20) as f64;
+            assert!((1.0..=1.25).contains(&ratio), "{layers} layers x {tokens}: planned {} MiB for a measured {measured_mib} MiB ({ratio:.3}x)", as_measured >> 20);
+        }
+    }
+
+    /// On CUDA the log-prob head holds one chunk of f32 logits (at most
+    /// kernels::logprobs::CHUNK_LOGITS_BYTES), never `[N, V]`, whatever the
+    /// CPU threads; lm_head's gradient and its f32 accumulator only when it
+    /// trains.
+    #[test]
+    fn the_cuda_log_prob_head_is_one_chunk_of_logits() {
+        let model = qwen3_4b_layers(4);
+        let lora = lm::lora::LoraConfig { r: 16, alpha: 32.0, use_rslora: false, targets: [lm::lora::Target::QProj].into_iter().collect(), init_seed: 0, merge_for_rollouts: false };
+        let (v, d) = (151_936u64, 2560u64);
+        for tokens in [1_024u64, 16_384, 65_536] {
+            let head = |threads, lora| {
+                let t = Target { model: &model, dtype: DType::BF16, device: DeviceKind::Cuda, threads, lora, fused_attention: true };
+                part(&for_bench_step(&t, 1, tokens as usize, Recompute::PerLayer), PhaseKind::BenchStep, "logprob_workspace")
+            };
+            let chunk = 440 * v * 4;
+            assert!(chunk <= kernels::logprobs::CHUNK_LOGITS_BYTES as u64);
+            assert_eq!(head(2, None), chunk + v * d * (4 + 2), "{tokens} tokens, full fine-tuning");
+            assert_eq!(head(16, None), head(2, None), "the CPU threads do not count on CUDA");
+            assert_eq!(head(2, Some(&lora)), chunk, "{tokens} tokens, LoRA (lm_head frozen)");
+        }
     }
 
     #[test]
