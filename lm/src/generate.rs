@@ -119,7 +119,7 @@ pub struct Draws<'a> {
 }
 
 impl Draws<'_> {
-    fn uniform(&self, row: usize, position: i64) -> f64 {
+    pub(crate) fn uniform(&self, row: usize, position: i64) -> f64 {
         self.streams.map_or(0.0, |s| s.uniform(self.keys[row], position as u64))
     }
 }

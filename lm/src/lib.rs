@@ -32,6 +32,7 @@ pub mod gguf;
 pub mod hub;
 pub mod init;
 pub mod logprobs;
+pub mod lookup;
 pub mod lora;
 pub mod model;
 pub mod params;

@@ -149,6 +149,12 @@ impl KvCache {
         }
     }
 
+    /// Drop every slot from `slots` on (drafted tokens that were not
+    /// kept): later appends overwrite them in place.
+    pub fn truncate(&mut self, slots: usize) {
+        self.key_positions.iter_mut().for_each(|row| row.truncate(slots));
+    }
+
     /// Keep only `rows` (in this order), e.g. when episodes finish.
     pub fn retain_rows(&mut self, rows: &[usize]) -> Result<()> {
         if rows.is_empty() {

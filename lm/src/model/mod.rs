@@ -226,7 +226,25 @@ impl CausalLm {
     /// Final hidden states `[b, t, hidden]` for `tokens` `[b, t]` (u32).
     /// With a cache, the new tokens attend to the cached slots of their row,
     /// and their keys/values and positions are appended to it.
-    pub fn forward(&self, tokens: &Tensor, positions: &Positions, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+    pub fn forward(&self, tokens: &Tensor, positions: &Positions, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        self.forward_inner(tokens, positions, cache, false)
+    }
+
+    /// [`Self::forward`] of one row with a cache, whose outputs are the
+    /// same bits as forwarding its tokens one at a time: each query attends
+    /// alone to the keys up to its own, as a one-token step does (the
+    /// attention kernel's products sum in an order that depends on how
+    /// many queries share a call; every other op of a few rows is per row
+    /// or the same dot products whatever the row count). Checks a draft
+    /// of several tokens in one pass over the weights ([`crate::lookup`]).
+    pub fn forward_steps(&self, tokens: &Tensor, positions: &Positions, cache: &mut KvCache) -> Result<Tensor> {
+        if tokens.dims2()?.0 != 1 || positions.segments.is_some() {
+            return Err(Error::invalid("forward_steps", format!("one unpacked row, not {:?}", tokens.dims())));
+        }
+        self.forward_inner(tokens, positions, Some(cache), true)
+    }
+
+    fn forward_inner(&self, tokens: &Tensor, positions: &Positions, mut cache: Option<&mut KvCache>, steps: bool) -> Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         if positions.batch != b || positions.len != t {
             return Err(Error::invalid(
@@ -243,10 +261,17 @@ impl CausalLm {
         };
         let device = tokens.device();
         let vis = visibility(positions, &keys)?;
+        // One query and the keys up to its own, per step (one row).
+        let step_vis = if steps {
+            let before = keys[0].len() - t;
+            (0..t).map(|i| visibility(&Positions::step(vec![positions.data[i]]), &[keys[0][..before + i + 1].to_vec()])).collect::<candle_core::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let rope = RopeTables::new(&positions.data, b, t, &self.inv_freq, self.dtype(), device)?;
         let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
         for (l, layer) in self.layers.iter().enumerate() {
-            x = self.layer_forward(l, layer, &x, &rope, &vis, cache.as_deref_mut())?;
+            x = self.layer_forward_with(l, layer, &x, &rope, &vis, &step_vis, cache.as_deref_mut())?;
         }
         if let Some(c) = cache {
             c.push_positions(positions);
@@ -273,9 +298,25 @@ impl CausalLm {
         vis: &Arc<Visibility>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
+        self.layer_forward_with(l, layer, x, rope, vis, &[], cache)
+    }
+
+    /// [`Self::layer_forward`]; with `step_vis` (one per query), each query
+    /// attends alone ([`Self::forward_steps`]).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward_with(
+        &self,
+        l: usize,
+        layer: &Layer,
+        x: &Tensor,
+        rope: &RopeTables,
+        vis: &Arc<Visibility>,
+        step_vis: &[Arc<Visibility>],
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
         let h = profile::op(Phase::NormRopeElementwise, [x], |[x]| ops::rms_norm(&x, &layer.input_norm, eps))?;
-        let attn = self.attention(l, layer, &h, rope, vis, cache)?;
+        let attn = self.attention(l, layer, &h, rope, vis, step_vis, cache)?;
         let x = (x + attn)?;
         let h = profile::op(Phase::NormRopeElementwise, [&x], |[x]| ops::rms_norm(&x, &layer.post_norm, eps))?;
         let lora = [layer.lora(Target::GateProj), layer.lora(Target::UpProj), layer.lora(Target::DownProj)];
@@ -290,6 +331,7 @@ impl CausalLm {
         x: &Tensor,
         rope: &RopeTables,
         vis: &Arc<Visibility>,
+        step_vis: &[Arc<Visibility>],
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let c = &self.cfg;
@@ -315,7 +357,19 @@ impl CausalLm {
         // query heads read their kv head in place, no [t, slots] scores kept),
         // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let out = profile::op(Phase::Attention, [&q, &k, &v], |[q, k, v]| kernels::attention::attention(&q, &k, &v, vis, scale))?;
+        let out = if step_vis.is_empty() {
+            profile::op(Phase::Attention, [&q, &k, &v], |[q, k, v]| kernels::attention::attention(&q, &k, &v, vis, scale))?
+        } else {
+            let steps = step_vis
+                .iter()
+                .enumerate()
+                .map(|(i, sv)| {
+                    let (k, v) = (k.narrow(2, 0, sv.keys())?, v.narrow(2, 0, sv.keys())?);
+                    kernels::attention::attention(&q.narrow(2, i, 1)?.contiguous()?, &k, &v, sv, scale)
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Tensor::cat(&steps, 1)?
+        };
         Ok(profile::op(Phase::Matmul, [&out], |[out]| ops::lora_linear(&out, &a.o, a.o_bias.as_ref(), layer.lora(Target::OProj)))?)
     }
 }

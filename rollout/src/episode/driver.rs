@@ -77,7 +77,12 @@ pub fn snapshot_and_gold(env: &Env<'_>, task: &Task) -> Result<(Arc<Snapshot>, G
 
 /// The prompt tokens of a task's episode.
 pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
-    let messages = opening_messages(&task.problem_statement);
+    issue_prompt_tokens(tok, &task.problem_statement, cfg)
+}
+
+/// The prompt tokens of an episode on the issue text `issue`.
+fn issue_prompt_tokens(tok: &ChatTokenizer, issue: &str, cfg: &EpisodeConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
+    let messages = opening_messages(issue);
     let req = ChatRequest {
         messages: messages.clone(),
         tools: Some(tool_schemas()),
@@ -86,6 +91,25 @@ pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig) -> R
     };
     let (_, ids) = tok.render_ids(&req)?;
     Ok((messages, ids))
+}
+
+/// The tokens every episode's prompt opens with, whatever the issue (the
+/// system prompt, the tool schemas and the user turn's fixed start): the
+/// longest common prefix of the prompts of a few unlike issue texts. A
+/// model policy prefills it once and shares its KV cache. A prompt whose
+/// tokens do not start with it (the issue's first characters merged with
+/// the fixed text's last ones) is prefilled whole.
+pub fn fixed_prefix(tok: &ChatTokenizer, cfg: &EpisodeConfig) -> Result<Vec<u32>, RolloutError> {
+    const PROBES: [&str; 6] = ["A", "b", " x", "\n", "1", "{"];
+    let mut prefix: Option<Vec<u32>> = None;
+    for probe in PROBES {
+        let (_, ids) = issue_prompt_tokens(tok, probe, cfg)?;
+        prefix = Some(match prefix {
+            None => ids,
+            Some(p) => p.iter().zip(&ids).take_while(|(a, b)| a == b).map(|(a, _)| *a).collect(),
+        });
+    }
+    Ok(prefix.unwrap_or_default())
 }
 
 /// Run `group` episodes for each task; `on_done` sees each as it ends.

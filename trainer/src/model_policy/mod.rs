@@ -20,6 +20,13 @@
 //! Each episode samples from its own random stream (seeded once per
 //! `next_turns` call from the caller's RNG), so neither the batches nor the
 //! evictions change what it draws.
+//!
+//! With a fixed prefix ([`ModelPolicy::with_prefix`]: the system prompt and
+//! tool schemas every prompt opens with), a new episode's prompt is
+//! prefilled in two parts: the prefix, whose cache is computed once and kept
+//! for every later episode (and every later call: the MCP server keeps its
+//! policy), then the rest. The split is the same whether the prefix's cache
+//! is new or kept, so reusing it changes no bit of any episode.
 
 pub mod limits;
 pub mod load;
@@ -46,11 +53,19 @@ struct Parked {
     seen: usize,
 }
 
+/// The tokens every prompt opens with, and their cache once prefilled.
+struct Prefix {
+    tokens: Vec<u32>,
+    cache: Option<Arc<KvCache>>,
+}
+
 /// What the policy did, for tests and logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PolicyStats {
     /// Tokens run through prefill forwards.
     pub prefill_tokens: usize,
+    /// New episodes whose prompt started from the kept cache of the fixed prefix.
+    pub prefix_hits: usize,
     /// New episodes whose prompt was already prefilled for another of the call.
     pub shared_prefills: usize,
     /// Parked caches dropped to stay within `max_kv_tokens`.
@@ -59,6 +74,9 @@ pub struct PolicyStats {
     pub peak_kv_slots: usize,
     /// Decode batches run.
     pub batches: usize,
+    /// One-row decodes' drafted tokens ([`lm::lookup`]) and those the model picked too.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// Qwen3 generating assistant turns.
@@ -74,13 +92,35 @@ pub struct ModelPolicy<'m, R: Rng> {
     interrupt: Option<Arc<AtomicBool>>,
     /// Seeds drawn from `rng` ([`Policy::draws`]).
     draws: u64,
+    /// The fixed prompt prefix ([`Self::with_prefix`]).
+    prefix: Option<Prefix>,
+}
+
+/// Runs `work` on a thread of rayon's pool, where the parallel loops of its
+/// products and kernels run on the pool's threads directly. Called from any
+/// other thread, each loop hands its tasks to the pool and sleeps until
+/// they end: two context switches per loop, hundreds per decoding step of
+/// a small model. Where a loop runs changes none of its results.
+fn on_pool<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
+    rayon::scope(|_| work())
 }
 
 impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
     pub fn new(model: &'m CausalLm, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
         let limits = RolloutLimits { max_batch_tokens: limits.max_batch_tokens.max(1), max_prefill_tokens: limits.max_prefill_tokens.max(1), ..limits };
-        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default(), interrupt: None, draws: 0 }
+        ModelPolicy { model, sampler, rng, stop_tokens, limits, parked: HashMap::new(), stats: PolicyStats::default(), interrupt: None, draws: 0, prefix: None }
+    }
+
+    /// Prefill `tokens` once and start every new episode whose prompt opens
+    /// with them (and goes on past them) from that cache
+    /// ([`rollout::episode::driver::fixed_prefix`]); empty: no prefix.
+    pub fn with_prefix(mut self, tokens: Vec<u32>) -> Self {
+        self.prefix = (!tokens.is_empty()).then_some(Prefix { tokens, cache: None });
+        self
     }
 
     /// The caller's RNG (to checkpoint its state).
@@ -98,7 +138,7 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
     }
 
     fn err(&self, e: impl std::fmt::Display) -> PolicyError {
-        PolicyError { policy: self.name(), message: e.to_string() }
+        PolicyError { policy: "model".into(), message: e.to_string() }
     }
 
     /// KV slots of the parked caches of episodes not in `except`, each
@@ -114,6 +154,12 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
             // Held by an episode of `except` too: still counted (it stays).
             seen.push(ptr);
             total += p.cache.slots();
+        }
+        // The prefix's cache is held whether episodes share it or not.
+        if let Some(c) = self.prefix.as_ref().and_then(|p| p.cache.as_ref()) {
+            if !seen.contains(&Arc::as_ptr(c)) {
+                total += c.slots();
+            }
         }
         total
     }
@@ -171,7 +217,10 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
     fn batch(&mut self, reqs: &[TurnRequest<'_>], streams: Option<DrawStreams>) -> crate::Result<Vec<Generation>> {
         self.stats.batches += 1;
         self.stats.peak_kv_slots = self.stats.peak_kv_slots.max(self.parked_slots(reqs) + Self::batch_slots(reqs));
+        let t0 = std::time::Instant::now();
+        let prefilled = self.stats.prefill_tokens;
         prefill::bring_up_to_date(self, reqs)?;
+        let t_prefill = t0.elapsed();
         // Every row's cache now holds all its tokens but the last: stack
         // them (the parked copies are dropped as they are copied) with room
         // for the last token and the new ones, then feed the last tokens.
@@ -196,6 +245,17 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
         let interrupt = self.interrupt.clone();
         let cancelled = || interrupt.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
         let step = DecodeStep { sampler: &self.sampler, stop_tokens: &self.stop_tokens, budgets: &budgets, draws, cancelled: &cancelled };
+        if let [r] = reqs {
+            // One row (a single localize attempt, an eval's last episode):
+            // drafts from its own tokens, the same episode bit for bit.
+            let lookup = lm::lookup::decode_lookup(self.model, &mut cache, &last, next_pos[0], &step, r.tokens, &mut out[0])?;
+            self.stats.drafted += lookup.drafted;
+            self.stats.accepted += lookup.accepted;
+            let seen = r.tokens.len() + out[0].ids.len() - 1;
+            self.parked.insert(r.episode, Parked { cache: Arc::new(cache.extract_row(0)?), seen });
+            tracing::debug!(prefill_tokens = self.stats.prefill_tokens - prefilled, prefill_secs = t_prefill.as_secs_f64(), decoded = out[0].ids.len(), forwards = lookup.forwards, accepted = lookup.accepted, drafted = lookup.drafted, decode_secs = (t0.elapsed() - t_prefill).as_secs_f64(), "one-row turn");
+            return Ok(out);
+        }
         let parked = &mut self.parked;
         decode(self.model, &mut cache, last, next_pos, &step, &mut out, |i, row, cache, generated| {
             // The last sampled token is not in the cache yet.
@@ -203,11 +263,13 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
             parked.insert(reqs[i].episode, Parked { cache: Arc::new(cache.extract_row(row)?), seen });
             Ok(())
         })?;
+        let decoded: usize = out.iter().map(|g| g.ids.len()).sum();
+        tracing::debug!(rows = reqs.len(), prefill_tokens = self.stats.prefill_tokens - prefilled, prefill_secs = t_prefill.as_secs_f64(), decoded, decode_secs = (t0.elapsed() - t_prefill).as_secs_f64(), "turn batch");
         Ok(out)
     }
 }
 
-impl<R: Rng> Policy for ModelPolicy<'_, R> {
+impl<R: Rng + Send> Policy for ModelPolicy<'_, R> {
     fn name(&self) -> String {
         "model".into()
     }
@@ -229,7 +291,8 @@ impl<R: Rng> Policy for ModelPolicy<'_, R> {
             while end < requests.len() && self.fits(&requests[start..end + 1]) {
                 end += 1;
             }
-            let gens = self.batch(&requests[start..end], streams).map_err(|e| self.err(e))?;
+            let batch = &requests[start..end];
+            let gens = on_pool(|| self.batch(batch, streams)).map_err(|e| self.err(e))?;
             outputs.extend(gens.into_iter().map(|g| TurnOutput::Tokens { ids: g.ids, logprobs: g.logprobs }));
             start = end;
         }

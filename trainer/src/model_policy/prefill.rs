@@ -8,7 +8,9 @@
 //! (it is only ever read: stacking copies it). Rows are prefilled in groups
 //! of at most `max_prefill_tokens` (rows x longest delta), a group's
 //! columns in pieces of that many tokens in all, so no prefill forward
-//! holds more.
+//! holds more. A new episode whose prompt opens with the policy's fixed
+//! prefix starts from the prefix's kept cache (prefilled alone on first
+//! use) and is prefilled from there like a parked one.
 
 use super::limits::prefill_groups;
 use super::{ModelPolicy, Parked};
@@ -49,7 +51,14 @@ pub(super) fn bring_up_to_date<R: Rng>(p: &mut ModelPolicy<'_, R>, reqs: &[TurnR
                     Some(&leader) => followers.push((i, leader)),
                     None => {
                         leaders.insert(prefix, i);
-                        fresh.push(Row { req: i, seen: 0, delta: prefix });
+                        match prefix_cache(p, prefix)? {
+                            Some(cache) => {
+                                let seen = cache.slots();
+                                p.parked.insert(r.episode, Parked { cache, seen });
+                                stale.push(Row { req: i, seen, delta: &prefix[seen..] });
+                            }
+                            None => fresh.push(Row { req: i, seen: 0, delta: prefix }),
+                        }
                     }
                 }
             }
@@ -63,6 +72,36 @@ pub(super) fn bring_up_to_date<R: Rng>(p: &mut ModelPolicy<'_, R>, reqs: &[TurnR
         p.stats.shared_prefills += 1;
     }
     Ok(())
+}
+
+/// The kept cache of the policy's fixed prefix when `tokens` (a new
+/// episode's prompt but its last token) open with the prefix and go on past
+/// it; prefilled alone (in pieces of `max_prefill_tokens`) on first use.
+fn prefix_cache<R: Rng>(p: &mut ModelPolicy<'_, R>, tokens: &[u32]) -> Result<Option<Arc<KvCache>>> {
+    let Some(prefix) = &p.prefix else { return Ok(None) };
+    let n = prefix.tokens.len();
+    if tokens.len() <= n || tokens[..n] != prefix.tokens[..] {
+        return Ok(None);
+    }
+    if let Some(cache) = &prefix.cache {
+        p.stats.prefix_hits += 1;
+        return Ok(Some(cache.clone()));
+    }
+    let device = p.model.device().clone();
+    let mut cache = KvCache::new(p.model.config().num_hidden_layers, 1);
+    for start in (0..n).step_by(p.limits.max_prefill_tokens) {
+        let len = p.limits.max_prefill_tokens.min(n - start);
+        let tokens = Tensor::from_vec(prefix.tokens[start..start + len].to_vec(), (1, len), &device)?;
+        let pos = (start as i64..(start + len) as i64).collect();
+        p.model.forward(&tokens, &Positions { batch: 1, len, data: pos, segments: None }, Some(&mut cache))?;
+    }
+    p.stats.prefill_tokens += n;
+    // Compact (no spare capacity): it is kept, and copied at every use.
+    let cache = Arc::new(cache.extract_row(0)?);
+    if let Some(prefix) = p.prefix.as_mut() {
+        prefix.cache = Some(cache.clone());
+    }
+    Ok(Some(cache))
 }
 
 /// Prefill `rows` in groups within `max_prefill_tokens`; park each row.

@@ -141,7 +141,10 @@ fn with_policy_in<T>(
             let (model, _) = crate::model_policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
             let stop = tok.stop_ids().to_vec();
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
-            let mut policy = crate::model_policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits());
+            // Every prompt opens with the same system prompt and tool
+            // schemas: prefilled once, for every episode of every call.
+            let prefix = rollout::episode::driver::fixed_prefix(tok, &cfg.episode)?;
+            let mut policy = crate::model_policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits()).with_prefix(prefix);
             work(&mut policy, env)
         }
         PolicyChoice::Scripted => {

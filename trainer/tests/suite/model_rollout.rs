@@ -328,3 +328,50 @@ fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
     assert!(worst <= 1e-5);
     assert!(stats.evictions > 0 && stats.peak_kv_slots <= budget && stats.batches > free.stats().batches);
 }
+
+/// The fixed prompt prefix (system prompt, tool schemas) is prefilled once
+/// and its cache kept across calls (the MCP server keeps its policy): a
+/// second call's episode prefills exactly the prefix's tokens fewer than on
+/// a policy whose prefix cache is new, and is the same episode bit for bit;
+/// a policy without a prefix plays the same tokens.
+#[test]
+fn the_fixed_prefix_is_prefilled_once_across_calls() {
+    let w = world();
+    let cfg = EpisodeConfig { max_turns: 3, max_turn_tokens: 24, max_total_tokens: 4096, ..Default::default() };
+    let prefix = rollout::episode::driver::fixed_prefix(&w.tok, &cfg).unwrap();
+    for t in &w.tasks {
+        let (_, ids) = rollout::episode::driver::prompt_tokens(&w.tok, t, &cfg).unwrap();
+        assert!(ids.starts_with(&prefix) && ids.len() > prefix.len() + 5, "{} prompt tokens, prefix {}", ids.len(), prefix.len());
+    }
+    assert!(prefix.len() > 50, "the system prompt and the tool schemas: {} tokens", prefix.len());
+    let (tools, reward) = (ToolRunner::default(), RewardConfig::default());
+    let env = Env { tokenizer: &w.tok, store: &w.store, tools: &tools, reward: &reward };
+    let stop = w.tok.stop_ids().to_vec();
+    let policy = |with: bool| {
+        let p = ModelPolicy::new(&w.model, SamplerConfig::default(), rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
+        if with { p.with_prefix(prefix.clone()) } else { p }
+    };
+    let call = |p: &mut ModelPolicy<'_, rand_chacha::ChaCha8Rng>, task: &Task| {
+        let before = p.stats();
+        let eps = run_episodes(p, &env, std::slice::from_ref(task), 1, &cfg, |_| {}).unwrap();
+        let after = p.stats();
+        (eps, after.prefill_tokens - before.prefill_tokens, after.prefix_hits - before.prefix_hits)
+    };
+    let mut cold = policy(true);
+    let (first, cold_prefill, cold_hits) = call(&mut cold, &w.tasks[1]);
+    let mut warm = policy(true);
+    call(&mut warm, &w.tasks[0]);
+    let (second, warm_prefill, warm_hits) = call(&mut warm, &w.tasks[1]);
+    println!("prefix {} tokens; prefilled on a new policy {cold_prefill}, on a second call {warm_prefill}", prefix.len());
+    assert_eq!((cold_hits, warm_hits), (0, 1));
+    assert_eq!(warm_prefill, cold_prefill - prefix.len(), "the second call reuses the prefix's cache");
+    assert_eq!(first[0].tokens, second[0].tokens);
+    let bits = |e: &Episode| e.logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&first[0]), bits(&second[0]), "the same log-probs, bit for bit");
+    let (plain, plain_prefill, _) = call(&mut policy(false), &w.tasks[1]);
+    assert_eq!(plain[0].tokens, first[0].tokens, "no prefix: the same episode");
+    assert_eq!(plain_prefill, cold_prefill, "split or not, the same tokens prefilled");
+    let diff = logprob_diff(&plain, &first);
+    println!("without a prefix: max |logprob diff| {diff:.2e}");
+    assert!(diff <= 1e-5);
+}
