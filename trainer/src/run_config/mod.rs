@@ -5,6 +5,7 @@
 //! here depends on the code that runs a config.
 
 mod env;
+mod localize;
 mod log;
 mod lora;
 mod model;
@@ -17,6 +18,7 @@ mod sft;
 mod train;
 
 pub use env::EnvSection;
+pub use localize::LocalizeSection;
 pub use log::LogSection;
 pub use lora::LoraSection;
 pub use model::ModelSection;
@@ -69,6 +71,9 @@ pub struct RunConfig {
     /// Trackers besides metrics.jsonl (TensorBoard).
     #[serde(default, skip_serializing_if = "LogSection::is_default")]
     pub log: LogSection,
+    /// `fusegrpo localize` and `fusegrpo mcp` on a user's issue.
+    #[serde(default, skip_serializing_if = "LocalizeSection::is_default")]
+    pub localize: LocalizeSection,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
@@ -394,6 +399,9 @@ impl RunConfig {
             if let Err((key, message)) = l.validate() {
                 return bad(&format!("lora.{key}"), message);
             }
+        }
+        if let Err((key, message)) = self.localize.validate() {
+            return bad(&format!("localize.{key}"), message);
         }
         if let Err(e) = self.reward.validate() {
             return bad(&format!("reward.{}", e.field), e.to_string());
