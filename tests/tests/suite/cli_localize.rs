@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo_bin, fusegrpo_fails, fusegrpo_ok, read_jsonl, shop_world};
 use serde_json::{json, Value};
 
 /// Every file under `.git` with its bytes, and `git status --porcelain`.
@@ -110,9 +110,9 @@ fn localize_searches_a_plain_folder_as_it_is_honouring_its_gitignore() {
     let named: Vec<String> = entities(&ignored, "files").into_iter().chain(entities(&ignored, "functions")).collect();
     assert!(!named.iter().any(|e| e.contains("vendor")), "an ignored file was searched: {ignored}");
     let issue = tmp.path().join("issue.txt");
-    let err = e2e::fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", plain.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--rev", "HEAD"]);
+    let err = fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", plain.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--rev", "HEAD"]);
     assert!(err.contains("is not a git repository but a plain folder") && err.contains("HEAD"), "{err}");
-    let err = e2e::fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", tmp.path().join("nowhere").to_str().unwrap(), "--issue", issue.to_str().unwrap()]);
+    let err = fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", tmp.path().join("nowhere").to_str().unwrap(), "--issue", issue.to_str().unwrap()]);
     assert!(err.contains("does not exist"), "{err}");
 }
 
@@ -152,7 +152,7 @@ fn attempts_under_a_greedy_config_differ_and_the_cost_is_wall_time() {
     assert_eq!(greedy["temperature"], 0.0, "{greedy}");
     let mut refused = base.to_vec();
     refused.extend_from_slice(&["--attempts", "4", "--temperature", "0"]);
-    let err = e2e::fusegrpo_fails(&refused);
+    let err = fusegrpo_fails(&refused);
     assert!(err.contains("would be the same episode 4 times"), "{err}");
 }
 
