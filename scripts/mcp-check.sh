@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real MCP client against `fusegrpo mcp` (issue 36): the official Python
 # SDK (mcp==2.3.0, in a venv outside the repository) starts the server over
-# stdio, lists its tools, localizes 5 tasks of the practice repository and
+# stdio, lists its tools, checks localize's declared output schema (every
+# structured result validates against it), localizes 5 tasks of the
+# practice repository, a long issue (cut, and said) and a plain folder, and
 # sends every bad input (scripts/mcp_client_check.py).
 #
 #   scripts/mcp-check.sh                      # the scripted policy

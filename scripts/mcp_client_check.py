@@ -2,8 +2,10 @@
 (`mcp`, pinned by scripts/mcp-check.sh) starts the server over stdio, lists
 its tools, calls `localize` on held-out practice tasks and checks the
 structured result (files present, F1 against each task's gold printed),
-then sends each bad input and checks that the server answers a tool error
-and serves the next call.
+checks every structured result against the tool's declared output schema,
+sends an issue over its token budget (cut, and said in the text and the
+structured result), then sends each bad input and checks that the server
+answers a tool error and serves the next call.
 
     python mcp_client_check.py --bin B --config C --tasks T --repos-dir D \
         [--policy scripted|model] [--model M] [--adapter A] [--n 5]
@@ -12,6 +14,8 @@ and serves the next call.
 import argparse
 import asyncio
 import json
+
+import jsonschema
 import subprocess
 import sys
 import tempfile
@@ -59,6 +63,17 @@ async def check(args):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             expect({"localize", "grep", "glob", "read_file"} <= set(tools), f"tools listed: {sorted(tools)}")
             expect("issue" in tools["localize"].input_schema.get("required", []), "localize requires `issue`")
+            schema = tools["localize"].output_schema or {}
+            expect(schema.get("type") == "object" and {"files", "functions", "cost"} <= set(schema.get("properties", {})),
+                   f"localize declares an output schema ({sorted(schema.get('properties', {}))})")
+            jsonschema.Draft202012Validator.check_schema(schema)
+            described = (tools["localize"].description or "") + (init.instructions or "")
+            expect("file F1" in described and "hint" in described and "s per attempt" in described,
+                   "the description and instructions say what the result is worth and costs")
+
+            def conforms(structured, what):
+                errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(structured or {})]
+                expect(not errors, f"{what}: the structured result validates against the output schema {errors[:2]}")
 
             f1s = []
             for t in tasks:
@@ -79,6 +94,7 @@ async def check(args):
                 score = f1(files, gold)
                 f1s.append(score)
                 expect(not r.is_error and "files" in s and "cost" in s, f"{t['instance_id']}: structured result")
+                conforms(s, t["instance_id"])
                 expect(s.get("cost", {}).get("attempts") == 2, f"{t['instance_id']}: cost counts 2 attempts")
                 expect(len(progress) == 2 and progress[-1][1] == 2, f"{t['instance_id']}: progress notifications {progress}")
                 print(f"     {t['instance_id']}: answered {s.get('answered')} of 2, files {files[:3]}, gold {gold}, F1 {score:.3f}")
@@ -91,15 +107,33 @@ async def check(args):
 
             good = {"issue": tasks[0]["problem_statement"], "repo": str(Path(args.repos_dir) / tasks[0]["repo"].replace("/", "__")),
                     "rev": tasks[0]["base_commit"]}
+
+            # An issue over its budget (a pasted log) is cut, not refused, and said.
+            long_issue = tasks[0]["problem_statement"] + "\n" + "Traceback (most recent call last): line 1 in <module>\n" * 400
+            r = await session.call_tool("localize", {**good, "issue": long_issue, "max_issue_tokens": 200})
+            s = r.structured_content or {}
+            cut = s.get("issue_cut") or {}
+            expect(not r.is_error and "tokens of its middle were dropped" in text_of(r), f"a long issue is cut and the text says so ({text_of(r)[:120]!r})")
+            expect(cut.get("dropped_tokens", 0) > 0 and cut.get("max_issue_tokens") == 200, f"... and the structured result says how much: {cut}")
+            conforms(s, "the long issue")
             with tempfile.TemporaryDirectory() as tmp:
                 plain = Path(tmp) / "not-a-repo"
                 plain.mkdir()
+                # A plain folder (not a repository) with source is searched as it is.
+                folder = Path(tmp) / "plain-source"
+                (folder / "pkg").mkdir(parents=True)
+                (folder / "pkg" / "totals.py").write_text("def frobnicate_total(order):\n    return order.total - 1\n")
+                r = await session.call_tool("localize", {"issue": "`frobnicate_total` subtracts one from every order.", "repo": str(folder)})
+                files = [x["entity"] for x in (r.structured_content or {}).get("files", [])]
+                expect(not r.is_error, f"a plain folder is searched ({text_of(r)[:100]!r}, files {files})")
                 docs = Path(tmp) / "docs-only"
                 docs.mkdir()
                 subprocess.run(["git", "init", "-q", str(docs)], check=True)
                 (docs / "README.md").write_text("# Nothing to parse here\n")
                 bad = [
-                    ("a path that is not a repository", {**good, "repo": str(plain)}, "not a git repository"),
+                    ("an empty folder", {**good, "repo": str(plain), "rev": None}, "no source file"),
+                    ("a revision of a plain folder", {**good, "repo": str(folder)}, "not a git repository but a plain folder"),
+                    ("a path that does not exist", {**good, "repo": str(Path(tmp) / "nowhere")}, "does not exist"),
                     ("an unknown revision", {**good, "rev": "no-such-revision"}, "no-such-revision"),
                     ("an empty issue", {**good, "issue": "   "}, "issue is empty"),
                     ("a repository with no parseable source", {**good, "repo": str(docs), "rev": None}, "no source file"),

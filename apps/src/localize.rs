@@ -8,18 +8,56 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 use trainer::run_config::RunConfig;
 use anyhow::{bail, Result};
-use rollout::episode::driver::{run_episodes_until, Env};
+use rollout::chat::ChatTokenizer;
+use rollout::episode::driver::{prompt_tokens, run_episodes_until, Env};
 use rollout::episode::Episode;
-use rollout::localization::Localization;
+use rollout::localization::{IssueCut, Localization};
 use rollout::policy::Policy;
-use rollout::repo::{load_snapshot, load_worktree, Snapshot, SnapshotConfig, WORKTREE};
+use rollout::repo::{load_folder, load_snapshot, load_worktree, Snapshot, SnapshotConfig};
 use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, Selector};
 use rollout::spans::Language;
 use rollout::tasks::Task;
+
+/// What the shipped localizer (`configs/smollm2-real.toml`) is measured to
+/// do and cost: the one place the MCP server's instructions and its tool's
+/// description take their figures from (docs/localizer.md and the model
+/// card state the same; update them together).
+pub struct Measured {
+    /// Held-out tasks and the repositories they come from.
+    pub tasks: usize,
+    pub repos: usize,
+    /// File F1 of the model (greedy, one attempt) and of the scripted search it learned from.
+    pub file_f1: f64,
+    pub scripted_file_f1: f64,
+    /// Share of episodes that end with an answer.
+    pub answered: f64,
+    /// Wall seconds of one attempt on `cpu` (a range over issues).
+    pub seconds: (f64, f64),
+    pub cpu: &'static str,
+    /// Wall time of 4 attempts (one batch) over one attempt's, on `cpu`.
+    pub four_attempts: f64,
+}
+
+/// The shipped localizer's figures (docs/localizer.md, the model card).
+pub const MEASURED: Measured = Measured {
+    tasks: 284,
+    repos: 17,
+    file_f1: 0.082,
+    scripted_file_f1: 0.217,
+    answered: 0.89,
+    seconds: (10.0, 25.0),
+    cpu: "a 2-vCPU AMD EPYC",
+    four_attempts: 2.3,
+};
+
+/// An issue shorter than this many tokens after the prompt's fixed part
+/// leaves no room worth searching with.
+const MIN_ISSUE_TOKENS: usize = 32;
 
 /// One localization asked for.
 #[derive(Clone, Debug)]
@@ -30,6 +68,17 @@ pub struct Request {
     pub attempts: usize,
     /// Rank by a tournament among the attempts instead of votes alone.
     pub tournament: bool,
+    /// The attempts' sampling temperature instead of the config's ([`temperature`]).
+    pub temperature: Option<f64>,
+    /// The most tokens of the issue kept (a longer one is cut), instead of `[localize] max_issue_tokens`.
+    pub max_issue_tokens: Option<usize>,
+}
+
+impl Request {
+    /// One attempt on `issue` in `repo`, the config's settings otherwise.
+    pub fn new(issue: String, repo: PathBuf) -> Request {
+        Request { issue, repo, rev: None, attempts: 1, tournament: false, temperature: None, max_issue_tokens: None }
+    }
 }
 
 /// What can be refused before a model loads.
@@ -40,20 +89,39 @@ pub fn check_request(r: &Request) -> Result<()> {
     if r.attempts == 0 || r.attempts > 64 {
         bail!("attempts must be between 1 and 64, got {}", r.attempts);
     }
+    if r.max_issue_tokens == Some(0) {
+        bail!("max_issue_tokens must be at least 1, got 0");
+    }
     Ok(())
 }
 
-/// The snapshot `r` asks for, checked to hold source this localizer parses.
+/// The temperature `r`'s attempts sample at ([`trainer::run_config::LocalizeSection::temperature`]).
+pub fn temperature(cfg: &RunConfig, r: &Request) -> Result<f64> {
+    cfg.localize.temperature(cfg.sampling.temperature, r.attempts, r.temperature).map_err(anyhow::Error::msg)
+}
+
+/// The snapshot `r` asks for, checked to hold source this localizer
+/// parses: a revision, the working tree of a git repository, or a plain
+/// folder (not a repository) as it is, its `.gitignore` files honoured.
 pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
-    let git = git2::Repository::open(&r.repo).map_err(|e| anyhow::anyhow!("{} is not a git repository: {}", r.repo.display(), e.message()))?;
     let dir = std::fs::canonicalize(&r.repo).unwrap_or_else(|_| r.repo.clone());
     let base = dir.file_name().and_then(|n| n.to_str()).unwrap_or("repo").trim_end_matches(".git");
     let clean: String = base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
     let name = format!("local/{}", if clean.trim_matches('.').is_empty() { "repo".into() } else { clean });
     let config = SnapshotConfig::default();
-    let snapshot = match &r.rev {
-        Some(rev) => load_snapshot(&git, &name, rev, &config).map_err(|e| anyhow::anyhow!("revision `{rev}` of {}: {e}", r.repo.display()))?,
-        None => load_worktree(&git, &name, &config).map_err(|e| anyhow::anyhow!("the working tree of {}: {e}", r.repo.display()))?,
+    let snapshot = match git2::Repository::open(&r.repo) {
+        Ok(git) => match &r.rev {
+            Some(rev) => load_snapshot(&git, &name, rev, &config).map_err(|e| anyhow::anyhow!("revision `{rev}` of {}: {e}", r.repo.display()))?,
+            None => load_worktree(&git, &name, &config).map_err(|e| anyhow::anyhow!("the working tree of {}: {e}", r.repo.display()))?,
+        },
+        Err(e) if e.code() == git2::ErrorCode::NotFound && r.repo.is_dir() => {
+            if let Some(rev) = &r.rev {
+                bail!("{} is not a git repository but a plain folder: a revision (`{rev}`) needs a repository; without one the folder is searched as it is", r.repo.display());
+            }
+            load_folder(&r.repo, &name, &config).map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        Err(e) if !r.repo.exists() => bail!("{} does not exist: give a git repository or a folder ({})", r.repo.display(), e.message()),
+        Err(e) => bail!("{} is not a git repository or a folder: {}", r.repo.display(), e.message()),
     };
     let parseable = snapshot.files().iter().filter(|f| f.text().is_some() && Language::from_path(&f.path).is_some()).count();
     if parseable == 0 {
@@ -64,6 +132,61 @@ pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
         );
     }
     Ok((name, Arc::new(snapshot)))
+}
+
+/// `task`'s issue cut to fit: at most `given` (else `[localize]
+/// max_issue_tokens`, else half of what the episode's budget leaves after
+/// the prompt's fixed part) tokens, and never more than leaves the model a
+/// turn. A longer issue keeps its beginning and its end, a marker line in
+/// place of the dropped middle.
+pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Option<usize>) -> Result<(String, Option<IssueCut>)> {
+    let empty = Task { problem_statement: String::new(), ..task.clone() };
+    let fixed = prompt_tokens(tok, &empty, &cfg.episode)?.1.len();
+    let total = cfg.episode.max_total_tokens;
+    let most = total.saturating_sub(fixed + cfg.episode.max_turn_tokens);
+    if most < MIN_ISSUE_TOKENS {
+        bail!(
+            "the prompt's fixed part (system prompt and tools) is {fixed} tokens: [episode] max_total_tokens = {total} leaves no room for an issue and a turn of max_turn_tokens = {}; raise max_total_tokens in the config",
+            cfg.episode.max_turn_tokens
+        );
+    }
+    let budget = given.or(cfg.localize.max_issue_tokens).unwrap_or(total.saturating_sub(fixed) / 2).clamp(1, most);
+    let issue = task.problem_statement.as_str();
+    let encoding = tok.inner().encode(issue, false).map_err(|e| anyhow::anyhow!("tokenizing the issue: {e}"))?;
+    let n = encoding.len();
+    if n <= budget {
+        return Ok((issue.to_string(), None));
+    }
+    let offsets = encoding.get_offsets();
+    let floor = |mut i: usize| {
+        while !issue.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let ceil = |mut i: usize| {
+        while !issue.is_char_boundary(i) {
+            i += 1;
+        }
+        i
+    };
+    // The marker's own tokens come out of the budget; a cut that still
+    // tokenizes over it (merges across the seams) gives up a few more.
+    let mut keep = budget.saturating_sub(24);
+    for _ in 0..8 {
+        let head = keep.div_ceil(2);
+        let tail = keep - head;
+        let head_end = if head == 0 { 0 } else { floor(offsets[head - 1].1.min(issue.len())) };
+        let tail_start = if tail == 0 { issue.len() } else { ceil(offsets[n - tail].0.min(issue.len())).max(head_end) };
+        let dropped = n - head - tail;
+        let text = format!("{}\n\n[... {dropped} tokens of the issue cut here to fit {budget} ...]\n\n{}", &issue[..head_end], &issue[tail_start..]);
+        let len = tok.encode(&text)?.len();
+        if len <= budget {
+            return Ok((text, Some(IssueCut { tokens: n, dropped_tokens: dropped, max_issue_tokens: budget })));
+        }
+        keep = keep.saturating_sub(len - budget + 4);
+    }
+    bail!("the issue ({n} tokens) could not be cut to {budget} tokens: raise --max-issue-tokens")
 }
 
 /// Localizes `r` with `policy` in `env`; `progress(done, total)` after each attempt.
@@ -88,11 +211,24 @@ pub fn localize_until(
     progress: &mut dyn FnMut(usize, usize),
     cancel: &Arc<AtomicBool>,
 ) -> Result<Localization> {
+    Ok(localize_episodes(cfg, policy, env, r, progress, cancel)?.0)
+}
+
+/// [`localize_until`] with the attempts' episodes.
+pub fn localize_episodes(
+    cfg: &RunConfig,
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    r: &Request,
+    progress: &mut dyn FnMut(usize, usize),
+    cancel: &Arc<AtomicBool>,
+) -> Result<(Localization, Vec<Episode>)> {
     check_request(r)?;
+    let temperature = temperature(cfg, r)?;
     let (name, snap) = snapshot(r)?;
-    let label = if r.rev.is_some() { snap.commit().to_string() } else { WORKTREE.to_string() };
+    let label = snap.commit().to_string();
     env.store.insert(&name, &label, snap);
-    let task = Task {
+    let mut task = Task {
         instance_id: "localize".into(),
         repo: name,
         base_commit: label,
@@ -100,30 +236,42 @@ pub fn localize_until(
         patch: None,
         gold: Some(Default::default()),
     };
+    let (issue, cut) = fit_issue(env.tokenizer, &task, cfg, r.max_issue_tokens)?;
+    task.problem_statement = issue;
     // A prompt that fills the episode's token budget leaves the model no
     // turn: said here, instead of an attempt that ends with no answer.
-    let (_, prompt) = rollout::episode::driver::prompt_tokens(env.tokenizer, &task, &cfg.episode)?;
+    let (_, prompt) = prompt_tokens(env.tokenizer, &task, &cfg.episode)?;
     let limit = cfg.episode.max_total_tokens;
     if prompt.len() >= limit {
         bail!(
-            "the issue makes a prompt of {} tokens, and [episode] max_total_tokens = {limit} leaves no room for a turn: shorten the issue (it is {} characters) or raise the limit in the config",
-            prompt.len(),
-            task.problem_statement.chars().count()
+            "the issue makes a prompt of {} tokens, and [episode] max_total_tokens = {limit} leaves no room for a turn: lower --max-issue-tokens or raise the limit in the config",
+            prompt.len()
         );
     }
+    // The MCP server keeps one policy for every call: the config's
+    // temperature comes back however this call ends.
+    let sampled = policy.set_temperature(temperature);
+    let started = Instant::now();
     let mut done = 0;
     let tasks = [task];
-    let episodes: Vec<Episode> = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, |_| {
+    let run = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, |_| {
         done += 1;
         progress(done, r.attempts);
-    })?;
-    let ranked = Localization::of(&episodes);
-    if !r.tournament || r.attempts < 2 {
-        return Ok(ranked);
+    });
+    if sampled {
+        policy.set_temperature(cfg.sampling.temperature);
     }
-    let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
-    let summaries = rollout::scaling::summarize(&episodes, r.attempts);
-    let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
-    let chosen = picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen);
-    Ok(ranked.with_winner(&episodes, chosen))
+    let episodes: Vec<Episode> = run?;
+    let wall = started.elapsed().as_secs_f64();
+    let mut ranked = Localization::of(&episodes);
+    if r.tournament && r.attempts >= 2 {
+        let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
+        let summaries = rollout::scaling::summarize(&episodes, r.attempts);
+        let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
+        let chosen = picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen);
+        ranked = ranked.with_winner(&episodes, chosen);
+    }
+    ranked.temperature = sampled.then_some(temperature);
+    ranked.issue_cut = cut;
+    Ok((ranked.with_wall_seconds(wall), episodes))
 }

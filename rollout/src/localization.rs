@@ -5,13 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::entities::Entity;
 use crate::episode::{Episode, StopReason};
 
 /// A ranked file or function.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct Ranked {
     /// `path` or `path:Qualified.name`.
     pub entity: String,
@@ -23,7 +24,7 @@ pub struct Ranked {
 }
 
 /// A tool call and the line of its output that points at an entity.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct Evidence {
     /// 1-based attempt.
     pub attempt: usize,
@@ -37,8 +38,9 @@ pub struct Evidence {
     pub line: String,
 }
 
-/// The cost of a localization, summed over its attempts.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// The cost of a localization: counts summed over its attempts, and the
+/// wall time of the whole call (attempts run together, in one batch).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 pub struct Cost {
     pub attempts: usize,
     pub turns: usize,
@@ -47,11 +49,27 @@ pub struct Cost {
     pub tokens: usize,
     /// Tokens the model wrote.
     pub policy_tokens: usize,
+    /// Wall seconds of the call: what the caller waited.
     pub seconds: f64,
+    /// Each attempt's seconds, summed (attempts overlap: above `seconds`
+    /// when there are several).
+    pub attempt_seconds: f64,
+}
+
+/// An issue over its token budget, cut to fit: its beginning and its end
+/// kept, the middle dropped (a marker line says where and how much).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
+pub struct IssueCut {
+    /// The issue's tokens as given.
+    pub tokens: usize,
+    /// Tokens dropped from its middle.
+    pub dropped_tokens: usize,
+    /// The budget it was cut to (`--max-issue-tokens`).
+    pub max_issue_tokens: usize,
 }
 
 /// The result of `fusegrpo localize` and of the MCP tool `localize`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 pub struct Localization {
     pub files: Vec<Ranked>,
     pub functions: Vec<Ranked>,
@@ -67,6 +85,13 @@ pub struct Localization {
     /// often first (what the search found, not an answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub found_by_tools: Vec<Ranked>,
+    /// The sampling temperature of the attempts (0: greedy); absent for a
+    /// policy without one (the scripted search).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Set when the issue was over its token budget and was cut to fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issue_cut: Option<IssueCut>,
     pub cost: Cost,
 }
 
@@ -103,7 +128,13 @@ impl Localization {
             ranked.into_iter().partition(|r| Entity::from_stored(&r.entity).is_some_and(|e| e.is_function()));
         let answered = attempts.iter().filter(|e| e.stop_reason() == Some(StopReason::Answer)).count();
         let found_by_tools = if answered == 0 { surfaced_files(attempts) } else { Vec::new() };
-        Localization { files, functions, answered, selector: "vote".into(), winner: None, found_by_tools, cost: cost(attempts) }
+        Localization { files, functions, answered, selector: "vote".into(), winner: None, found_by_tools, temperature: None, issue_cut: None, cost: cost(attempts) }
+    }
+
+    /// With the call's wall seconds (measured around its attempts) as the cost's `seconds`.
+    pub fn with_wall_seconds(mut self, seconds: f64) -> Localization {
+        self.cost.seconds = seconds;
+        self
     }
 
     /// The ranking with attempt `winner`'s (0-based) answer first, as a
@@ -128,6 +159,12 @@ impl Localization {
     /// The plain-text report: ranked files, functions, evidence, cost.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        if let Some(cut) = &self.issue_cut {
+            out += &format!(
+                "note: the issue is {} tokens, over its budget of {} (--max-issue-tokens): {} tokens of its middle were dropped (its beginning and its end were searched)\n",
+                cut.tokens, cut.max_issue_tokens, cut.dropped_tokens
+            );
+        }
         if let Some(w) = self.winner {
             out += &format!("tournament winner: attempt {w} of {}\n", self.cost.attempts);
         }
@@ -158,8 +195,14 @@ impl Localization {
             }
         }
         let c = &self.cost;
+        let temperature = match self.temperature {
+            Some(t) if t > 0.0 => format!(" at temperature {t}"),
+            Some(_) => " (greedy)".into(),
+            None => String::new(),
+        };
+        let summed = if c.attempts > 1 { format!(" (attempts summed: {:.1} s)", c.attempt_seconds) } else { String::new() };
         out += &format!(
-            "cost: {} attempt(s), {} turns, {} tool calls, {} tokens ({} written), {:.1} s\n",
+            "cost: {} attempt(s){temperature}, {} turns, {} tool calls, {} tokens ({} written), {:.1} s wall{summed}\n",
             c.attempts, c.turns, c.tool_calls, c.tokens, c.policy_tokens, c.seconds
         );
         out
@@ -234,6 +277,8 @@ fn cost(attempts: &[Episode]) -> Cost {
         tool_calls: attempts.iter().map(Episode::tool_calls).sum(),
         tokens: attempts.iter().map(|e| e.tokens.len()).sum(),
         policy_tokens: attempts.iter().map(Episode::policy_tokens).sum(),
-        seconds: attempts.iter().map(|e| e.seconds).sum(),
+        // Until the caller gives the wall time: the longest attempt (they overlap).
+        seconds: attempts.iter().map(|e| e.seconds).fold(0.0, f64::max),
+        attempt_seconds: attempts.iter().map(|e| e.seconds).sum(),
     }
 }

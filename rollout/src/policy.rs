@@ -61,6 +61,14 @@ pub trait Policy {
     /// forgets it. A policy that ignores it is stopped at turn boundaries.
     fn interrupt_on(&mut self, _flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {}
 
+    /// Samples at `temperature` (0: greedy) from the next turn on, until
+    /// set again; `false` when this policy has no temperature to set (the
+    /// scripted teacher), nothing changed. The MCP server keeps one policy
+    /// for every call, each with its own temperature.
+    fn set_temperature(&mut self, _temperature: f64) -> bool {
+        false
+    }
+
     /// How many episodes may run at once (`None`: any number); the driver
     /// starts the others as earlier ones end. A model whose KV budget cannot
     /// keep every live episode's cache says so ([rollout] max_live_episodes),

@@ -129,4 +129,7 @@ impl<P: crate::policy::Policy> crate::policy::Policy for Recorder<P> {
     fn max_live(&self) -> Option<usize> {
         self.0.max_live()
     }
+    fn set_temperature(&mut self, temperature: f64) -> bool {
+        self.0.set_temperature(temperature)
+    }
 }

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use apps::localize::{check_request, localize, Request};
+use apps::localize::{check_request, localize_episodes, Request};
 use trainer::run_config::RunConfig;
 
 use trainer::rollouts::{with_policy, TeacherOpts};
@@ -56,7 +56,7 @@ impl LocalizerArgs {
 pub struct Args {
     #[command(flatten)]
     pub localizer: LocalizerArgs,
-    /// The repository (a git work tree; bare repositories need --rev).
+    /// The repository (a git work tree; bare repositories need --rev), or a plain folder searched as it is (its .gitignore files honoured).
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
     /// A revision to search instead of the working tree as it is.
@@ -68,23 +68,44 @@ pub struct Args {
     /// Episodes to run; their answers are ranked by votes.
     #[arg(long, default_value_t = 1)]
     pub attempts: usize,
+    /// The attempts' sampling temperature (0: greedy) instead of the config's; several attempts under a greedy config sample at [localize] attempts_temperature (0.7).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// The most tokens of the issue kept: a longer one is cut to its beginning and its end (default: [localize] max_issue_tokens, else half of the episode's budget after the prompt's fixed part).
+    #[arg(long)]
+    pub max_issue_tokens: Option<usize>,
     /// With several attempts: `vote` (rank by the attempts naming each) or `tournament` (pairwise, the evidence judge; the winner's answer first).
     #[arg(long, default_value = "vote", value_parser = ["vote", "tournament"])]
     pub select: String,
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     pub json: bool,
+    /// Also write the attempts' episodes here (JSONL, as `eval --out`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Runs `fusegrpo localize`.
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.localizer.config()?;
     let issue = read_issue(&args.issue)?;
-    let request = Request { issue, repo: args.repo.clone(), rev: args.rev.clone(), attempts: args.attempts, tournament: args.select == "tournament" };
+    let request = Request {
+        rev: args.rev.clone(),
+        attempts: args.attempts,
+        tournament: args.select == "tournament",
+        temperature: args.temperature,
+        max_issue_tokens: args.max_issue_tokens,
+        ..Request::new(issue, args.repo.clone())
+    };
     check_request(&request)?;
-    let result = with_policy(&cfg, &args.localizer.policy, &TeacherOpts::default(), |policy, env| {
-        localize(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"))
+    apps::localize::temperature(&cfg, &request).context("--temperature / --attempts")?;
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (result, episodes) = with_policy(&cfg, &args.localizer.policy, &TeacherOpts::default(), |policy, env| {
+        localize_episodes(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"), &cancel)
     })?;
+    if let Some(out) = &args.out {
+        trainer::rollouts::episodes::write_episodes_atomic(out, &episodes)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {

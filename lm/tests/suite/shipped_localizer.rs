@@ -92,6 +92,10 @@ fn the_shipped_adapter_is_a_complete_trained_bf16_adapter_for_smollm2() {
     assert_eq!(base.arch_hash, model.arch_hash());
     assert_eq!(base.weights.len(), 1);
     assert_eq!((base.weights[0].0.as_str(), base.weights[0].1), ("model.safetensors", SMOLLM2_WEIGHTS_BYTES));
+    // The hub id for the hub's metadata; the exact base (the dequantized
+    // Q4_1 GGUF) in fusegrpo_base.json, its message saying how to make it.
+    assert_eq!(peft::base_model_name(&dir).unwrap(), "HuggingFaceTB/SmolLM2-135M-Instruct");
+    assert!(base.path.contains("Q4_1") && base.path.contains("scripts/fetch-smollm2.sh"), "{}", base.path);
 
     // A Qwen3 of the very same shapes is refused, naming the file and key.
     let other = ModelConfig::new_tiny(49152, 576, 1536, 30, 9, 3, 64, true);
@@ -111,4 +115,21 @@ fn the_model_card_names_the_base_and_its_checksums() {
         assert!(card.contains(needed), "the model card mentions {needed}");
     }
     assert!(!card.contains("{{"), "the model card has no unfilled placeholder");
+}
+
+/// The card opens with the hub's YAML metadata: PEFT, the base's hub id,
+/// the license, tags and the held-out figures the card's table states.
+#[test]
+fn the_model_card_has_the_hubs_metadata_header() {
+    let card = std::fs::read_to_string(shipped().join("README.md")).unwrap();
+    let header = card.strip_prefix("---\n").and_then(|rest| rest.split_once("\n---\n")).map(|(h, _)| h).expect("a YAML header between --- lines");
+    for line in ["library_name: peft", "base_model: HuggingFaceTB/SmolLM2-135M-Instruct", "license: apache-2.0", "tags:", "model-index:"] {
+        assert!(header.lines().any(|l| l == line), "the header lacks `{line}`");
+    }
+    for value in ["value: 0.082", "value: 0.004", "value: 0.068"] {
+        assert!(header.contains(value), "the header lacks the figure {value}");
+    }
+    let table_row = card.lines().find(|l| l.starts_with("| **this adapter**")).expect("the card's figures row");
+    assert!(table_row.contains("| 0.082 | 0.004 |") && table_row.contains("0.068"), "{table_row}");
+    assert!(card.contains("Q4_1") && card.contains("dequantized"), "the card says the base is the dequantized Q4_1 GGUF");
 }

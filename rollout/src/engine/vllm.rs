@@ -382,6 +382,11 @@ impl Policy for VllmEngine {
             .map(|r| r.and_then(Result::ok).ok_or_else(|| PolicyError { policy: name.clone(), message: "a request was not sent".into() }))
             .collect()
     }
+
+    fn set_temperature(&mut self, temperature: f64) -> bool {
+        self.config.temperature = temperature;
+        true
+    }
 }
 
 #[cfg(test)]

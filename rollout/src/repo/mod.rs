@@ -6,12 +6,14 @@
 //! kept as their target text and never followed, submodules and binary files
 //! are kept as markers.
 
+mod folder;
 mod load;
 pub mod path;
 mod snapshot;
 mod store;
 mod worktree;
 
+pub use folder::{load_folder, FOLDER};
 pub use load::{load_snapshot, open_repository, open_repository_path, repo_dir_name, resolve_commit};
 pub use snapshot::{FileEntry, FileKind, Snapshot, SnapshotConfig};
 pub use store::SnapshotStore;
@@ -53,6 +55,14 @@ pub enum RepoError {
         rev: String,
         /// libgit2's error.
         source: git2::Error,
+    },
+    /// A plain folder (not a git repository) could not be read.
+    #[error("cannot read the folder {path}: {message}")]
+    Folder {
+        /// The folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
     },
     /// Reading a tree or blob failed (a corrupt or shallow repository).
     #[error("reading '{path}' at {commit} in {repo}: {source}")]

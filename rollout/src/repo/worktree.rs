@@ -57,7 +57,7 @@ pub fn load_worktree(git: &Repository, repo: &str, config: &SnapshotConfig) -> R
 
 /// A work-tree file as a snapshot entry; `None` when it is gone (deleted
 /// but not yet staged), is not a file, or lies beyond a symbolic link.
-fn read_disk(workdir: &Path, path: &str, config: &SnapshotConfig) -> Option<FileKind> {
+pub(super) fn read_disk(workdir: &Path, path: &str, config: &SnapshotConfig) -> Option<FileKind> {
     match open_beneath(workdir, path) {
         Ok(Beneath::File(mut file)) => {
             let size = file.metadata().ok()?.len() as usize;

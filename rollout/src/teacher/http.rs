@@ -323,6 +323,11 @@ impl Policy for HttpTeacher {
             })
             .collect()
     }
+
+    fn set_temperature(&mut self, temperature: f64) -> bool {
+        self.config.temperature = Some(temperature);
+        true
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use e2e::{fusegrpo, fusegrpo_bin, fusegrpo_ok, read_jsonl, shop_world};
+use e2e::{fusegrpo_bin, fusegrpo_fails, fusegrpo_ok, read_jsonl, shop_world};
 use serde_json::{json, Value};
 
 /// Every file under `.git` with its bytes, and `git status --porcelain`.
@@ -64,18 +64,96 @@ fn localize_sees_uncommitted_edits_and_leaves_the_repository_as_it_was() {
     let committed = localize_json(&cfg, &repo, "Calling `frobnicate_widget` on a refund returns the wrong total.", &["--rev", "HEAD"]);
     assert!(!entities(&committed, "functions").iter().any(|f| f.contains("frobnicate_widget")), "{committed}");
 
-    // An issue whose prompt fills the episode's budget is refused, saying so
-    // (it used to end its attempt with no answer and no reason).
+    // An issue over its token budget (a pasted log) is cut to its beginning
+    // and its end, and the report says how many tokens were dropped (it
+    // used to be refused).
+    let long_text = format!("Calling `frobnicate_widget` on a refund returns the wrong total.\n{}", "The total is wrong after a refund. ".repeat(2000));
     let long = repo.parent().unwrap().join("long-issue.txt");
-    std::fs::write(&long, "The total is wrong after a refund. ".repeat(2000)).unwrap();
-    let out = fusegrpo(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", repo.to_str().unwrap(), "--issue", long.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("max_total_tokens") && err.contains("leaves no room for a turn") && err.contains("shorten the issue"), "{err}");
+    std::fs::write(&long, &long_text).unwrap();
+    let report = fusegrpo_ok(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", repo.to_str().unwrap(), "--issue", long.to_str().unwrap()]);
+    assert!(report.starts_with("note: the issue is ") && report.contains("tokens of its middle were dropped"), "{report}");
+    let cut = localize_json(&cfg, &repo, &long_text, &["--max-issue-tokens", "200"]);
+    let c = &cut["issue_cut"];
+    assert_eq!(c["max_issue_tokens"], 200, "{cut}");
+    let (tokens, dropped) = (c["tokens"].as_u64().unwrap(), c["dropped_tokens"].as_u64().unwrap());
+    assert!(tokens > 10_000 && dropped > tokens - 200 && dropped < tokens, "{c}");
+    // Its beginning was searched.
+    assert!(entities(&cut, "functions").contains(&"shop/tax.py:frobnicate_widget".to_string()), "{cut}");
+    // One that fits is left alone, and says nothing.
+    assert!(edited.get("issue_cut").is_none(), "{edited}");
 
     let after = repo_state(&repo);
     assert_eq!(before.1, after.1, "git status changed");
     assert_eq!(before.0.keys().collect::<Vec<_>>(), after.0.keys().collect::<Vec<_>>(), "files under .git changed");
     assert!(before.0 == after.0, "the bytes of a file under .git changed");
+}
+
+/// A folder that is not a git repository is searched as it is, its
+/// `.gitignore` files honoured (it used to be refused: "not a git
+/// repository"); a revision of it is refused, saying why.
+#[test]
+fn localize_searches_a_plain_folder_as_it_is_honouring_its_gitignore() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir_all(plain.join("shop")).unwrap();
+    std::fs::create_dir_all(plain.join("vendor")).unwrap();
+    for f in ["shop/cart.py", "shop/tax.py"] {
+        std::fs::copy(tmp.path().join("repos/acme__shop").join(f), plain.join(f)).unwrap();
+    }
+    std::fs::write(plain.join("shop/extra.py"), "def quux_handler(order):\n    return order.id\n").unwrap();
+    std::fs::write(plain.join("vendor/junk.py"), "def zorblax_fn(x):\n    return x\n").unwrap();
+    std::fs::write(plain.join(".gitignore"), "vendor/\n").unwrap();
+    let found = localize_json(&cfg, &plain, "`quux_handler` raises for orders without an id.", &[]);
+    assert!(entities(&found, "files").contains(&"shop/extra.py".to_string()), "{found}");
+    let ignored = localize_json(&cfg, &plain, "`zorblax_fn` drops its argument.", &[]);
+    let named: Vec<String> = entities(&ignored, "files").into_iter().chain(entities(&ignored, "functions")).collect();
+    assert!(!named.iter().any(|e| e.contains("vendor")), "an ignored file was searched: {ignored}");
+    let issue = tmp.path().join("issue.txt");
+    let err = fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", plain.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--rev", "HEAD"]);
+    assert!(err.contains("is not a git repository but a plain folder") && err.contains("HEAD"), "{err}");
+    let err = fusegrpo_fails(&["localize", "--config", cfg.to_str().unwrap(), "--policy", "scripted", "--repo", tmp.path().join("nowhere").to_str().unwrap(), "--issue", issue.to_str().unwrap()]);
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+/// Several attempts under a greedy config sample at `[localize]
+/// attempts_temperature` (they used to be one episode four times), and the
+/// cost gives the call's wall seconds, not the attempts' seconds summed.
+#[test]
+fn attempts_under_a_greedy_config_differ_and_the_cost_is_wall_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let issue = tmp.path().join("issue.txt");
+    std::fs::write(&issue, "`compute_tax` uses a flat rate; it must depend on the region.").unwrap();
+    let out = tmp.path().join("attempts.jsonl");
+    let base = ["localize", "--config", cfg.to_str().unwrap(), "--set", "sampling.temperature=0", "--repo", repo.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--json"];
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--attempts", "4", "--out", out.to_str().unwrap()]);
+    let started = std::time::Instant::now();
+    let loc: Value = serde_json::from_str(&fusegrpo_ok(&args)).unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(loc["temperature"], 0.7, "{loc}");
+    let episodes = read_jsonl(&out);
+    assert_eq!(episodes.len(), 4);
+    let tokens: Vec<&Value> = episodes.iter().map(|e| &e["tokens"]).collect();
+    let distinct = tokens.iter().enumerate().filter(|(i, t)| !tokens[..*i].contains(t)).count();
+    assert!(distinct >= 2, "4 attempts, {distinct} distinct episode(s)");
+    let seconds: Vec<f64> = episodes.iter().map(|e| e["seconds"].as_f64().unwrap()).collect();
+    let cost = &loc["cost"];
+    let (wall, summed) = (cost["seconds"].as_f64().unwrap(), cost["attempt_seconds"].as_f64().unwrap());
+    assert!((summed - seconds.iter().sum::<f64>()).abs() < 1e-6, "{cost}");
+    assert!(wall >= seconds.iter().cloned().fold(0.0, f64::max) && wall <= elapsed, "wall {wall} s, attempts {seconds:?}, the command took {elapsed} s");
+    assert!(wall < summed, "the attempts ran together: {cost}");
+    // One attempt stays greedy; an explicit temperature 0 for several is refused, saying why.
+    let mut one = base.to_vec();
+    one.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    let greedy: Value = serde_json::from_str(&fusegrpo_ok(&one)).unwrap();
+    assert_eq!(greedy["temperature"], 0.0, "{greedy}");
+    let mut refused = base.to_vec();
+    refused.extend_from_slice(&["--attempts", "4", "--temperature", "0"]);
+    let err = fusegrpo_fails(&refused);
+    assert!(err.contains("would be the same episode 4 times"), "{err}");
 }
 
 #[test]
@@ -135,18 +213,30 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
     assert_eq!(next_for(1)["result"]["serverInfo"]["name"], "fusegrpo");
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let tools: Vec<String> = next_for(2)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    let listed = next_for(2);
+    let tools: Vec<String> = listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     for t in ["localize", "grep", "glob", "read_file"] {
         assert!(tools.contains(&t.to_string()), "{tools:?}");
     }
+    // `localize` declares the schema of its structured content, and says
+    // what it is worth and costs (no declared schema before).
+    let localize = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "localize").unwrap().clone();
+    let schema = localize["outputSchema"].clone();
+    assert_eq!(schema["type"], "object", "{localize}");
+    for key in ["files", "functions", "answered", "cost"] {
+        assert!(schema["properties"][key].is_object() && schema["required"].as_array().unwrap().contains(&json!(key)), "{key}: {schema}");
+    }
+    let description = localize["description"].as_str().unwrap();
+    assert!(description.contains("file F1") && description.contains("hint to verify") && description.contains(" s per attempt"), "{description}");
     let call = |id: u64, name: &str, arguments: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
     let good = json!({"issue": "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them."});
     let bad = [
         (json!({"issue": "  "}), "issue is empty"),
-        (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "not a git repository"),
+        (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "does not exist"),
         (json!({"issue": "x", "rev": "no-such-rev"}), "no-such-rev"),
         (json!({"issue": "x", "attempts": 0}), "attempts must be"),
-        (json!({"issue": "The total is wrong after a refund. ".repeat(2000)}), "leaves no room for a turn"),
+        (json!({"issue": "x", "attempts": 2, "temperature": 0.0}), "same episode 2 times"),
+        (json!({"issue": "x", "temperature": -1.0}), "must be a number >= 0"),
     ];
     let mut id = 10;
     for (arguments, needle) in bad {
@@ -159,8 +249,21 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
         assert_eq!(r["result"]["isError"], false, "{r}");
         let files = &r["result"]["structuredContent"]["files"];
         assert_eq!(files[0]["entity"], "shop/cart.py", "{r}");
+        for key in r["result"]["structuredContent"].as_object().unwrap().keys() {
+            assert!(schema["properties"][key].is_object(), "{key} is not in the output schema {schema}");
+        }
         id += 2;
     }
+    // A long issue is cut, not refused, and the result says so (it used to be a tool error).
+    let long = format!("Adding an item fails with 'negative price in cart'; `add_item` should allow discounts.\n{}", "The total is wrong after a refund. ".repeat(2000));
+    send(call(id, "localize", json!({"issue": long, "max_issue_tokens": 300})));
+    let r = next_for(id);
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("tokens of its middle were dropped"), "{r}");
+    let cut = &r["result"]["structuredContent"]["issue_cut"];
+    assert!(cut["dropped_tokens"].as_u64().unwrap() > 0 && cut["max_issue_tokens"] == 300, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["files"][0]["entity"], "shop/cart.py", "{r}");
+    id += 1;
     send(call(id, "read_file", json!({"path": "shop/tax.py"})));
     assert!(next_for(id)["result"]["content"][0]["text"].as_str().unwrap().contains("compute_tax"));
     drop(stdin);

@@ -21,6 +21,7 @@ mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_tensorboard;
 mod cli_train;
+mod docs_commands;
 mod gpu_bench;
 mod mcp_frames;
 mod module_cycles;

@@ -382,7 +382,10 @@ fn mcp_frame_fuzz_leaves_no_id_unanswered() {
 fn mcp_cancelled_localize_stops_and_the_next_call_does_not_wait() {
     let tmp = tempfile::tempdir().unwrap();
     shop_world(tmp.path());
-    // Greedy, the tiny model never ends a turn: each attempt runs to max_turn_tokens.
+    // Greedy, the tiny model never ends a turn: each attempt runs to
+    // max_turn_tokens. (Several greedy attempts sample at [localize]
+    // attempts_temperature, or are refused as one episode repeated: the
+    // calls ask for 1e-6, greedy in all but name.)
     let cfg = tmp.path().join("slow.toml");
     std::fs::write(
         &cfg,
@@ -393,12 +396,12 @@ fn mcp_cancelled_localize_stops_and_the_next_call_does_not_wait() {
     let issue = "`compute_tax` uses a flat rate; it must depend on the region.";
     let wait = Duration::from_secs(300);
     let t0 = Instant::now();
-    mcp.send(Mcp::call(json!(1), "localize", json!({"issue": issue, "attempts": 4})));
+    mcp.send(Mcp::call(json!(1), "localize", json!({"issue": issue, "attempts": 4, "temperature": 1e-6})));
     let r = mcp.reply(&json!(1), wait);
     let full = t0.elapsed();
     assert_eq!(r["result"]["structuredContent"]["cost"]["policy_tokens"], 32000, "{r}");
-    mcp.send(Mcp::call(json!(2), "localize", json!({"issue": issue, "attempts": 4})));
-    mcp.send(Mcp::call(json!(3), "localize", json!({"issue": issue, "attempts": 4})));
+    mcp.send(Mcp::call(json!(2), "localize", json!({"issue": issue, "attempts": 4, "temperature": 1e-6})));
+    mcp.send(Mcp::call(json!(3), "localize", json!({"issue": issue, "attempts": 4, "temperature": 1e-6})));
     std::thread::sleep(full / 8);
     for id in [3, 2] {
         mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "test"}}));

@@ -317,6 +317,11 @@ impl<R: Rng + Send> Policy for ModelPolicy<'_, R> {
         self.interrupt = flag;
     }
 
+    fn set_temperature(&mut self, temperature: f64) -> bool {
+        self.sampler.temperature = temperature;
+        true
+    }
+
     fn max_live(&self) -> Option<usize> {
         self.limits.max_live
     }

@@ -8,6 +8,7 @@
 //! which a `RunConfig` converts into.
 
 mod env;
+mod localize;
 mod log;
 mod lora;
 mod model;
@@ -17,6 +18,7 @@ mod rollout;
 mod sampling;
 
 pub use env::EnvSection;
+pub use localize::LocalizeSection;
 pub use log::LogSection;
 pub use lora::LoraSection;
 pub use model::ModelSection;
@@ -70,6 +72,9 @@ pub struct RunConfig {
     /// Trackers besides metrics.jsonl (TensorBoard).
     #[serde(default, skip_serializing_if = "LogSection::is_default")]
     pub log: LogSection,
+    /// `fusegrpo localize` and `fusegrpo mcp` on a user's issue.
+    #[serde(default, skip_serializing_if = "LocalizeSection::is_default")]
+    pub localize: LocalizeSection,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
@@ -430,6 +435,9 @@ impl RunConfig {
             if let Err((key, message)) = l.validate() {
                 return bad(&format!("lora.{key}"), message);
             }
+        }
+        if let Err((key, message)) = self.localize.validate() {
+            return bad(&format!("localize.{key}"), message);
         }
         if let Err(e) = self.reward.validate() {
             return bad(&format!("reward.{}", e.field), e.to_string());
