@@ -65,7 +65,8 @@ fn cudnn_shim() {
         build.include(cuda);
     }
     // The frontend's headers warn a lot; they are not ours to fix.
-    build.warnings(false).opt_level(2).file("cudnn/sdpa.cpp").compile("fusegrpo_cudnn");
+    // Optimised as the profile is (CI's unoptimised ci-cuda build compiles it fastest).
+    build.warnings(false).file("cudnn/sdpa.cpp").compile("fusegrpo_cudnn");
     println!("cargo:rustc-link-lib=dylib=dl");
 }
 

@@ -343,12 +343,16 @@ impl CausalLm {
                 Some(nw) => profile::op(Phase::NormRopeElementwise, [&y], |[y]| ops::rms_norm(&y, nw, c.rms_norm_eps))?,
                 None => y,
             };
-            Ok(y.transpose(1, 2)?.contiguous()?)
+            Ok(y.transpose(1, 2)?)
         };
         let rotate = |x: Tensor| profile::op(Phase::NormRopeElementwise, [&x], |[x]| rope.apply(&x));
-        let q = rotate(heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?)?;
-        let k = rotate(heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?)?;
+        let q = rotate(heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?.contiguous()?)?;
+        let k = rotate(heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?.contiguous()?)?;
+        // v goes to attention as the transposed view of the projection: the
+        // fused op (CPU, CUDA kernel, cuDNN) reads its strides as they are,
+        // with no copy; the reference (kernels off on CUDA) gets a copy.
         let v = heads(&a.v, &a.v_bias, Target::VProj, c.num_key_value_heads, None)?;
+        let v = if kernels::has_native_path(x.device()) { v } else { v.contiguous()? };
         let (k, v) = match cache {
             Some(cache) => cache.append(l, &k, &v)?,
             None => (k, v),
