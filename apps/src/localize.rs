@@ -3,7 +3,10 @@
 //! (uncommitted edits included, read from disk, nothing written) or over a
 //! revision, and give the files and functions, ranked, with the evidence
 //! that led there and the cost. `fusegrpo localize` and the MCP server
-//! (`fusegrpo mcp`, [`crate::mcp`]) both call [`localize`].
+//! (`fusegrpo mcp`, [`crate::mcp`]) both call [`localize`]. By default
+//! ([`Search::Combined`]) the scripted search runs once beside the model's
+//! attempts and the two rank together ([`rollout::ranking::combine`]):
+//! never worse than the search the model learned from.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -20,6 +23,50 @@ use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, Selector};
 use rollout::spans::Language;
 use rollout::tasks::Task;
+use rollout::teacher::scripted::ScriptedTeacher;
+use trainer::run_config::PolicyChoice;
+
+/// Who searches: `model` (the loaded policy's attempts), `scripted` (the
+/// scripted search, one attempt, no model) or `combined` (both, ranked
+/// together; the default).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Search {
+    Model,
+    Scripted,
+    #[default]
+    Combined,
+}
+
+impl std::str::FromStr for Search {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "model" => Ok(Search::Model),
+            "scripted" => Ok(Search::Scripted),
+            "combined" => Ok(Search::Combined),
+            other => Err(format!("`{other}`: expected model, scripted or combined")),
+        }
+    }
+}
+
+impl Search {
+    /// Its name in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Search::Model => "model",
+            Search::Scripted => "scripted",
+            Search::Combined => "combined",
+        }
+    }
+
+    /// The policy to load for it (none but the scripted search for `scripted`).
+    pub fn loads(&self) -> PolicyChoice {
+        match self {
+            Search::Scripted => PolicyChoice::Scripted,
+            Search::Model | Search::Combined => PolicyChoice::Model,
+        }
+    }
+}
 
 /// One localization asked for.
 #[derive(Clone, Debug)]
@@ -30,6 +77,8 @@ pub struct Request {
     pub attempts: usize,
     /// Rank by a tournament among the attempts instead of votes alone.
     pub tournament: bool,
+    /// Who searches; `attempts` are the model's (`scripted` runs once).
+    pub search: Search,
 }
 
 /// What can be refused before a model loads.
@@ -91,7 +140,7 @@ pub fn localize_until(
     check_request(r)?;
     let (name, snap) = snapshot(r)?;
     let label = if r.rev.is_some() { snap.commit().to_string() } else { WORKTREE.to_string() };
-    env.store.insert(&name, &label, snap);
+    env.store.insert(&name, &label, snap.clone());
     let task = Task {
         instance_id: "localize".into(),
         repo: name,
@@ -111,19 +160,35 @@ pub fn localize_until(
             task.problem_statement.chars().count()
         );
     }
-    let mut done = 0;
     let tasks = [task];
-    let episodes: Vec<Episode> = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, |_| {
+    let model_attempts = if r.search == Search::Scripted { 0 } else { r.attempts };
+    let total = model_attempts + usize::from(r.search != Search::Model);
+    let mut done = 0;
+    let mut tick = |_: &Episode| {
         done += 1;
-        progress(done, r.attempts);
-    })?;
-    let ranked = Localization::of(&episodes);
-    if !r.tournament || r.attempts < 2 {
-        return Ok(ranked);
+        progress(done, total);
+    };
+    // The scripted search: one attempt, ~0.1 s, no model.
+    let scripted: Vec<Episode> = if r.search == Search::Model {
+        Vec::new()
+    } else {
+        run_episodes_until(&mut ScriptedTeacher::default(), env, &tasks, 1, &cfg.episode, cancel, &mut tick)?
+    };
+    if r.search == Search::Scripted {
+        return Ok(Localization::of(&scripted, &snap, "scripted"));
     }
-    let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
-    let summaries = rollout::scaling::summarize(&episodes, r.attempts);
-    let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
-    let chosen = picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen);
-    Ok(ranked.with_winner(&episodes, chosen))
+    let episodes: Vec<Episode> = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, &mut tick)?;
+    let winner = if r.tournament && r.attempts >= 2 {
+        let sc = ScalingConfig::from_episodes(r.attempts, Selector::Tournament, cfg.sampling.seed);
+        let summaries = rollout::scaling::summarize(&episodes, r.attempts);
+        let picks = rollout::scaling::select(&episodes, &summaries, &tasks, env, &sc, &mut EvidenceJudge)?;
+        Some(picks.iter().find(|p| p.attempts == r.attempts).map_or(0, |p| p.chosen))
+    } else {
+        None
+    };
+    Ok(match (&r.search, winner) {
+        (Search::Combined, w) => Localization::combined(&scripted, &episodes, &snap, w),
+        (_, Some(w)) => Localization::of(&episodes, &snap, "model").with_winner(&episodes, w),
+        (_, None) => Localization::of(&episodes, &snap, "model"),
+    })
 }

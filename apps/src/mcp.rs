@@ -31,7 +31,7 @@ use rollout::tools::ToolRunner;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::localize::{localize_until, Request};
+use crate::localize::{localize_until, Request, Search};
 use trainer::rollouts::{with_policy, TeacherOpts};
 
 /// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
@@ -66,6 +66,9 @@ pub struct LocalizeParams {
     /// With several attempts: `vote` (default) or `tournament` (the evidence judge's winner first).
     #[serde(default)]
     pub select: Option<String>,
+    /// Who searches: `combined` (the scripted search and the model ranked together), `model` or `scripted` (no model, ~0.1 s); default: the server's --policy.
+    #[serde(default)]
+    pub policy: Option<String>,
 }
 
 /// `grep`'s arguments.
@@ -126,6 +129,8 @@ pub struct Server {
     jobs: Arc<Mutex<mpsc::Sender<Job>>>,
     default_repo: Option<PathBuf>,
     tools: Arc<ToolRunner>,
+    /// The server's --policy: what a call without `policy` gets.
+    search: Search,
 }
 
 /// Sets its flag when dropped.
@@ -171,7 +176,7 @@ impl Server {
         let tools = self.tools.clone();
         let name = name.to_string();
         let run = tokio::task::spawn_blocking(move || -> std::result::Result<CallToolResult, String> {
-            let request = Request { issue: "-".into(), repo, rev, attempts: 1, tournament: false };
+            let request = Request { issue: "-".into(), repo, rev, attempts: 1, tournament: false, search: Search::Scripted };
             let (_, snapshot) = crate::localize::snapshot(&request).map_err(|e| format!("{e:#}"))?;
             let serde_json::Value::Object(arguments) = arguments else { return Err("arguments must be an object".into()) };
             let result = tools.run(&snapshot, &ToolCall { name, arguments });
@@ -197,7 +202,7 @@ impl Server {
         Parameters(p): Parameters<LocalizeParams>,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
-        if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref())]) {
+        if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref()), ("policy", p.policy.as_deref())]) {
             return Ok(e);
         }
         let repo = match self.repo(p.repo) {
@@ -209,7 +214,18 @@ impl Server {
             Some("tournament") => true,
             Some(other) => return Ok(tool_error(format!("select `{other}`: expected vote or tournament"))),
         };
-        let request = Request { issue: p.issue, repo, rev: p.rev, attempts: p.attempts.unwrap_or(1), tournament };
+        let search = match p.policy.as_deref().map(str::parse::<Search>) {
+            None => self.search.clone(),
+            Some(Ok(s)) if s != Search::Scripted && self.search == Search::Scripted => {
+                return Ok(tool_error(format!(
+                    "policy `{}`: this server was started with --policy scripted and has no model loaded; call with policy `scripted`",
+                    s.name()
+                )))
+            }
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Ok(tool_error(format!("policy {e}"))),
+        };
+        let request = Request { issue: p.issue, repo, rev: p.rev, attempts: p.attempts.unwrap_or(1), tournament, search };
         if let Err(e) = crate::localize::check_request(&request) {
             return Ok(tool_error(format!("{e:#}")));
         }
@@ -313,10 +329,12 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serves the localizer of `cfg` (`policy`: our model or the scripted
-/// teacher) over MCP on stdio until the client closes stdin; a call
+/// Serves the localizer of `cfg` (`search`: the model and the scripted
+/// search combined, the model alone, or the scripted search alone, with no
+/// model loaded) over MCP on stdio until the client closes stdin; a call
 /// without `repo` searches `default_repo`.
-pub fn serve(cfg: trainer::run_config::RunConfig, policy: trainer::run_config::PolicyChoice, default_repo: Option<PathBuf>) -> Result<()> {
+pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: Option<PathBuf>) -> Result<()> {
+    let policy = search.loads();
     let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()));
     let (jobs, jobs_rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();
@@ -350,7 +368,7 @@ pub fn serve(cfg: trainer::run_config::RunConfig, policy: trainer::run_config::P
         Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
         Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
     }
-    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools };
+    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools, search };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let served = runtime.block_on(async move {
         let (transport, writer) = frames::transport(tokio::io::stdin(), tokio::io::stdout());

@@ -197,6 +197,31 @@ pub struct TaskRanking {
     pub policy: String,
     pub ranking: Ranking,
     pub score: RankScore,
+    /// Entities the ranking and its answer set report (each once).
+    #[serde(default)]
+    pub reported: usize,
+    /// Of those, the ones found in the snapshot when checked again.
+    #[serde(default)]
+    pub reported_grounded: usize,
+}
+
+impl TaskRanking {
+    /// `ranking` of task `task_id` by `policy`, scored against `gold`, what
+    /// it reports checked again against `snapshot`.
+    pub fn new(task_id: &str, policy: &str, ranking: Ranking, gold: &Gold, snapshot: &Snapshot) -> TaskRanking {
+        let mut reported: Vec<&String> = ranking.files.iter().chain(&ranking.functions).chain(&ranking.answer.files).chain(&ranking.answer.functions).collect();
+        reported.sort();
+        reported.dedup();
+        let grounded = reported.iter().filter(|s| Entity::from_stored(s).is_some_and(|e| grounding::check(snapshot, &e).is_ok())).count();
+        TaskRanking {
+            task_id: task_id.into(),
+            policy: policy.into(),
+            score: RankScore::of(&ranking, gold),
+            reported: reported.len(),
+            reported_grounded: grounded,
+            ranking,
+        }
+    }
 }
 
 /// Means over tasks: set F1, accuracy@k (over the tasks with gold at that
@@ -216,6 +241,9 @@ pub struct RankSummary {
     pub named: usize,
     pub grounded: usize,
     pub grounded_rate: f64,
+    /// Entities the rankings report, and of those the grounded share.
+    pub reported: usize,
+    pub reported_grounded_rate: f64,
 }
 
 impl RankSummary {
@@ -235,6 +263,8 @@ impl RankSummary {
             named,
             grounded,
             grounded_rate: grounding::rate(grounded, named),
+            reported: rows.iter().map(|r| r.reported).sum(),
+            reported_grounded_rate: grounding::rate(rows.iter().map(|r| r.reported_grounded).sum(), rows.iter().map(|r| r.reported).sum()),
         }
     }
 
@@ -331,8 +361,8 @@ pub(crate) mod tests {
         assert_eq!(none.func_at(1), None);
         assert_eq!(none.file_at(1), Some(1.0));
         let rows = [
-            TaskRanking { task_id: "a".into(), policy: "p".into(), ranking: r.clone(), score: s },
-            TaskRanking { task_id: "b".into(), policy: "p".into(), ranking: r.clone(), score: none },
+            TaskRanking { task_id: "a".into(), policy: "p".into(), ranking: r.clone(), score: s, reported: 0, reported_grounded: 0 },
+            TaskRanking { task_id: "b".into(), policy: "p".into(), ranking: r.clone(), score: none, reported: 0, reported_grounded: 0 },
         ];
         let sum = RankSummary::of(&rows);
         assert_eq!(sum.file_at, [0.5, 0.5, 1.0]);

@@ -5,11 +5,10 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use apps::localize::{check_request, localize, Request};
+use apps::localize::{check_request, localize, Request, Search};
 use trainer::run_config::RunConfig;
 
 use trainer::rollouts::{with_policy, TeacherOpts};
-use trainer::run_config::PolicyChoice;
 
 /// The localizer both `localize` and `mcp` load: a config and its model overrides.
 #[derive(clap::Args)]
@@ -28,9 +27,9 @@ pub struct LocalizerArgs {
     /// The base model alone, whatever the config's [model] adapter says.
     #[arg(long)]
     pub no_adapter: bool,
-    /// model | scripted (the scripted teacher, no model).
-    #[arg(long, default_value = "model")]
-    pub policy: PolicyChoice,
+    /// combined (the scripted search once and the model's attempts, ranked together) | model | scripted (the scripted search alone, no model).
+    #[arg(long, default_value = "combined")]
+    pub policy: Search,
 }
 
 impl LocalizerArgs {
@@ -80,9 +79,10 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.localizer.config()?;
     let issue = read_issue(&args.issue)?;
-    let request = Request { issue, repo: args.repo.clone(), rev: args.rev.clone(), attempts: args.attempts, tournament: args.select == "tournament" };
+    let search = args.localizer.policy.clone();
+    let request = Request { issue, repo: args.repo.clone(), rev: args.rev.clone(), attempts: args.attempts, tournament: args.select == "tournament", search };
     check_request(&request)?;
-    let result = with_policy(&cfg, &args.localizer.policy, &TeacherOpts::default(), |policy, env| {
+    let result = with_policy(&cfg, &request.search.loads(), &TeacherOpts::default(), |policy, env| {
         localize(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"))
     })?;
     if args.json {

@@ -4,6 +4,7 @@
 //! HTTP teacher), a checked task file, progress, and episode files.
 
 pub mod episodes;
+pub mod ranked;
 pub mod scaling;
 pub mod vllm;
 
