@@ -146,6 +146,8 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
         (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "not a git repository"),
         (json!({"issue": "x", "rev": "no-such-rev"}), "no-such-rev"),
         (json!({"issue": "x", "attempts": 0}), "attempts must be"),
+        (json!({"issue": "x", "policy": "best"}), "expected model, scripted or combined"),
+        (json!({"issue": "x", "policy": "combined"}), "started with --policy scripted and has no model loaded"),
         (json!({"issue": "The total is wrong after a refund. ".repeat(2000)}), "leaves no room for a turn"),
     ];
     let mut id = 10;
