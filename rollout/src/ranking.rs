@@ -111,17 +111,17 @@ pub fn rank(attempts: &[&Episode], snapshot: &Snapshot) -> Ranking {
     Ranking { files, functions, votes, answer, not_in_repository: apart, named, grounded }
 }
 
-/// The scripted search and the model together. Ranked: what both named
-/// first, then what the search alone named, then what the model alone
-/// named (each part in the search's order, then the model's). The answer
-/// set is the search's when it answered, else the model's. So the search's
-/// answer is always at the head of the ranking: wherever the search has a
-/// gold entity in its top k and named at most k at that level, so does the
-/// combination; its set F1 is the search's wherever the search answered.
+/// The scripted search and the model together. Ranked: the search's
+/// answer in its order, then what the model alone named (in the model's
+/// order, by votes). The answer set is the search's when it answered, else
+/// the model's. So the top k of the combination holds the search's top k,
+/// at every k and both levels, and its set F1 is the search's wherever the
+/// search answered: task by task it is never below the search. (Putting
+/// what both named first was tried on 72 of the held-out tasks: it moved
+/// the search's first file down and lost accuracy@1, -0.014.)
 pub fn combine(scripted: &Ranking, model: &Ranking) -> Ranking {
     let both = |a: &[String], b: &[String]| -> Vec<String> {
-        let mut out: Vec<String> = a.iter().filter(|x| b.contains(x)).cloned().collect();
-        out.extend(a.iter().filter(|x| !b.contains(x)).cloned());
+        let mut out = a.to_vec();
         out.extend(b.iter().filter(|x| !a.contains(x)).cloned());
         out
     };
@@ -373,21 +373,21 @@ pub(crate) mod tests {
     #[test]
     fn combined_never_ranks_below_the_scripted_search() {
         // The search answers two files; the model a made-up file and the
-        // search's second file. Agreement goes first, so the search's first
-        // file moves to rank 2; but its answer (2 files) stays within the
-        // top k for k >= 2: every gold file the search has in its top 3 or 5
-        // the combination has too, and its answer set is the search's, so
-        // is its F1. (Accuracy@1 is not bound: agreement may reorder.)
+        // search's second file first. The combination keeps the search's
+        // order: every gold file the search has in its top k (any k) the
+        // combination has too, and its answer set is the search's, so is
+        // its F1. (Ranking what both named first would put README.md at
+        // rank 1 and lose accuracy@1 where pkg/a.py is gold.)
         let s = snapshot();
         let scripted = rank(&[&answered("pkg/a.py\nREADME.md")], &s);
         let model = rank(&[&answered("nowhere.py\nREADME.md")], &s);
         let c = combine(&scripted, &model);
-        assert_eq!(c.files, vec!["README.md", "pkg/a.py"]);
+        assert_eq!(c.files, vec!["pkg/a.py", "README.md"]);
         assert_eq!(c.answer, scripted.answer);
         assert_eq!(c.not_in_repository.len(), 1);
         for g in [gold(&["pkg/a.py"], &[]), gold(&["README.md"], &[]), gold(&["x.py", "pkg/a.py"], &[])] {
             let (a, b) = (RankScore::of(&scripted, &g), RankScore::of(&c, &g));
-            for k in [2, 3, 5] {
+            for k in [1, 2, 3, 5] {
                 assert!(b.file_at(k) >= a.file_at(k), "k {k}: {b:?} vs {a:?}");
             }
             assert_eq!(a.f1_file, b.f1_file);
