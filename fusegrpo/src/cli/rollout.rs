@@ -24,7 +24,7 @@ pub struct Args {
     /// writable, and not an input, before any episode runs).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// model | scripted | combined (the scripted search, one episode per task, and the model's episodes, ranked together) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout`.
+    /// model | scripted | combined (the scripted search, one episode per task, and the model's episodes, ranked together) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
     #[arg(long)]
     pub policy: Option<EvalPolicy>,
     /// Each task's ranked, grounded answer (JSONL: files and functions ranked, those not in the repository apart, set F1, the rank of the first gold file and function) per policy (with combined: model, scripted and combined); `compare` reads it.
@@ -114,9 +114,11 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
 fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     check_paths(args)?;
     let (cfg, tasks, teacher) = inputs(args)?;
-    let default = if out_required { EvalPolicy::One(PolicyChoice::Model) } else { EvalPolicy::Combined };
+    let scaling = args.scaling.config(cfg.sampling.seed)?;
+    // `rollout` and test-time scaling (`--attempts`) run the model by default.
+    let default = if out_required || scaling.is_some() { EvalPolicy::One(PolicyChoice::Model) } else { EvalPolicy::Combined };
     let policy = args.policy.clone().unwrap_or(default);
-    if let Some(sc) = args.scaling.config(cfg.sampling.seed)? {
+    if let Some(sc) = scaling {
         let EvalPolicy::One(policy) = &policy else {
             anyhow::bail!("--attempts with --policy combined: give --policy model or scripted (or leave --attempts out)")
         };
