@@ -44,11 +44,27 @@ impl Answer {
 /// list marker (`-`, `*`, `1.`) and backticks; lines that are not a single
 /// entity (prose) are skipped.
 pub fn parse_answer(text: &str) -> Answer {
+    let mut answer = Answer::default();
+    for entity in answer_entities(text) {
+        answer.insert(&entity);
+    }
+    answer
+}
+
+/// The entities [`parse_answer`] reads from `text`, in the order written
+/// (the ranking a single answer gives), each once.
+pub fn answer_entities(text: &str) -> Vec<Entity> {
     let text = text.rsplit_once("</think>").map_or(text, |(_, after)| after);
     let lines: Vec<&str> = text.lines().collect();
     let fenced = fenced_lines(&lines);
     let chosen: Vec<&str> = if fenced.is_empty() { lines } else { fenced };
-    Answer::from_strings(chosen.into_iter().map(clean_line))
+    let mut out: Vec<Entity> = Vec::new();
+    for entity in chosen.into_iter().map(clean_line).filter_map(Entity::parse) {
+        if !out.contains(&entity) {
+            out.push(entity);
+        }
+    }
+    out
 }
 
 /// Lines inside ``` fences (an unclosed fence runs to the end).

@@ -1,7 +1,10 @@
 //! What a localization returns to a person or an agent: the files and
 //! functions of the answers, ranked by the attempts that named them, each
 //! with the evidence that led there (the tool call that surfaced it and the
-//! line of its output), and the cost. Made from the episodes alone.
+//! line of its output), and the cost. Only entities of the searched
+//! snapshot are ranked ([`crate::grounding`]); the others are listed apart,
+//! "named by the model, not in the repository". Made from the episodes and
+//! the snapshot they searched ([`crate::ranking`]).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +13,9 @@ use serde::Serialize;
 
 use crate::entities::Entity;
 use crate::episode::{Episode, StopReason};
+use crate::grounding::NotInRepository;
+use crate::ranking::{combine, rank, Ranking};
+use crate::repo::Snapshot;
 
 /// A ranked file or function.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
@@ -92,43 +98,69 @@ pub struct Localization {
     /// Set when the issue was over its token budget and was cut to fit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issue_cut: Option<IssueCut>,
+    /// Who searched: `model`, `scripted` (the scripted search) or
+    /// `combined` (the scripted search is attempt 1, the model's follow).
+    pub policy: String,
+    /// Named by an attempt but not in the repository (no such file; no
+    /// such function or class in that file): never ranked.
+    pub not_in_repository: Vec<NotInRepository>,
+    /// Share of the named entities that are in the repository (1 when
+    /// nothing was named).
+    pub grounded_rate: f64,
     pub cost: Cost,
 }
 
 impl Localization {
-    /// Ranks the answers of `attempts` (the episodes of one issue) by votes,
-    /// ties in the order they were first named.
-    pub fn of(attempts: &[Episode]) -> Localization {
-        let mut order: Vec<String> = Vec::new();
-        let mut votes: BTreeMap<String, usize> = BTreeMap::new();
-        for e in attempts {
-            let mut named: Vec<String> = Vec::new();
-            for text in &e.answer {
-                let Some(entity) = Entity::from_stored(text) else { continue };
-                named.push(entity.to_string());
-                if entity.is_function() {
-                    named.push(entity.file_path().to_string());
-                }
-            }
-            named.sort();
-            named.dedup();
-            for n in named {
-                if !votes.contains_key(&n) {
-                    order.push(n.clone());
-                }
-                *votes.entry(n).or_default() += 1;
-            }
+    /// Ranks the answers of `attempts` (the episodes of one issue, run
+    /// by `policy` over `snapshot`) by votes, ties in the order first named.
+    pub fn of(attempts: &[Episode], snapshot: &Snapshot, policy: &str) -> Localization {
+        let all: Vec<&Episode> = attempts.iter().collect();
+        Localization::from_ranking(rank(&all, snapshot), attempts, policy)
+    }
+
+    /// The scripted search (`scripted`, one episode or none) and the
+    /// model's `attempts` together ([`combine`]); with `winner`, that model
+    /// attempt's (0-based) answer first among the model's, as a tournament
+    /// picked it.
+    pub fn combined(scripted: &[Episode], attempts: &[Episode], snapshot: &Snapshot, winner: Option<usize>) -> Localization {
+        let s: Vec<&Episode> = scripted.iter().collect();
+        let m: Vec<&Episode> = attempts.iter().collect();
+        let mut model = rank(&m, snapshot);
+        if let Some(w) = winner.and_then(|w| attempts.get(w)) {
+            winner_first(&mut model, w);
         }
-        let mut ranked: Vec<Ranked> = order
-            .iter()
-            .map(|n| Ranked { entity: n.clone(), votes: votes[n], evidence: evidence(attempts, n) })
-            .collect();
-        ranked.sort_by(|a, b| b.votes.cmp(&a.votes));
-        let (functions, files): (Vec<Ranked>, Vec<Ranked>) =
-            ranked.into_iter().partition(|r| Entity::from_stored(&r.entity).is_some_and(|e| e.is_function()));
+        let all: Vec<Episode> = scripted.iter().chain(attempts).cloned().collect();
+        let mut out = Localization::from_ranking(combine(&rank(&s, snapshot), &model), &all, "combined");
+        if let Some(w) = winner.filter(|w| *w < attempts.len()) {
+            out.selector = "tournament".into();
+            out.winner = Some(scripted.len() + w + 1);
+        }
+        out
+    }
+
+    /// The localization of a ranking made of `attempts`: evidence, cost.
+    pub fn from_ranking(ranking: Ranking, attempts: &[Episode], policy: &str) -> Localization {
+        let ranked = |list: &[String]| -> Vec<Ranked> {
+            list.iter()
+                .map(|n| Ranked { entity: n.clone(), votes: ranking.votes.get(n).copied().unwrap_or(1), evidence: evidence(attempts, n) })
+                .collect()
+        };
         let answered = attempts.iter().filter(|e| e.stop_reason() == Some(StopReason::Answer)).count();
         let found_by_tools = if answered == 0 { surfaced_files(attempts) } else { Vec::new() };
-        Localization { files, functions, answered, selector: "vote".into(), winner: None, found_by_tools, temperature: None, issue_cut: None, cost: cost(attempts) }
+        Localization {
+            files: ranked(&ranking.files),
+            functions: ranked(&ranking.functions),
+            answered,
+            selector: "vote".into(),
+            winner: None,
+            found_by_tools,
+            temperature: None,
+            issue_cut: None,
+            policy: policy.into(),
+            grounded_rate: crate::grounding::rate(ranking.grounded, ranking.named),
+            not_in_repository: ranking.not_in_repository,
+            cost: cost(attempts),
+        }
     }
 
     /// With the call's wall seconds (measured around its attempts) as the cost's `seconds`.
@@ -165,6 +197,9 @@ impl Localization {
                 cut.tokens, cut.max_issue_tokens, cut.dropped_tokens
             );
         }
+        if self.policy == "combined" {
+            out += &format!("ranked: the scripted search (attempt 1) and the model's {} attempt(s) together\n", self.cost.attempts.saturating_sub(1));
+        }
         if let Some(w) = self.winner {
             out += &format!("tournament winner: attempt {w} of {}\n", self.cost.attempts);
         }
@@ -183,6 +218,12 @@ impl Localization {
         };
         section(&mut out, "files", &self.files, self.cost.attempts);
         section(&mut out, "functions", &self.functions, self.cost.attempts);
+        if !self.not_in_repository.is_empty() {
+            out += "named by the model, not in the repository (left out of the ranking):\n";
+            for n in &self.not_in_repository {
+                out += &format!("  {} ({})\n", n.entity, n.why);
+            }
+        }
         if self.answered == 0 {
             out += "no attempt ended with an answer";
             if self.found_by_tools.is_empty() {
@@ -206,6 +247,14 @@ impl Localization {
             c.attempts, c.turns, c.tool_calls, c.tokens, c.policy_tokens, c.seconds
         );
         out
+    }
+}
+
+/// Moves the entities `e` answered to the head of `r`'s lists (stable).
+fn winner_first(r: &mut Ranking, e: &Episode) {
+    let named = crate::ranking::answer_order(e);
+    for list in [&mut r.files, &mut r.functions] {
+        list.sort_by_key(|x| !named.contains(x));
     }
 }
 
@@ -280,5 +329,48 @@ fn cost(attempts: &[Episode]) -> Cost {
         // Until the caller gives the wall time: the longest attempt (they overlap).
         seconds: attempts.iter().map(|e| e.seconds).fold(0.0, f64::max),
         attempt_seconds: attempts.iter().map(|e| e.seconds).sum(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::episode::CallRecord;
+    use crate::grounding::tests::snapshot;
+    use crate::ranking::tests::answered;
+
+    #[test]
+    fn made_up_path_and_function_are_listed_apart_with_no_evidence() {
+        // The model read pkg/a.py, then answered a function that is not
+        // there, an expression, a path that does not exist, and a real method.
+        let mut e = answered("pkg/a.py:bridge\npkg/a.py:lines.splitlines()\nsessions.py\npkg/a.py:Session.send");
+        let call = CallRecord {
+            name: Some("read_file".into()),
+            arguments: Some(serde_json::json!({"path": "pkg/a.py"})),
+            output: "1: class Session:\n2:     def send(self):".into(),
+            entities: [Entity::file("pkg/a.py"), Entity::function("pkg/a.py", "Session.send")].into_iter().collect(),
+            error: false,
+        };
+        let mut turn = e.turns[0].clone();
+        turn.text = "<tool_call>...</tool_call>".into();
+        turn.calls = vec![call];
+        e.turns.insert(0, turn);
+        let loc = Localization::of(&[e], &snapshot(), "model");
+        let names = |l: &[Ranked]| l.iter().map(|r| r.entity.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&loc.files), vec!["pkg/a.py"]);
+        assert_eq!(names(&loc.functions), vec!["pkg/a.py:Session.send"]);
+        let apart: Vec<&str> = loc.not_in_repository.iter().map(|n| n.entity.as_str()).collect();
+        assert_eq!(apart, vec!["pkg/a.py:bridge", "pkg/a.py:lines.splitlines()", "sessions.py"]);
+        assert!((loc.grounded_rate - 2.0 / 5.0).abs() < 1e-12);
+        // Each ranked entity's evidence is a line of a real tool output.
+        assert_eq!(loc.functions[0].evidence.as_ref().map(|e| e.line.as_str()), Some("2:     def send(self):"));
+        let text = loc.render();
+        assert!(text.contains("named by the model, not in the repository"), "{text}");
+        assert!(text.contains("  sessions.py (no such file)"), "{text}");
+        assert!(text.contains("  pkg/a.py:bridge (no such function or class in that file)"), "{text}");
+        let listed = text.split("named by the model").next().unwrap_or("");
+        assert!(!listed.contains("bridge") && !listed.contains("sessions.py"), "{text}");
+        let json = serde_json::to_value(&loc).unwrap();
+        assert_eq!(json["not_in_repository"][2], serde_json::json!({"entity": "sessions.py", "why": "no_file"}));
     }
 }

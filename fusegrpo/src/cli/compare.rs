@@ -5,6 +5,10 @@
 //! episodes; bootstrap over the tasks both files have, as the pipeline's
 //! report does). The question it answers: did this adapter do better than
 //! that one on these tasks, beyond the noise of which tasks they are?
+//!
+//! Ranked files (`eval --ranked`) compare the same way, each policy of a
+//! file a column: set F1, accuracy@1/3/5 of files and functions and the
+//! grounded rate, and each later column minus the first, paired by task.
 
 use anyhow::{Context, Result};
 use rollout::episode::summary::{task_means, task_rewards, Summary};
@@ -17,7 +21,7 @@ use trainer::rollouts::episodes::read as read_episodes;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Episode files (JSONL); every file after the first is compared with the first.
+    /// Episode files (JSONL), or ranked files (`eval --ranked`); every file (policy) after the first is compared with the first.
     #[arg(required = true, num_args = 2..)]
     pub files: Vec<PathBuf>,
     /// Also write the figures as JSON here.
@@ -56,6 +60,10 @@ const ANSWERED: fn(&Episode) -> f64 = |e| e.answered() as u8 as f64;
 pub fn run(args: Args) -> Result<()> {
     let inputs: Vec<(&str, &std::path::Path)> = args.files.iter().map(|p| ("FILES", p.as_path())).collect();
     trainer::files::check_outputs(&inputs, &args.json.iter().map(|j| ("--json", j.as_path())).collect::<Vec<_>>())?;
+    if let Some(out) = compare_ranked(&args)? {
+        print!("{out}");
+        return Ok(());
+    }
     // Each file: its name, episodes and per-task mean R.
     let mut loaded = Vec::new();
     for path in &args.files {
@@ -95,6 +103,44 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Ranked files: `None` when the first file is an episode file.
+fn compare_ranked(args: &Args) -> Result<Option<String>> {
+    use trainer::rollouts::ranked;
+    let mut columns: Vec<(String, Vec<rollout::ranking::TaskRanking>)> = Vec::new();
+    for (i, path) in args.files.iter().enumerate() {
+        let rows = ranked::read(path)?;
+        match (i, rows) {
+            (0, None) => return Ok(None),
+            (_, None) => anyhow::bail!("{} is an episode file and {} a ranked file (eval --ranked): compare files of one kind", path.display(), args.files[0].display()),
+            (_, Some(rows)) => {
+                anyhow::ensure!(!rows.is_empty(), "{}: no ranked rows", path.display());
+                let mut policies: Vec<String> = Vec::new();
+                for r in &rows {
+                    if !policies.contains(&r.policy) {
+                        policies.push(r.policy.clone());
+                    }
+                }
+                for p in policies {
+                    let mine = rows.iter().filter(|r| r.policy == p).cloned().collect();
+                    columns.push((format!("{} [{p}]", path.display()), mine));
+                }
+            }
+        }
+    }
+    let views: Vec<(String, &[rollout::ranking::TaskRanking])> = columns.iter().map(|(l, r)| (l.clone(), r.as_slice())).collect();
+    let pairs: Vec<(usize, usize)> = (1..views.len()).map(|i| (i, 0)).collect();
+    if let Some(path) = &args.json {
+        let summaries: Vec<_> = views.iter().map(|(l, r)| serde_json::json!({"ranking": l, "summary": rollout::ranking::RankSummary::of(r)})).collect();
+        let paired: Vec<_> = pairs
+            .iter()
+            .map(|&(b, a)| serde_json::json!({"earlier": views[a].0, "later": views[b].0, "paired": ranked::paired(views[a].1, views[b].1)}))
+            .collect();
+        let json = serde_json::json!({ "rankings": summaries, "paired": paired });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(Some(ranked::markdown(&views, &pairs)))
 }
 
 fn markdown(files: &[FileRow], pairs: &[PairRow]) -> String {

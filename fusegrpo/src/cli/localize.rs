@@ -9,7 +9,6 @@ use apps::localize::{check_request, localize_episodes, Request};
 use trainer::run_config::RunConfig;
 
 use trainer::rollouts::{with_policy, TeacherOpts};
-use trainer::run_config::PolicyChoice;
 
 /// The localizer both `localize` and `mcp` load: a config and its model overrides.
 #[derive(clap::Args)]
@@ -28,9 +27,9 @@ pub struct LocalizerArgs {
     /// The base model alone, whatever the config's [model] adapter says.
     #[arg(long)]
     pub no_adapter: bool,
-    /// model | scripted (the scripted teacher, no model).
-    #[arg(long, default_value = "model")]
-    pub policy: PolicyChoice,
+    /// combined (the scripted search once and the model's attempts, ranked together) | model | scripted (the scripted search alone, no model).
+    #[arg(long, default_value = "combined")]
+    pub policy: Search,
 }
 
 impl LocalizerArgs {
@@ -95,12 +94,13 @@ pub fn run(args: Args) -> Result<()> {
         tournament: args.select == "tournament",
         temperature: args.temperature,
         max_issue_tokens: args.max_issue_tokens,
+        search: args.localizer.policy.clone(),
         ..Request::new(issue, args.repo.clone())
     };
     check_request(&request)?;
     apps::localize::temperature(&cfg, &request).context("--temperature / --attempts")?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (result, episodes) = with_policy(&cfg, &args.localizer.policy, &TeacherOpts::default(), |policy, env| {
+    let (result, episodes) = with_policy(&cfg, &request.search.loads(), &TeacherOpts::default(), |policy, env| {
         localize_episodes(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"), &cancel)
     })?;
     if let Some(out) = &args.out {

@@ -24,9 +24,15 @@ pub struct Args {
     /// writable, and not an input, before any episode runs).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// model | scripted | http://host:port (OpenAI-compatible teacher).
-    #[arg(long, default_value = "model")]
-    pub policy: PolicyChoice,
+    /// model | scripted | combined (the scripted search, one episode per task, and the model's episodes, ranked together) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
+    #[arg(long)]
+    pub policy: Option<EvalPolicy>,
+    /// Each task's ranked, grounded answer (JSONL: files and functions ranked, those not in the repository apart, set F1, the rank of the first gold file and function) per policy (with combined: model, scripted and combined); `compare` reads it.
+    #[arg(long)]
+    pub ranked: Option<PathBuf>,
+    /// The model's episodes from an earlier `eval --out` (on these tasks, this config) instead of running the model again (policy model or combined).
+    #[arg(long)]
+    pub reuse: Option<PathBuf>,
     /// Episodes per task (default: the config's rollout.group).
     #[arg(long)]
     pub group: Option<usize>,
@@ -55,6 +61,23 @@ pub struct Args {
     pub scaling: super::scaling::ScalingArgs,
     #[command(flatten)]
     pub tasks_check: super::common::TaskCheckArgs,
+}
+
+/// `--policy`: one policy, or the scripted search and the model combined.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EvalPolicy {
+    One(PolicyChoice),
+    Combined,
+}
+
+impl std::str::FromStr for EvalPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "combined" => Ok(EvalPolicy::Combined),
+            other => other.parse().map(EvalPolicy::One).map_err(|_| format!("`{other}`: expected model, scripted, combined or an http(s):// URL")),
+        }
+    }
 }
 
 /// The config, tasks and teacher options of `args`.
@@ -91,20 +114,28 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
 fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     check_paths(args)?;
     let (cfg, tasks, teacher) = inputs(args)?;
-    if let Some(sc) = args.scaling.config(cfg.sampling.seed)? {
+    let scaling = args.scaling.config(cfg.sampling.seed)?;
+    // `rollout` and test-time scaling (`--attempts`) run the model by default.
+    let default = if out_required || scaling.is_some() { EvalPolicy::One(PolicyChoice::Model) } else { EvalPolicy::Combined };
+    let policy = args.policy.clone().unwrap_or(default);
+    if let Some(sc) = scaling {
+        let EvalPolicy::One(policy) = &policy else {
+            anyhow::bail!("--attempts with --policy combined: give --policy model or scripted (or leave --attempts out)")
+        };
+        anyhow::ensure!(args.ranked.is_none() && args.reuse.is_none(), "--ranked and --reuse are for runs without --attempts");
         anyhow::ensure!(args.group.is_none(), "--group and --attempts both set the episodes per task: give one");
         anyhow::ensure!(
             !out_required || args.out.is_some() || args.scaling.out_dir.is_some(),
             "--out ATTEMPTS.jsonl or --out-dir DIR is required"
         );
         let judge = args.scaling.judge.clone().unwrap_or(super::scaling::JudgeSpec::Evidence);
-        let run = trainer::rollouts::attempts::run(&cfg, &tasks, &args.policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
+        let run = trainer::rollouts::attempts::run(&cfg, &tasks, policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
         if let Some(out) = &args.out {
             write_episodes_atomic(out, &run.attempts)?;
         }
         let judge = judge.name();
         if let Some(dir) = &args.scaling.out_dir {
-            let policy = policy_name(&args.policy);
+            let policy = policy_name(policy);
             trainer::rollouts::attempts::write_dir(dir, &run, &sc, &policy, &judge)?;
             apps::plot::scaling::draw_dir(dir, None)?;
             eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
@@ -114,17 +145,83 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };
     let group = args.group.unwrap_or(cfg.rollout.group);
-    let episodes = run_policy(&cfg, &tasks, &args.policy, group, &teacher)?;
+    let main = match &policy {
+        EvalPolicy::One(p) => p.clone(),
+        EvalPolicy::Combined => PolicyChoice::Model,
+    };
+    let episodes = match &args.reuse {
+        Some(path) => {
+            anyhow::ensure!(main == PolicyChoice::Model, "--reuse: the model's episodes, for --policy model or combined");
+            reused(path, &tasks)?
+        }
+        None => run_policy(&cfg, &tasks, &main, group, &teacher)?,
+    };
+    // The scripted search: one episode per task, ~0.1 s each.
+    let scripted = match policy {
+        EvalPolicy::Combined => Some(run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 1, &teacher)?),
+        EvalPolicy::One(_) => None,
+    };
     if let Some(out) = &out {
         write_episodes_atomic(out, &episodes)?;
     }
-    let table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
+    let mut table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
+    if let Some(s) = &scripted {
+        table += &format!("\n{}", Summary::of(s).row("scripted"));
+    }
+    let ranked = ranked_table(&cfg, &tasks, &main, &episodes, scripted.as_deref(), args.ranked.as_deref())?;
+    let table = format!("{table}\n\n{ranked}");
     if out_required {
         eprintln!("{table}");
     } else {
         println!("{table}");
     }
     Ok(())
+}
+
+/// The model's episodes of `tasks` from `path` (an earlier `eval --out`):
+/// every task must have some.
+fn reused(path: &std::path::Path, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
+    let all = trainer::rollouts::episodes::read(path).with_context(|| format!("--reuse {}", path.display()))?;
+    let ids: std::collections::BTreeSet<&str> = tasks.iter().map(|t| t.instance_id.as_str()).collect();
+    let have: std::collections::BTreeSet<&str> = all.iter().map(|e| e.task_id.as_str()).collect();
+    let missing: Vec<&&str> = ids.iter().filter(|t| !have.contains(**t)).collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "--reuse {}: no episode of {} of the {} tasks (first: '{}'); run them, or give the file of this task set",
+        path.display(),
+        missing.len(),
+        ids.len(),
+        missing.first().map_or("", |m| **m)
+    );
+    Ok(all.into_iter().filter(|e| ids.contains(e.task_id.as_str())).collect())
+}
+
+/// Each task's ranked, grounded answer per policy (with the scripted
+/// search's episodes: model, scripted and combined, paired), as Markdown;
+/// the rows written to `ranked` when given.
+fn ranked_table(
+    cfg: &RunConfig,
+    tasks: &[Task],
+    policy: &PolicyChoice,
+    episodes: &[rollout::episode::Episode],
+    scripted: Option<&[rollout::episode::Episode]>,
+    ranked: Option<&std::path::Path>,
+) -> Result<String> {
+    use trainer::rollouts::ranked;
+    let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
+    let mut columns = vec![(policy_name(policy), ranked::rank_episodes(&store, tasks, episodes, &policy_name(policy))?)];
+    let mut pairs = Vec::new();
+    if let Some(s) = scripted {
+        columns.push(("scripted".into(), ranked::rank_episodes(&store, tasks, s, "scripted")?));
+        columns.push(("combined".into(), ranked::rank_combined(&store, tasks, s, episodes)?));
+        pairs = vec![(2, 1), (2, 0)];
+    }
+    if let Some(path) = ranked {
+        let rows: Vec<_> = columns.iter().flat_map(|(_, r)| r.iter()).collect();
+        trainer::files::write_json_lines(path, &rows)?;
+    }
+    let views: Vec<(String, &[rollout::ranking::TaskRanking])> = columns.iter().map(|(l, r)| (l.clone(), r.as_slice())).collect();
+    Ok(ranked::markdown(&views, &pairs))
 }
 
 /// Refuses an `--out` or `--out-dir` that is one of the inputs (or each
@@ -136,6 +233,8 @@ fn check_paths(args: &Args) -> Result<()> {
     let mut outputs = Vec::new();
     outputs.extend(args.out.as_deref().map(|o| ("--out", o)));
     outputs.extend(args.scaling.out_dir.as_deref().map(|o| ("--out-dir", o)));
+    outputs.extend(args.ranked.as_deref().map(|o| ("--ranked", o)));
+    inputs.extend(args.reuse.as_deref().map(|r| ("--reuse", r)));
     trainer::files::check_outputs(&inputs, &outputs)?;
     // Found now, not after every episode has run.
     args.out.as_deref().map_or(Ok(()), |out| trainer::files::check_writable("--out", out))

@@ -237,6 +237,8 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
         (json!({"issue": "x", "attempts": 0}), "attempts must be"),
         (json!({"issue": "x", "attempts": 2, "temperature": 0.0}), "same episode 2 times"),
         (json!({"issue": "x", "temperature": -1.0}), "must be a number >= 0"),
+        (json!({"issue": "x", "policy": "best"}), "expected model, scripted or combined"),
+        (json!({"issue": "x", "policy": "combined"}), "started with --policy scripted and has no model loaded"),
     ];
     let mut id = 10;
     for (arguments, needle) in bad {
@@ -310,4 +312,35 @@ fn mcp_says_when_the_localizer_ends_without_an_answer() {
     assert!(result["structuredContent"]["cost"]["turns"].as_u64().unwrap() >= 1, "{reply}");
     drop(stdin);
     assert!(child.wait().unwrap().success());
+}
+
+/// The default (`--policy combined`) runs the scripted search beside the
+/// model: with a tiny random model that never answers, the ranking is the
+/// search's (it used to be empty: the model alone), every reported entity
+/// in the repository, the search counted as attempt 1.
+#[test]
+fn localize_by_default_combines_the_scripted_search_with_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let issue = "`compute_tax` uses a flat rate; it must depend on the region.";
+    let issue_file = tmp.path().join("issue.txt");
+    std::fs::write(&issue_file, issue).unwrap();
+    let run = |policy: Option<&str>| -> Value {
+        let mut args = vec!["localize", "--config", cfg.to_str().unwrap(), "--repo", repo.to_str().unwrap(), "--issue", issue_file.to_str().unwrap(), "--json"];
+        if let Some(p) = policy {
+            args.extend_from_slice(&["--policy", p]);
+        }
+        serde_json::from_str(&fusegrpo_ok(&args)).unwrap()
+    };
+    let scripted = run(Some("scripted"));
+    let combined = run(None);
+    assert_eq!(combined["policy"], "combined", "{combined}");
+    assert_eq!(combined["cost"]["attempts"], 2, "{combined}");
+    assert!(!entities(&scripted, "files").is_empty(), "{scripted}");
+    let n = entities(&scripted, "files").len();
+    assert_eq!(entities(&combined, "files")[..n], entities(&scripted, "files")[..], "{combined}\n{scripted}");
+    assert_eq!(combined["grounded_rate"], 1.0, "{combined}");
+    let text = fusegrpo_ok(&["localize", "--config", cfg.to_str().unwrap(), "--repo", repo.to_str().unwrap(), "--issue", issue_file.to_str().unwrap()]);
+    assert!(text.contains("the scripted search (attempt 1) and the model's 1 attempt(s) together"), "{text}");
 }

@@ -5,6 +5,7 @@
 
 pub mod episodes;
 pub mod attempts;
+pub mod ranked;
 pub mod vllm;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};
