@@ -96,18 +96,6 @@ pub struct ModelPolicy<'m, R: Rng> {
     prefix: Option<Prefix>,
 }
 
-/// Runs `work` on a thread of rayon's pool, where the parallel loops of its
-/// products and kernels run on the pool's threads directly. Called from any
-/// other thread, each loop hands its tasks to the pool and sleeps until
-/// they end: two context switches per loop, hundreds per decoding step of
-/// a small model. Where a loop runs changes none of its results.
-fn on_pool<T: Send>(work: impl FnOnce() -> T + Send) -> T {
-    if rayon::current_thread_index().is_some() {
-        return work();
-    }
-    rayon::scope(|_| work())
-}
-
 impl<'m, R: Rng> ModelPolicy<'m, R> {
     /// `stop_tokens` end a turn (Qwen3: `<|im_end|>`, `<|endoftext|>`).
     pub fn new(model: &'m CausalLm, sampler: SamplerConfig, rng: R, stop_tokens: Vec<u32>, limits: RolloutLimits) -> Self {
@@ -269,7 +257,7 @@ impl<'m, R: Rng> ModelPolicy<'m, R> {
     }
 }
 
-impl<R: Rng + Send> Policy for ModelPolicy<'_, R> {
+impl<R: Rng> Policy for ModelPolicy<'_, R> {
     fn name(&self) -> String {
         "model".into()
     }
@@ -291,8 +279,7 @@ impl<R: Rng + Send> Policy for ModelPolicy<'_, R> {
             while end < requests.len() && self.fits(&requests[start..end + 1]) {
                 end += 1;
             }
-            let batch = &requests[start..end];
-            let gens = on_pool(|| self.batch(batch, streams)).map_err(|e| self.err(e))?;
+            let gens = self.batch(&requests[start..end], streams).map_err(|e| self.err(e))?;
             outputs.extend(gens.into_iter().map(|g| TurnOutput::Tokens { ids: g.ids, logprobs: g.logprobs }));
             start = end;
         }
