@@ -14,7 +14,7 @@ use crate::entities::Entity;
 use crate::repo::Snapshot;
 
 /// Why a named entity is not in the repository.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Ungrounded {
     /// No file at that path.
@@ -48,7 +48,7 @@ pub fn check(snapshot: &Snapshot, entity: &Entity) -> Result<(), Ungrounded> {
 }
 
 /// An entity a policy named that is not in the repository, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NotInRepository {
     /// `path` or `path:Qualified.name`, as named.
     pub entity: String,

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use apps::localize::{check_request, localize_episodes, Request};
+use apps::localize::{check_request, localize_episodes, Request, Search};
 use trainer::run_config::RunConfig;
 
 use trainer::rollouts::{with_policy, TeacherOpts};
