@@ -182,6 +182,13 @@ echo "SECRET_42 is wrong in passwd" > issue.txt
 printf '%s\n' 'name = "loc"' '[model]' 'path = "model"' '[env]' 'repos_dir = "repos"' '[episode]' 'max_turns = 4' 'max_turn_tokens = 400' 'max_total_tokens = 16000' > loc.toml
 leak=SECRET_42
 check "localize: a folder replaced by a symlink is not followed" 0 same $B localize --config loc.toml --policy scripted --repo sym --issue issue.txt
+# Issue 56: made-up settings of the localizer, and a plain folder's link out.
+check "localize: --temperature 0 with 4 attempts" 1 same $B localize --config loc.toml --repo sym --issue issue.txt --attempts 4 --temperature 0
+check "localize: --max-issue-tokens 0" 1 same $B localize --config loc.toml --policy scripted --repo sym --issue issue.txt --max-issue-tokens 0
+mkdir -p plainsym && echo 'x = 1' > plainsym/a.py && ln -sfn "$w/outside" plainsym/sub
+leak=SECRET_42
+check "localize: a plain folder's link out is not followed" 0 same $B localize --config loc.toml --policy scripted --repo plainsym --issue issue.txt
+check "localize: --rev on a plain folder" 1 same $B localize --config loc.toml --policy scripted --repo plainsym --rev HEAD --issue issue.txt
 mcp_read() { printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}' \
     '{"jsonrpc":"2.0","method":"notifications/initialized"}' "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"$1\",\"arguments\":$2}}" \
     | { cat; sleep 2; } | $B mcp --config loc.toml --policy scripted --repo sym; }

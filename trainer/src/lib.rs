@@ -56,6 +56,7 @@ pub mod run;
 pub mod run_config;
 pub mod synth_tasks;
 pub mod sft;
+pub mod stats;
 pub mod threads;
 pub mod tiny;
 

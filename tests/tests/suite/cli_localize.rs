@@ -129,7 +129,8 @@ fn attempts_under_a_greedy_config_differ_and_the_cost_is_wall_time() {
     let out = tmp.path().join("attempts.jsonl");
     let base = ["localize", "--config", cfg.to_str().unwrap(), "--set", "sampling.temperature=0", "--repo", repo.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--json"];
     let mut args = base.to_vec();
-    args.extend_from_slice(&["--attempts", "4", "--out", out.to_str().unwrap()]);
+    // The model's attempts alone (the default, combined, adds the scripted search's episode).
+    args.extend_from_slice(&["--policy", "model", "--attempts", "4", "--out", out.to_str().unwrap()]);
     let started = std::time::Instant::now();
     let loc: Value = serde_json::from_str(&fusegrpo_ok(&args)).unwrap();
     let elapsed = started.elapsed().as_secs_f64();

@@ -3,7 +3,8 @@
 //! report it writes (`<run>/report.json`).
 
 pub mod recipe;
-pub mod stats;
+/// The statistics of the report (moved to [`crate::stats`], shared with the ranked evaluations).
+pub use crate::stats;
 
 use rollout::episode::summary::Summary;
 use serde::{Deserialize, Serialize};

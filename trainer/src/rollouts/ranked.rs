@@ -16,7 +16,7 @@ use rollout::repo::SnapshotStore;
 use rollout::tasks::Task;
 use serde::Serialize;
 
-use crate::pipeline::stats;
+use crate::stats;
 
 /// Per task: its episodes of each of `runs` ranked, then `merge`d into one
 /// ranking, scored against the task's gold. Tasks no run has episodes of

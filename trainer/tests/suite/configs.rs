@@ -157,7 +157,7 @@ fn extends_merges_tables_key_by_key_and_refuses_cycles_and_other_folders() {
     let zero = RunConfig::from_file(&dir.join("qwen3-4b-8x80gb.toml")).unwrap();
     assert_eq!((zero.optim.zero_stage, zero.train.tasks_per_step), (1, 8));
     assert_eq!(zero.optim.lr, base.optim.lr, "keys the preset leaves out come from the base");
-    assert_eq!(zero.train.micro_batch_tokens, base.train.micro_batch_tokens);
+    assert_eq!(zero.train.micro_batch_tokens, Some(49_152), "the preset's own key wins (sized by the CUDA plan)");
     assert_eq!(zero.env.repos_dir, base.env.repos_dir, "relative paths mean the same");
     // Two levels: 24gb-lora extends 80gb-lora extends the recipe.
     let small = RunConfig::from_file(&dir.join("qwen3-4b-24gb-lora.toml")).unwrap();
