@@ -8,7 +8,7 @@ structured result), then sends each bad input and checks that the server
 answers a tool error and serves the next call.
 
     python mcp_client_check.py --bin B --config C --tasks T --repos-dir D \
-        [--policy scripted|model] [--model M] [--adapter A] [--n 5]
+        [--policy scripted|model|combined] [--model M] [--adapter A] [--n 5]
 """
 
 import argparse
@@ -95,9 +95,12 @@ async def check(args):
                 f1s.append(score)
                 expect(not r.is_error and "files" in s and "cost" in s, f"{t['instance_id']}: structured result")
                 conforms(s, t["instance_id"])
-                expect(s.get("cost", {}).get("attempts") == 2, f"{t['instance_id']}: cost counts 2 attempts")
-                expect(len(progress) == 2 and progress[-1][1] == 2, f"{t['instance_id']}: progress notifications {progress}")
-                print(f"     {t['instance_id']}: answered {s.get('answered')} of 2, files {files[:3]}, gold {gold}, F1 {score:.3f}")
+                # 2 attempts asked: the scripted search runs once whatever the
+                # number; combined runs it beside the model's 2.
+                want = {"scripted": 1, "model": 2, "combined": 3}[args.policy]
+                expect(s.get("cost", {}).get("attempts") == want, f"{t['instance_id']}: cost counts {want} attempts ({s.get('cost')})")
+                expect(len(progress) == want and progress[-1][1] == want, f"{t['instance_id']}: {want} progress notifications {progress}")
+                print(f"     {t['instance_id']}: answered {s.get('answered')} of {want}, files {files[:3]}, gold {gold}, F1 {score:.3f}")
                 if s.get("answered") == 0:
                     expect("ended without an answer" in text_of(r), f"{t['instance_id']}: no answer is said, not an error")
             mean = sum(f1s) / len(f1s)
@@ -162,7 +165,7 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--tasks", required=True)
     ap.add_argument("--repos-dir", required=True)
-    ap.add_argument("--policy", default="scripted")
+    ap.add_argument("--policy", default="scripted", choices=["scripted", "model", "combined"])
     ap.add_argument("--model")
     ap.add_argument("--adapter")
     ap.add_argument("--n", type=int, default=5)
