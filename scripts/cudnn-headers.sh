@@ -39,7 +39,13 @@ fetch() {
   echo "$sha  $tmp/$file" | sha256sum -c --quiet - || { log "sha256 mismatch for $file"; rm -rf "$tmp"; exit 1; }
   rm -rf "$out"
   mkdir -p "$out"
-  (cd "$tmp" && unzip -q "$file" "$prefix/*")
+  # Python's zipfile, not unzip (a clean machine may lack it): the files under $prefix only.
+  "$python" - "$tmp/$file" "$prefix" "$tmp" <<'PY'
+import sys, zipfile
+wheel, prefix, dest = sys.argv[1], sys.argv[2].rstrip("/") + "/", sys.argv[3]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith(prefix)])
+PY
   mv "$tmp/$prefix" "$out/include"
   rm -rf "$tmp"
   echo "$sha" > "$out/.sha256"
