@@ -144,9 +144,12 @@ pub fn shop_world(dir: &Path) -> std::path::PathBuf {
 pub fn without_timings(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     rows.into_iter()
         .map(|mut r| {
-            for k in ["seconds_rollout", "seconds_update", "tokens_per_second"] {
-                r.as_object_mut().expect("a metrics object").remove(k);
-            }
+            // Wall-clock fields: `seconds_*`, throughput, and `off_policy/`'s
+            // times (its staleness stays).
+            r.as_object_mut().expect("a metrics object").retain(|k, _| {
+                let off_policy_time = k.starts_with("off_policy/") && k != "off_policy/staleness";
+                !(k.starts_with("seconds_") || k == "tokens_per_second" || off_policy_time)
+            });
             r
         })
         .collect()

@@ -294,3 +294,37 @@ fn resample_then_kill_9_and_resume_matches_the_straight_run() {
     assert_eq!((&a["data"], &a["rngs"]), (&b["data"], &b["rngs"]), "task cursor and sampling stream");
     assert_eq!(a["data"]["epoch"], 8, "4 tasks a step from 2 tasks: 8 epochs in 4 steps: {}", a["data"]);
 }
+
+/// `[rollout] off_policy = 1` through the binary: kill -9 once step 2's
+/// checkpoint is written (step 3 is then updating while step 4's rollouts
+/// are being made) and `--resume auto` end with the straight run's metrics,
+/// weights, optimizer and state, bit for bit: step 2's checkpoint kept the
+/// rollouts it had made ahead for step 3.
+#[test]
+fn off_policy_then_kill_9_and_resume_matches_the_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace("[rollout]\n", "[rollout]\noff_policy = 1\n").replace("[grpo]\n", "[grpo]\nrollout_correction = \"tis\"\n");
+    std::fs::write(&cfg, text.replace("[optim]\n", "[optim]\nweight_decay = 1.0\n")).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let straight = tmp.path().join("straight");
+    fusegrpo_ok(&["train", "--config", cfg, "--out", straight.to_str().unwrap()]);
+    let metrics = without_timings(read_jsonl(&straight.join("metrics.jsonl")));
+    assert_eq!(metrics.iter().map(|m| m["off_policy/staleness"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 1, 1], "{metrics:?}");
+    let killed = tmp.path().join("killed");
+    let mut child = spawn_train(cfg, &killed, &["--save-every", "1"]);
+    wait_for(&killed.join("step_00000002/DONE"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(killed.join("step_00000002/next_rollouts.json").exists());
+    fusegrpo_ok(&["train", "--config", cfg, "--out", killed.to_str().unwrap(), "--resume", "auto"]);
+    assert_eq!(without_timings(read_jsonl(&killed.join("metrics.jsonl"))), metrics);
+    for f in ["model.safetensors", "optimizer.safetensors"] {
+        let read = |run: &std::path::Path| std::fs::read(run.join("step_00000004").join(f)).unwrap();
+        assert_eq!(read(&straight), read(&killed), "{f}");
+    }
+    let state = |run: &std::path::Path| -> serde_json::Value { serde_json::from_slice(&std::fs::read(run.join("step_00000004/state.json")).unwrap()).unwrap() };
+    let (a, b) = (state(&straight), state(&killed));
+    assert_eq!((&a["data"], &a["rngs"]), (&b["data"], &b["rngs"]), "task cursor and sampling stream");
+}

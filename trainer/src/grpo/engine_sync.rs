@@ -41,7 +41,7 @@ pub struct EngineSync {
 }
 
 /// What a sync found and took.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Synced {
     pub seconds: f64,
     /// Mean and max |difference| of the probe's log-probs, server against

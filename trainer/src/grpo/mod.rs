@@ -7,6 +7,8 @@
 //!   ([`Trainer::step`]), set up from its [`TrainerConfig`]; with the
 //!   step's batch ([`batch`]), refills ([`resample`]), task order
 //!   ([`sampler`]) and the vLLM engine's weight sync ([`engine_sync`]).
+//! - [`collect`]: a step's rollouts ([`collect::Rollouts`]), drawn and
+//!   rolled out (made ahead, during the update, under `[rollout] off_policy`).
 //! - [`advantages`]: group-relative advantages from rewards (pure, on slices).
 //! - [`loss`]: [`grpo_loss`], the loss of one (micro-)batch in one function
 //!   (TRL's `_compute_loss`), the [`LossAggregation`] variants, metrics.
@@ -18,6 +20,7 @@
 pub mod accumulate;
 pub mod advantages;
 pub mod batch;
+pub mod collect;
 pub mod config;
 pub mod drift;
 pub mod engine_sync;

@@ -16,11 +16,11 @@
 use crate::error::Result;
 use crate::grpo::advantages::group_stats;
 use rollout::episode::Episode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a step's refill did (metrics.jsonl: `resample/...`, and verl's
 /// `num_gen_batches`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refill {
     /// Groups rolled out in the step (the first `tasks_per_step` and every
     /// further one).

@@ -11,7 +11,7 @@
 
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};
-use crate::grpo::advantages::{ZeroStdGroups, TRL_ADVANTAGE_EPS};
+use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
 use crate::backward::detached_logprobs;
 use crate::grpo::{
     accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
@@ -19,8 +19,8 @@ use crate::grpo::{
 use crate::optim::{Gradients, Update};
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
-use crate::model_policy::ModelPolicy;
 use super::config::{GrpoSection, TrainSection};
+use super::collect::{Collector, Draw, Rollouts, Source};
 use super::{batch, engine_sync, resample};
 use crate::optim::OptimSection;
 use crate::model_policy::RolloutLimits;
@@ -30,10 +30,9 @@ use rollout::reward::RewardConfig;
 use lm::weights::TensorMap;
 use candle_core::Var;
 use rand_chacha::ChaCha8Rng;
-use rollout::episode::driver::{run_episodes, Env};
+use rollout::episode::driver::Env;
 use rollout::episode::summary::Summary;
 use rollout::episode::StopReason;
-use rollout::tasks::Task;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -103,6 +102,13 @@ pub struct StepMetrics {
     #[serde(rename = "engine/probe_moved", skip_serializing_if = "Option::is_none")]
     pub engine_probe_moved: Option<f64>,
     pub seconds_update: f64,
+    /// Wall seconds of the whole step (under `off_policy`, less than
+    /// rollout + update by their overlap).
+    pub seconds_step: f64,
+    /// Staleness and overlap under `[rollout] off_policy` (absent at 0).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub off_policy: Option<OffPolicyMetrics>,
+    /// Tokens of the step's episodes per wall second of the step.
     pub tokens_per_second: f64,
     /// The loss or gradient was NaN/inf: no update was applied.
     pub skipped: bool,
@@ -121,15 +127,6 @@ pub struct StepMetrics {
     /// The tasks of this rank's share of the groups, in the order drawn.
     #[serde(skip)]
     pub rolled_tasks: Vec<String>,
-}
-
-/// What this rank rolled out in a step's rounds of rollouts.
-#[derive(Default)]
-struct Rolled {
-    rounds: usize,
-    episodes: usize,
-    tasks: Vec<String>,
-    synced: Option<engine_sync::Synced>,
 }
 
 /// Share of `episodes` that stopped for `reason`.
@@ -158,6 +155,9 @@ pub struct TrainerConfig {
     pub reward: RewardConfig,
     /// `[lora]`, validated, when the run trains an adapter.
     pub lora: Option<lm::lora::LoraConfig>,
+    /// `[rollout] off_policy`: 1 makes each next step's rollouts during
+    /// the update ([`Trainer::step`]).
+    pub off_policy: u32,
 }
 
 /// Everything a run updates: the trainable weights, their optimizer, the
@@ -184,6 +184,9 @@ pub struct Trainer {
     /// A vLLM server the rollouts come from instead of this process's
     /// decoding, synced to the weights before each step's rollouts.
     pub engine: Option<engine_sync::EngineSync>,
+    /// `[rollout] off_policy = 1`: the next step's rollouts, made during
+    /// the last update (a checkpoint keeps them: [`Rollouts`]).
+    pub pending: Option<Rollouts>,
 }
 
 impl Trainer {
@@ -220,7 +223,7 @@ impl Trainer {
         let dist = dist::current();
         let (sharding, optimizer) = dist::zero::Sharding::with_optimizer(cfg.optim.zero_stage, &vars, &*dist, AdamWConfig::from(&cfg.optim))?;
         let lora_base = lora.filter(|l| l.merge_for_rollouts).map(|l| (weights.clone(), l));
-        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist, engine: None })
+        Ok(Trainer { cfg, vars, model, sampler_view, reference, lora_base, optimizer, sharding, sampling_rng, step: 0, dist, engine: None, pending: None })
     }
 
     /// Shares the steps with `dist`'s ranks instead (tests, `dist-check`):
@@ -231,38 +234,45 @@ impl Trainer {
         Ok(())
     }
 
-    /// One GRPO step on `tasks` (B tasks, G episodes each; with several
-    /// ranks, this rank rolls out its share of the tasks). Under
-    /// `zero_std_groups = "resample"`, `more(k)` draws `k` further tasks
-    /// until B groups have a reward spread ([`resample`]).
-    pub fn step(&mut self, env: &Env<'_>, tasks: &[Task], more: &mut dyn FnMut(usize) -> Vec<Task>) -> Result<StepMetrics> {
+    /// One GRPO step: its rollouts (B tasks drawn by `draw`, G episodes
+    /// each; with several ranks, this rank rolls out its share of the
+    /// tasks; under `zero_std_groups = "resample"`, further tasks until B
+    /// groups have a reward spread, [`resample`]), then the update. Under
+    /// `[rollout] off_policy = 1` the rollouts are the ones made during the
+    /// previous step's update, and the next step's are made during this
+    /// one's ([`Trainer::learn_while_collecting`]).
+    pub fn step(&mut self, env: &Env<'_>, draw: &mut Draw<'_>) -> Result<StepMetrics> {
         let t0 = Instant::now();
-        let mut rolled = Rolled::default();
-        let mut episodes = self.round(env, tasks, &mut rolled)?;
-        let refill = match self.cfg.grpo.zero_std_groups {
-            ZeroStdGroups::Resample => Some(self.refill(env, &mut episodes, tasks.len(), more, &mut rolled)?),
-            ZeroStdGroups::Keep | ZeroStdGroups::Drop => None,
+        let (rollouts, made_now) = match self.pending.take() {
+            Some(made_ahead) => (made_ahead, 0.0),
+            None => {
+                let made = self.collect(env, draw)?;
+                let seconds = made.seconds;
+                (made, seconds)
+            }
         };
-        let rollout_secs = self.slowest(t0.elapsed().as_secs_f64())?;
-        let t1 = Instant::now();
-        let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
-        let g = &self.cfg.grpo;
-        let adv = group_advantages(&rewards, self.cfg.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
+        let update_start = t0.elapsed().as_secs_f64();
         let lr = self.cfg.optim.lr * self.cfg.optim.schedule.for_run(self.cfg.train.steps).factor(self.step);
-        let (m, Update { grad_norm, skipped }) = if adv.kept_rows.is_empty() {
-            // Every group had equal rewards and `zero_std_groups = "drop"`
-            // (or "resample", up to its bound) removed them all: nothing to
-            // learn from, the weights stay.
-            tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
-            (GrpoMetrics::empty(), Update { grad_norm: 0.0, skipped: false })
+        let (learned, ahead) = if self.cfg.off_policy > 0 && self.step + 1 < self.cfg.train.steps {
+            let (learned, ahead) = self.learn_while_collecting(env, draw, &rollouts, lr)?;
+            (learned, Some(ahead))
         } else {
-            self.update(&episodes, &adv, lr)?
+            (self.learn(&rollouts.episodes, lr)?, None)
         };
+        let staleness = self.step - rollouts.policy_step;
         self.step += 1;
-        let summary = Summary::of(&episodes);
+        let step_secs = self.slowest(t0.elapsed().as_secs_f64())?;
+        let update_secs = self.slowest(learned.seconds)?;
+        // Made now (before the update) and ahead (during it, off-policy).
+        let rollout_secs = made_now + ahead.as_ref().map_or(0.0, |a| a.rollouts.seconds);
+        let off_policy = (self.cfg.off_policy > 0).then(|| OffPolicyMetrics::of(staleness, update_start, update_start + learned.seconds, ahead.as_ref()));
+        let synced = ahead.as_ref().and_then(|a| a.rollouts.synced).or(rollouts.synced);
+        self.pending = ahead.map(|a| a.rollouts);
+        let Learned { adv, metrics: m, update: Update { grad_norm, skipped }, .. } = learned;
+        let episodes = &rollouts.episodes;
+        let summary = Summary::of(episodes);
         let tokens: usize = episodes.iter().map(|e| e.tokens.len()).sum();
         let policy_tokens: usize = episodes.iter().map(|e| e.policy_tokens()).sum();
-        let update_secs = self.slowest(t1.elapsed().as_secs_f64())?;
         Ok(StepMetrics {
             step: self.step,
             reward: summary.reward,
@@ -270,7 +280,7 @@ impl Trainer {
             answered: summary.answered,
             reward_std: adv.reward_std,
             frac_reward_zero_std: adv.frac_reward_zero_std,
-            resample: refill,
+            resample: rollouts.refill,
             f1_file: summary.f1_file,
             f1_func: summary.f1_func,
             e: summary.e,
@@ -287,53 +297,123 @@ impl Trainer {
             padding_share: m.padding.share(),
             drift: m.drift,
             skipped_zero_advantage_rows: m.skipped_rows,
-            stop_context_full: stop_share(&episodes, StopReason::ContextFull),
-            stop_max_tokens: stop_share(&episodes, StopReason::MaxTokens),
+            stop_context_full: stop_share(episodes, StopReason::ContextFull),
+            stop_max_tokens: stop_share(episodes, StopReason::MaxTokens),
             calls_per_turn: summary.calls_per_turn,
             seconds_rollout: rollout_secs,
-            seconds_sync: rolled.synced.map(|s| s.seconds),
-            engine_probe_diff: rolled.synced.map(|s| s.probe_mean),
-            engine_probe_moved: rolled.synced.map(|s| s.probe_moved),
+            seconds_sync: synced.map(|s| s.seconds),
+            engine_probe_diff: synced.map(|s| s.probe_mean),
+            engine_probe_moved: synced.map(|s| s.probe_moved),
             seconds_update: update_secs,
-            tokens_per_second: tokens as f64 / (rollout_secs + update_secs).max(1e-9),
+            seconds_step: step_secs,
+            off_policy,
+            tokens_per_second: tokens as f64 / step_secs.max(1e-9),
             skipped,
             ranks: (self.dist.world() > 1).then_some(self.dist.world()),
-            tasks: rollout::episode::summary::task_rewards(&episodes),
-            rolled_out: rolled.episodes,
-            rolled_tasks: rolled.tasks,
+            tasks: rollout::episode::summary::task_rewards(episodes),
+            rolled_out: rollouts.rolled_out,
+            rolled_tasks: rollouts.rolled_tasks,
         })
     }
 
-    /// One round of a step's rollouts: this rank's share of `tasks`, then
-    /// every rank's episodes, gathered in rank order.
-    fn round(&mut self, env: &Env<'_>, tasks: &[Task], rolled: &mut Rolled) -> Result<Vec<rollout::episode::Episode>> {
-        let mine = &tasks[dist::share(&*self.dist, tasks.len())];
-        let (local, synced) = self.rollouts(env, mine, rolled.rounds)?;
-        rolled.rounds += 1;
-        rolled.episodes += local.len();
-        rolled.tasks.extend(mine.iter().map(|t| t.instance_id.clone()));
-        rolled.synced = rolled.synced.or(synced);
-        dist::gather_concat(&*self.dist, local)
+    /// Rewards -> advantages -> the update(s) on `episodes`.
+    fn learn(&mut self, episodes: &[rollout::episode::Episode], lr: f64) -> Result<Learned> {
+        let t0 = Instant::now();
+        let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
+        let g = &self.cfg.grpo;
+        let adv = group_advantages(&rewards, self.cfg.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
+        let (metrics, update) = if adv.kept_rows.is_empty() {
+            // Every group had equal rewards and `zero_std_groups = "drop"`
+            // (or "resample", up to its bound) removed them all: nothing to
+            // learn from, the weights stay.
+            tracing::info!(step = self.step + 1, "no group with a reward spread: no update this step");
+            (GrpoMetrics::empty(), Update { grad_norm: 0.0, skipped: false })
+        } else {
+            self.update(episodes, &adv, lr)?
+        };
+        Ok(Learned { adv, metrics, update, seconds: t0.elapsed().as_secs_f64() })
     }
 
-    /// `zero_std_groups = "resample"`: further rounds on tasks `more` draws
-    /// until `target` groups of `episodes` have a reward spread or
-    /// `[grpo] max_resample_draws` further tasks were drawn. Every rank
-    /// decides on the gathered episodes, so all draw the same tasks.
-    fn refill(
-        &mut self,
-        env: &Env<'_>,
-        episodes: &mut Vec<rollout::episode::Episode>,
-        target: usize,
-        more: &mut dyn FnMut(usize) -> Vec<Task>,
-        rolled: &mut Rolled,
-    ) -> Result<resample::Refill> {
-        let (group, max_more) = (self.cfg.group, self.cfg.grpo.resample_draws(target));
-        let reward = self.cfg.reward.clone();
-        resample::refill(episodes, group, target, max_more, |e| e.training_reward(&reward), |k| {
-            let tasks = more(k);
-            self.round(env, &tasks, rolled)
-        })
+    /// This step's rollouts, made now with the current weights.
+    fn collect(&mut self, env: &Env<'_>, draw: &mut Draw<'_>) -> Result<Rollouts> {
+        let mut engine = self.engine.take();
+        let synced = match engine.as_mut() {
+            Some(sync) => self.sync_engine(sync),
+            None => Ok(None),
+        };
+        let merged = match (&engine, &synced) {
+            (None, Ok(_)) => self.rollout_model(),
+            _ => Ok(None),
+        };
+        let (cfg, dist) = (&self.cfg, &self.dist);
+        let result = synced.and_then(|synced| {
+            let merged = merged?;
+            let source = match engine.take() {
+                Some(sync) => Source::Engine(sync),
+                None => Source::Model { model: merged.as_ref().unwrap_or(&self.sampler_view), rng: std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0)) },
+            };
+            let mut collector = Collector { cfg, dist, source, policy_step: self.step, seed_step: self.step, synced };
+            let result = collector.collect(env, draw);
+            match collector.source {
+                Source::Model { rng, .. } => self.sampling_rng = rng,
+                Source::Engine(sync) => engine = Some(sync),
+            }
+            result
+        });
+        self.engine = engine;
+        result
+    }
+
+    /// `[rollout] off_policy = 1`: the update on `rollouts` while, on a
+    /// thread of its own, the next step's rollouts are made with the
+    /// weights before the update (a frozen copy; on a vLLM server, the
+    /// weights synced to it first). The next step corrects their staleness
+    /// with TIS (`[grpo] rollout_correction = "tis"`: the truncated ratio of
+    /// the trainer's policy to the one that sampled).
+    fn learn_while_collecting(&mut self, env: &Env<'_>, draw: &mut Draw<'_>, rollouts: &Rollouts, lr: f64) -> Result<(Learned, Ahead)> {
+        let t0 = Instant::now();
+        let mut engine = self.engine.take();
+        let prepared = match engine.as_mut() {
+            Some(sync) => self.sync_engine(sync).map(|s| (s, None)),
+            None => self.frozen_rollout_model().map(|m| (None, Some(m))),
+        };
+        let (synced, frozen) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                self.engine = engine;
+                return Err(e);
+            }
+        };
+        let (cfg, dist) = (self.cfg.clone(), self.dist.clone());
+        let source = match (engine, &frozen) {
+            (Some(sync), _) => Source::Engine(sync),
+            (None, frozen) => Source::Model {
+                model: frozen.as_ref().expect("a frozen copy without an engine"),
+                rng: std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0)),
+            },
+        };
+        let mut collector = Collector { cfg: &cfg, dist: &dist, source, policy_step: self.step, seed_step: self.step + 1, synced };
+        let (learned, ahead) = std::thread::scope(|scope| {
+            let making = std::thread::Builder::new().name("rollouts-ahead".into()).spawn_scoped(scope, || {
+                let start = t0.elapsed().as_secs_f64();
+                (start, collector.collect(env, draw), t0.elapsed().as_secs_f64())
+            });
+            let update_start = t0.elapsed().as_secs_f64();
+            let learned = self.learn(&rollouts.episodes, lr);
+            let update_end = t0.elapsed().as_secs_f64();
+            let ahead = match making {
+                Ok(handle) => handle.join().map_err(|_| Error::invalid("rollout", "the thread making the next step's rollouts panicked".to_string())),
+                Err(e) => Err(Error::invalid("rollout", format!("could not start the thread for the next step's rollouts: {e}"))),
+            };
+            (learned.map(|l| (l, update_start, update_end)), ahead)
+        });
+        match collector.source {
+            Source::Model { rng, .. } => self.sampling_rng = rng,
+            Source::Engine(sync) => self.engine = Some(sync),
+        }
+        let (learned, update_start, update_end) = learned?;
+        let (rollout_start, made, rollout_end) = ahead?;
+        Ok((learned, Ahead { rollouts: made?, rollout_start, rollout_end, update_start, update_end }))
     }
 
     /// The slowest rank's `seconds` (this rank's alone with one process).
@@ -423,51 +503,91 @@ impl Trainer {
         Ok(Some(CausalLm::new(self.model.config(), &merged)?))
     }
 
-    /// G episodes per task with the current weights; the sampling RNG is
-    /// lent to the policy and taken back, so it can be checkpointed. With a
-    /// rollout engine, from the engine, synced first: also what the sync
-    /// took and found. `round` counts the step's rounds of rollouts
-    /// (several under `zero_std_groups = "resample"`).
-    fn rollouts(&mut self, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine_sync::Synced>)> {
-        if let Some(mut sync) = self.engine.take() {
-            let result = self.engine_rollouts(&mut sync, env, tasks, round);
-            self.engine = Some(sync);
-            return result;
+    /// A copy of the rollout weights that the update does not change
+    /// (`off_policy`: the next step's rollouts decode from it during the
+    /// update): the merged model of a LoRA run (already a copy), else the
+    /// trained tensors copied.
+    fn frozen_rollout_model(&self) -> Result<CausalLm> {
+        if let Some(merged) = self.rollout_model()? {
+            return Ok(merged);
         }
-        let stop = env.tokenizer.stop_ids().to_vec();
-        let merged = self.rollout_model()?;
-        let rng = std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0));
-        let mut policy = ModelPolicy::new(merged.as_ref().unwrap_or(&self.sampler_view), self.cfg.sampler, rng, stop, self.cfg.limits);
-        let result = run_episodes(&mut policy, env, tasks, self.cfg.group, &self.cfg.episode, |_| {});
-        self.sampling_rng = policy.into_rng();
-        Ok((result.map_err(|e| Error::invalid("rollout", e.to_string()))?, None))
+        let copies: TensorMap = self.vars.iter().map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?))).collect::<Result<_>>()?;
+        Ok(match &self.cfg.lora {
+            None => CausalLm::new(self.model.config(), &copies)?,
+            Some(l) => self.model.without_adapter().with_adapter(&lm::lora::Adapter { cfg: l.clone(), tensors: copies })?,
+        })
     }
 
-    /// [`Trainer::rollouts`] on a vLLM server: this step's weights go to it
-    /// unless it has them (once per step; on a resume, the first step of
-    /// the process), then the rollouts, then the probe again.
-    fn engine_rollouts(&mut self, sync: &mut engine_sync::EngineSync, env: &Env<'_>, tasks: &[Task], round: usize) -> Result<(Vec<rollout::episode::Episode>, Option<engine_sync::Synced>)> {
-        let mut synced_now = None;
-        if sync.synced_step() != Some(self.step) {
-            let trained: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
-            let merged = self.rollout_model()?;
-            let ours = merged.as_ref().unwrap_or(&self.sampler_view);
-            let synced = match &self.lora_base {
-                None => sync.sync(self.step, engine_sync::Upload::Model(self.model.config(), &trained), ours)?,
-                Some((base, lora)) => {
-                    if sync.synced_step().is_none() {
-                        sync.check_base(&CausalLm::new(self.model.config(), base)?)?;
-                    }
-                    sync.sync(self.step, engine_sync::Upload::Adapter(&lm::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
-                }
-            };
-            tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
-            synced_now = Some(synced);
+    /// A vLLM server takes this step's weights unless it has them (once
+    /// per step; on a resume, the first step of the process) and is probed:
+    /// what the sync took and found, none when it had them.
+    fn sync_engine(&self, sync: &mut engine_sync::EngineSync) -> Result<Option<engine_sync::Synced>> {
+        if sync.synced_step() == Some(self.step) {
+            return Ok(None);
         }
-        sync.seed_round(self.step, round);
-        let episodes = run_episodes(&mut sync.engine, env, tasks, self.cfg.group, &self.cfg.episode, |_| {})
-            .map_err(|e| Error::invalid("rollout", e.to_string()))?;
-        sync.check()?;
-        Ok((episodes, synced_now))
+        let trained: TensorMap = self.vars.iter().map(|(k, v)| (k.clone(), v.as_tensor().detach())).collect();
+        let merged = self.rollout_model()?;
+        let ours = merged.as_ref().unwrap_or(&self.sampler_view);
+        let synced = match &self.lora_base {
+            None => sync.sync(self.step, engine_sync::Upload::Model(self.model.config(), &trained), ours)?,
+            Some((base, lora)) => {
+                if sync.synced_step().is_none() {
+                    sync.check_base(&CausalLm::new(self.model.config(), base)?)?;
+                }
+                sync.sync(self.step, engine_sync::Upload::Adapter(&lm::lora::Adapter { cfg: lora.clone(), tensors: trained }), ours)?
+            }
+        };
+        tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
+        Ok(Some(synced))
+    }
+}
+
+/// What [`Trainer::learn`] did.
+struct Learned {
+    adv: Advantages,
+    metrics: GrpoMetrics,
+    update: Update,
+    seconds: f64,
+}
+
+/// The next step's rollouts, made during this step's update, and when
+/// each ran (seconds from the step's start).
+struct Ahead {
+    rollouts: Rollouts,
+    rollout_start: f64,
+    rollout_end: f64,
+    update_start: f64,
+    update_end: f64,
+}
+
+/// `[rollout] off_policy`'s metrics: how stale the step's rollouts were and
+/// how the making of the next ones overlapped the update (seconds from the
+/// step's start; the rollout fields are absent when none were made ahead,
+/// as in the last step).
+#[derive(Debug, Clone, Serialize)]
+pub struct OffPolicyMetrics {
+    /// Updates between the policy that sampled the step's rollouts and the
+    /// one updated (0: on-policy, as the first step).
+    #[serde(rename = "off_policy/staleness")]
+    pub staleness: u64,
+    #[serde(rename = "off_policy/update_start")]
+    pub update_start: f64,
+    #[serde(rename = "off_policy/update_end")]
+    pub update_end: f64,
+    #[serde(rename = "off_policy/rollout_start", skip_serializing_if = "Option::is_none")]
+    pub rollout_start: Option<f64>,
+    #[serde(rename = "off_policy/rollout_end", skip_serializing_if = "Option::is_none")]
+    pub rollout_end: Option<f64>,
+    /// Seconds the update and the next rollouts ran at once.
+    #[serde(rename = "off_policy/overlap_seconds")]
+    pub overlap_seconds: f64,
+}
+
+impl OffPolicyMetrics {
+    fn of(staleness: u64, update_start: f64, update_end: f64, ahead: Option<&Ahead>) -> Self {
+        let (update_start, update_end) = ahead.map_or((update_start, update_end), |a| (a.update_start, a.update_end));
+        let rollout = ahead.map(|a| (a.rollout_start, a.rollout_end));
+        let overlap_seconds = rollout.map_or(0.0, |(s, e)| (e.min(update_end) - s.max(update_start)).max(0.0));
+        OffPolicyMetrics { staleness, update_start, update_end, rollout_start: rollout.map(|r| r.0), rollout_end: rollout.map(|r| r.1), overlap_seconds }
     }
 }

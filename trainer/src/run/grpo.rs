@@ -35,8 +35,15 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         trainer.step = state.step;
         trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
         sampler.cursor = state.data;
+        trainer.pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
     }
 
+    anyhow::ensure!(
+        cfg.rollout.off_policy == 0 || dist.world() == 1,
+        "[rollout] off_policy = {} with {} ranks: off-policy rollouts run as one process so far; run without mpirun/srun or set off_policy = 0",
+        cfg.rollout.off_policy,
+        dist.world()
+    );
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
     let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     if cfg.rollout.engine == crate::run_config::Engine::Vllm {
@@ -56,7 +63,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         max_nonfinite: cfg.train.max_nonfinite_steps,
         unit: "steps",
     };
-    drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks, tasks_per_step: cfg.train.tasks_per_step }, &schedule)
+    drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks }, &schedule)
 }
 
 /// GRPO's steps: each samples the next tasks (and further ones under
@@ -66,7 +73,6 @@ struct GrpoSteps<'a> {
     sampler: TaskSampler,
     env: Env<'a>,
     tasks: &'a [Task],
-    tasks_per_step: usize,
 }
 
 impl Steps for GrpoSteps<'_> {
@@ -78,11 +84,11 @@ impl Steps for GrpoSteps<'_> {
 
     fn step(&mut self, _last: bool) -> Result<Option<Step<StepMetrics>>> {
         let (sampler, tasks) = (&mut self.sampler, self.tasks);
+        // The step's tasks, and further ones (`zero_std_groups =
+        // "resample"`), come from the sampler, so the checkpointed cursor
+        // counts them (and the next step's, drawn ahead under `off_policy`).
         let mut draw = |k: usize| -> Vec<Task> { sampler.next(k).into_iter().map(|i| tasks[i].clone()).collect() };
-        let batch = draw(self.tasks_per_step);
-        // Further tasks (`zero_std_groups = "resample"`) come from the same
-        // sampler, so the checkpointed cursor counts them.
-        let m = self.trainer.step(&self.env, &batch, &mut draw)?;
+        let m = self.trainer.step(&self.env, &mut draw)?;
         let mut share = serde_json::Map::new();
         share.insert("tasks".into(), serde_json::json!(m.rolled_tasks));
         share.insert("episodes".into(), m.rolled_out.into());
@@ -93,8 +99,32 @@ impl Steps for GrpoSteps<'_> {
     fn save(&self, run: &Run) -> Result<PathBuf> {
         let t = &self.trainer;
         let rngs = [("sampling".to_string(), RngState::capture(&t.sampling_rng))].into();
-        run.save(t.step, rngs, self.sampler.cursor, &trained(&t.vars), &t.optimizer, &t.sharding)
+        // Rollouts made ahead (`off_policy`) came from weights the update
+        // has replaced: they are kept so a resume trains on the same.
+        let ahead = t.pending.as_ref().map(|r| -> Result<_> { Ok((NEXT_ROLLOUTS, serde_json::to_vec(r)?)) }).transpose()?;
+        run.save(t.step, rngs, self.sampler.cursor, &trained(&t.vars), &t.optimizer, &t.sharding, ahead.as_slice())
     }
+}
+
+/// The file of a checkpoint that holds the next step's rollouts, made
+/// ahead under `[rollout] off_policy`.
+pub const NEXT_ROLLOUTS: &str = "next_rollouts.json";
+
+/// The next step's rollouts a checkpoint kept (`off_policy`), if it has
+/// them and the run is off-policy; a checkpoint without them (an on-policy
+/// run's, or the one before the config's last step) makes them afresh.
+fn next_rollouts(checkpoint: Option<&Path>, off_policy: u32) -> Result<Option<crate::grpo::collect::Rollouts>> {
+    let Some(path) = checkpoint.map(|c| c.join(NEXT_ROLLOUTS)) else { return Ok(None) };
+    if !path.exists() {
+        return Ok(None);
+    }
+    if off_policy == 0 {
+        tracing::warn!(path = %path.display(), "the checkpoint holds rollouts made ahead (off_policy = 1), this run is on-policy: they are not used");
+        return Ok(None);
+    }
+    let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let rollouts = serde_json::from_slice(&text).with_context(|| format!("{}: not the rollouts a checkpoint keeps (corrupt or from another version); delete the checkpoint folder to resume from the one before it", path.display()))?;
+    Ok(Some(rollouts))
 }
 
 /// This rank's sampling stream from a checkpoint: its own when the

@@ -274,8 +274,9 @@ impl Run {
     /// every rank calls it: their parameters must be rank 0's bit for bit,
     /// their RNG streams go into the state (rank r's under `<name>.rank<r>`),
     /// and rank 0 writes; under ZeRO-1 every rank first writes its optimizer
-    /// shard into rank 0's temporary folder.
-    pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW, sharding: &Sharding) -> Result<PathBuf> {
+    /// shard into rank 0's temporary folder. `extra` files (name, bytes)
+    /// go into the checkpoint beside them (rank 0's).
+    pub fn save(&self, step: u64, rngs: BTreeMap<String, RngState>, data: DataCursor, model: &TensorMap, optimizer: &AdamW, sharding: &Sharding, extra: &[(&str, Vec<u8>)]) -> Result<PathBuf> {
         let dist = dist::current();
         self.saved_hash.set(dist::reduce::check_same_parameters(&*dist, model, step)?);
         let rngs = gather_rngs(&*dist, rngs)?;
@@ -295,6 +296,10 @@ impl Run {
         };
         if own_file.is_none() {
             checkpoint::write_optimizer(&tmp, checkpoint::OPTIMIZER_FILE, &optimizer.export_state()?.into_iter().collect())?;
+        }
+        for (name, bytes) in extra {
+            let path = tmp.join(name);
+            std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
         }
         let dir = self.write(&tmp, step, rngs, data, model)?;
         dist.barrier()?;

@@ -156,7 +156,7 @@ impl Steps for SftSteps<'_> {
 
     fn save(&self, run: &Run) -> Result<PathBuf> {
         let t = &self.trainer;
-        run.save(t.step, Default::default(), self.cursor, &super::grpo::trained(&t.vars), &t.optimizer, &t.sharding)
+        run.save(t.step, Default::default(), self.cursor, &super::grpo::trained(&t.vars), &t.optimizer, &t.sharding, &[])
     }
 }
 

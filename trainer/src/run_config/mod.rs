@@ -223,6 +223,7 @@ impl RunConfig {
             episode: self.episode.clone(),
             reward: self.reward.clone(),
             lora: self.lora(),
+            off_policy: self.rollout.off_policy,
         }
     }
 
@@ -360,6 +361,17 @@ impl RunConfig {
         }
         if self.train.tasks_per_step == 0 {
             return bad("train.tasks_per_step", "must be at least 1".into());
+        }
+        match self.rollout.off_policy {
+            0 => {}
+            1 if self.grpo.rollout_correction.is_none() => {
+                return bad(
+                    "grpo.rollout_correction",
+                    "[rollout] off_policy = 1 trains on rollouts of the previous step's weights: set rollout_correction = \"tis\" (truncated importance weights, trainer / rollout policy) to correct the staleness".into(),
+                );
+            }
+            1 => {}
+            n => return bad("rollout.off_policy", format!("must be 0 (on-policy) or 1 (one step off-policy), got {n}; more steps of lag are not implemented")),
         }
         for micro in [self.train.micro_batching(), self.sft.micro_batching()] {
             if let Err(Error::Invalid { what, message }) = micro {

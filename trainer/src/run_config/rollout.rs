@@ -35,6 +35,17 @@ pub struct RolloutSection {
     /// The vLLM server when `engine = "vllm"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm: Option<VllmSection>,
+    /// Steps the rollouts may lag the weights they train: 0 generates each
+    /// step's rollouts with its own weights, then updates; 1 generates step
+    /// t+1's rollouts with step t's weights while step t updates (one-step
+    /// off-policy, as verl, NeMo-RL and SkyRL overlap them), corrected by
+    /// `[grpo] rollout_correction = "tis"`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub off_policy: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `[rollout] engine`.
@@ -114,6 +125,7 @@ impl Default for RolloutSection {
             max_live_episodes: None,
             engine: Engine::Builtin,
             vllm: None,
+            off_policy: 0,
         }
     }
 }

@@ -323,3 +323,31 @@ fn resample_and_its_bound_are_checked_at_load() {
         assert!(e.to_string().contains(says), "{setting}: {e}");
     }
 }
+
+/// `[rollout] off_policy`: 1 needs TIS to correct the staleness (the error
+/// names `grpo.rollout_correction`); more than one step of lag is refused
+/// naming `rollout.off_policy`; 1 with TIS loads.
+#[test]
+fn off_policy_needs_tis_and_at_most_one_step() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let load = |rollout: &str, grpo: &str| {
+        let path = tmp.path().join("run.toml");
+        std::fs::write(&path, text.replacen("[rollout]\n", &format!("[rollout]\n{rollout}"), 1).replacen("[grpo]\n", &format!("[grpo]\n{grpo}"), 1)).unwrap();
+        RunConfig::from_file(&path)
+    };
+    let tis = "rollout_correction = \"tis\"\n";
+    assert_eq!(load("off_policy = 1\n", tis).unwrap().grpo_trainer().off_policy, 1);
+    for (rollout, grpo, key, says) in [
+        ("off_policy = 1\n", "", "grpo.rollout_correction", "rollout_correction = \"tis\""),
+        ("off_policy = 2\n", tis, "rollout.off_policy", "must be 0 (on-policy) or 1"),
+    ] {
+        let e = load(rollout, grpo).unwrap_err();
+        assert!(matches!(e, trainer::Error::Config { key: ref k, .. } if k == key), "{key}: {e}");
+        assert!(e.to_string().contains(says) && e.to_string().contains("run.toml"), "{e}");
+    }
+    // A wrong type names the key too (serde's message, with the file).
+    let e = load("off_policy = \"yes\"\n", tis).unwrap_err().to_string();
+    assert!(e.contains("off_policy") && e.contains("run.toml"), "{e}");
+}

@@ -85,7 +85,10 @@ fn metrics(run: &Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().retain(|k, _| !k.starts_with("seconds") && !k.contains("per_second") && k != "elapsed");
+            v.as_object_mut().unwrap().retain(|k, _| {
+                let timing = k.starts_with("seconds") || k.contains("per_second") || k == "elapsed";
+                !timing && (!k.starts_with("off_policy/") || k == "off_policy/staleness")
+            });
             v
         })
         .collect()
@@ -113,6 +116,82 @@ fn grpo_through_the_library_resumes_bitwise() {
     assert!(resumed.ends_with("step_00000004"));
     assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
     assert_eq!(m, metrics(&split));
+}
+
+/// `[rollout] off_policy = 1`: step t+1's rollouts are made during step
+/// t's update, from the weights before it, and a checkpoint keeps them.
+/// Weight decay moves the weights every step, so a stale policy shows:
+/// - staleness 0 at step 1 (its rollouts are made first, as on-policy),
+///   1 after; the drift of the rollout log-probs from the trainer's is at
+///   rounding level at step 1 and far above it after;
+/// - the rollouts step 2's checkpoint keeps (for step 3) have the log-probs
+///   of step 1's weights, not step 2's;
+/// - the update and the next rollouts overlap in time (`off_policy/...`);
+/// - a run stopped after 2 of 4 steps and resumed ends bit for bit as the
+///   straight run, and writes the same metrics.
+#[test]
+fn grpo_off_policy_trains_on_the_previous_weights_rollouts_and_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = "weight_decay = 1.0\nlr = 0.01\n";
+    let (cfg, tasks) = world(tmp.path(), "");
+    let text = std::fs::read_to_string(tmp.path().join("run.toml")).unwrap();
+    let text = text.replace("[optim]\nlr = 0.001\n", &format!("[optim]\n{extra}")).replace("[rollout]\n", "[rollout]\noff_policy = 1\n").replace("[grpo]\n", "[grpo]\nrollout_correction = \"tis\"\n");
+    std::fs::write(tmp.path().join("run.toml"), &text).unwrap();
+    let cfg = RunConfig::from_file(&tmp.path().join("run.toml")).unwrap_or_else(|e| panic!("{e}: {text} (was {cfg:?})"));
+    assert_eq!(cfg.rollout.off_policy, 1);
+    let mut cfg = cfg;
+    cfg.train.save_every = 1;
+    let straight = tmp.path().join("straight");
+    let last = done(trainer::run::grpo::grpo(&cfg, &straight, &tasks, &opts(false, None)).unwrap());
+    let raw: Vec<serde_json::Value> =
+        std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(raw.len(), 4);
+    let staleness: Vec<u64> = raw.iter().map(|r| r["off_policy/staleness"].as_u64().unwrap()).collect();
+    assert_eq!(staleness, [0, 1, 1, 1]);
+    let drift: Vec<f64> = raw.iter().map(|r| r["sampling/sampling_logp_difference/mean"].as_f64().unwrap()).collect();
+    assert!(drift[0] < 1e-5, "step 1 trains on its own weights' rollouts: {drift:?}");
+    assert!(drift[1..].iter().all(|&d| d > 100.0 * drift[0].max(1e-7)), "later steps on the previous weights': {drift:?}");
+    for r in &raw[..3] {
+        let at = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(at("off_policy/rollout_start") < at("off_policy/update_end") && at("off_policy/update_start") < at("off_policy/rollout_end"), "{r}");
+        assert!(at("off_policy/overlap_seconds") > 0.0 && at("seconds_step") < at("seconds_rollout") + at("seconds_update") + 1e-3, "{r}");
+    }
+    assert!(raw[3].get("off_policy/rollout_start").is_none(), "the last step makes none ahead: {}", raw[3]);
+    assert!(!last.join(trainer::run::grpo::NEXT_ROLLOUTS).exists(), "nor keeps any");
+
+    // Step 2's checkpoint keeps step 3's rollouts, sampled by step 1's weights.
+    let kept: trainer::grpo::collect::Rollouts =
+        serde_json::from_slice(&std::fs::read(straight.join("step_00000002").join(trainer::run::grpo::NEXT_ROLLOUTS)).unwrap()).unwrap();
+    assert_eq!(kept.policy_step, 1);
+    let far = |step: &str| -> f32 {
+        let dir = straight.join(step);
+        let model_cfg = lm::ModelConfig::from_file(&dir.join("config.json")).unwrap();
+        let device = candle_core::Device::Cpu;
+        let weights = lm::weights::load_weights(&dir, &model_cfg, candle_core::DType::F32, &device).unwrap();
+        let model = lm::model::CausalLm::new(&model_cfg, &weights).unwrap();
+        let rows: Vec<usize> = (0..kept.episodes.len()).collect();
+        let batch = trainer::grpo::batch::build_batch(&kept.episodes, &rows, &vec![0.0; rows.len()], false, &device).unwrap();
+        let micro = trainer::packing::MicroBatching::Rows(1);
+        let ours = trainer::backward::detached_logprobs(&model, &batch.tokens, &batch.mask, 1.0, micro).unwrap();
+        let diff = ((ours - batch.rollout_logprobs.unwrap()).unwrap().abs().unwrap() * &batch.mask).unwrap();
+        diff.flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    };
+    let (sampler, updated) = (far("step_00000001"), far("step_00000002"));
+    assert!(sampler < 1e-4 && updated > 100.0 * sampler.max(1e-6), "|rollout - model| max: step 1's weights {sampler}, step 2's {updated}");
+
+    let split = tmp.path().join("split");
+    done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(false, Some(2))).unwrap());
+    let kept_file = split.join("step_00000002").join(trainer::run::grpo::NEXT_ROLLOUTS);
+    assert!(kept_file.exists(), "a stop before the config's last step keeps the rollouts made ahead");
+    // A corrupt copy of them is refused, naming the file, and nothing is lost.
+    let good = std::fs::read(&kept_file).unwrap();
+    std::fs::write(&kept_file, &good[..good.len() / 2]).unwrap();
+    let e = format!("{:#}", trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(true, None)).unwrap_err());
+    assert!(e.contains("next_rollouts.json") && e.contains("corrupt"), "{e}");
+    std::fs::write(&kept_file, &good).unwrap();
+    let resumed = done(trainer::run::grpo::grpo(&cfg, &split, &tasks, &opts(true, None)).unwrap());
+    assert_eq!(numbers(&last), numbers(&resumed), "weights, moments and state after the resume");
+    assert_eq!(metrics(&straight), metrics(&split));
 }
 
 /// `zero_std_groups = "resample"`: the random model never answers, so no
