@@ -271,15 +271,15 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
 
     let on_vllm = cfg.rollout.engine == crate::run_config::Engine::Vllm;
     let mut rollout = t.training_state(cfg.grpo.beta, shards);
-    if on_vllm {
-        // The server decodes; this process only holds its training state.
-    } else if let Some(l) = t.lora.filter(|l| l.merge_for_rollouts) {
+    let merged = t.lora.filter(|l| l.merge_for_rollouts).map(|l| {
         // Rollouts decode through a merged copy of the adapted projections.
         let per_layer: u64 = l.targets.iter().map(|x| { let (o, i) = x.shape(model); (o * i) as u64 }).sum();
         let n = per_layer * model.num_hidden_layers as u64;
-        rollout.push(part("merged_projections", n * elem(t.dtype), format!("{n} adapted projection weights, merged for decoding"), None));
-    }
+        part("merged_projections", n * elem(t.dtype), format!("{n} adapted projection weights, merged for decoding"), None)
+    });
     if !on_vllm {
+        // (On vLLM the server decodes; this process only holds its training state.)
+        rollout.extend(merged.clone());
         rollout.extend(rollout_parts(&t, cfg, episodes));
     }
 
@@ -290,6 +290,14 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     grpo.extend(t.activations(grpo_tokens, cfg.train.recompute, grpo_setting));
     let (rows, row) = micro_batch_rows(cfg.train.micro_batching()?, longest);
     grpo.extend(t.attention_scores(rows, row, cfg.train.recompute));
+    if cfg.rollout.off_policy > 0 && !on_vllm {
+        // The next step's rollouts decode during the update, from weights
+        // the update does not touch: the merged projections of a LoRA run,
+        // else a copy of what trains.
+        let n = t.trained().count;
+        grpo.push(merged.unwrap_or_else(|| part("frozen_rollout_weights", n * t.trained_elem(), format!("{n} trained parameters copied for the next step's rollouts ([rollout] off_policy)"), Some("[rollout] off_policy"))));
+        grpo.extend(rollout_parts(&t, cfg, episodes));
+    }
 
     let mut sft = t.training_state(0.0, shards);
     sft.extend(t.gradients(cfg.sft.recompute));
@@ -399,6 +407,22 @@ mod tests {
 
     fn part(plan: &MemoryPlan, phase: PhaseKind, name: &str) -> u64 {
         plan.phases.iter().find(|p| p.kind == phase).and_then(|p| p.parts.iter().find(|x| x.name == name)).map_or(0, |x| x.bytes)
+    }
+
+    /// `off_policy = 1`: the update phase also holds the next step's
+    /// rollouts (their KV cache) and the frozen copy they decode from.
+    #[test]
+    fn off_policy_plans_the_rollouts_inside_the_update() {
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let mut cfg: RunConfig = toml::from_str("name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\n[env]\nrepos_dir = \"r\"\n").unwrap();
+        let on = for_run(&cfg, &model, 2, 1).unwrap();
+        assert_eq!(part(&on, PhaseKind::GrpoUpdate, "frozen_rollout_weights"), 0);
+        cfg.rollout.off_policy = 1;
+        let off = for_run(&cfg, &model, 2, 1).unwrap();
+        let n = ParamSizes::of(&model).count;
+        assert_eq!(part(&off, PhaseKind::GrpoUpdate, "frozen_rollout_weights"), n * 2, "a bf16 copy of every weight");
+        assert_eq!(part(&off, PhaseKind::GrpoUpdate, "kv_cache"), part(&off, PhaseKind::Rollout, "kv_cache"));
+        assert!(off.peak_bytes() > on.peak_bytes());
     }
 
     #[test]
