@@ -12,10 +12,18 @@
 #      server that holds step 4's weights (reloaded from the base's untied
 #      view), then a whole `pipeline` with LoRA on the server (teacher
 #      trajectories, SFT, GRPO, evaluations of base, SFT and GRPO)
+#   5. `[rollout] off_policy = 1` (TIS): 4 steps whose rollouts the server
+#      makes while the trainer updates; the timeline in metrics.jsonl must
+#      show them overlapping, staleness 0 then 1; the same run SIGKILLed
+#      after step 2's checkpoint and resumed must end with the straight
+#      run's weights, bit for bit; then the wall time per step, off_policy
+#      0 against 1 on the same tasks, alternated (2 runs each)
 # then prints what the metrics say (drift, seconds_sync, the probe) and
-# fails when a check does not hold. Takes ~20 minutes on 2 cores.
+# fails when a check does not hold. Takes ~20 minutes on 2 cores for 1-4,
+# about as long again for 5.
 #
 #   scripts/test-vllm.sh        # -> checkpoints/vllm-test/summary.txt
+#   CASES="offpolicy" scripts/test-vllm.sh   # some of: throughput lora full load offpolicy
 #
 # FUSEGRPO_BIN=path runs another build; PORT (default 8137) the server's.
 set -euo pipefail
@@ -30,6 +38,9 @@ w=checkpoints/vllm-test
 rm -rf "$w"
 mkdir -p "$w"
 log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
+cases=" ${CASES:-throughput lora full load offpolicy} "
+want() { [[ "$cases" == *" $1 "* ]]; }
+echo "$cases" > "$w/cases.txt"
 
 $bin practice-repo --out "$w/repos" --seed 0 >/dev/null
 $bin tasks from-history --repo practice/shop --repos-dir "$w/repos" --out "$w/tasks.jsonl" 2>/dev/null
@@ -85,6 +96,11 @@ config builtin none 2e-5 > "$w/builtin.toml"
 config vllm none 2e-5 > "$w/full.toml"
 config vllm lora 1e-3 > "$w/lora.toml"
 config vllm none 2e-5 load > "$w/load.toml"
+# Off-policy, TIS-corrected, 4 steps; and its on-policy twin for the timing.
+for p in 0 1; do
+  config vllm none 2e-5 | sed -e 's/^steps = 5$/steps = 4/' -e "s/^group = 4$/group = 4\noff_policy = $p/" \
+    -e 's/^aggregation = "dapo"$/aggregation = "dapo"\nrollout_correction = "tis"/' > "$w/offpolicy$p.toml"
+done
 { config vllm lora 1e-3 load | sed -e 's/^steps = 5$/steps = 2/' -e 's/^micro_batch_rows = 1$/micro_batch_rows = 1\nrecompute = "per_layer"/'; printf '%s\n' '[sft]' 'epochs = 1' 'batch_rows = 4' 'micro_batch_rows = 1' 'recompute = "per_layer"' 'lr = 2e-4' \
   'heldout_fraction = 0.1' '[sft.filter]' 'min_f1 = 0.5' 'min_e = 0.2' 'max_tokens = 2048' 'max_per_task = 1' '[pipeline]' \
   "tasks = \"$PWD/$w/tasks.jsonl\"" 'heldout_tasks = 4' 'synth_tasks = 16' 'samples = 1' 'eval_group = 1' 'eval_temperature = 0.0'; } > "$w/pipeline.toml"
@@ -100,7 +116,7 @@ until grep -q "^url = " "$w/engine.out" 2>/dev/null; do
 done
 
 # 1. Throughput: 16 tasks x 4 episodes, builtin then engine.
-for e in builtin vllm; do
+want throughput && for e in builtin vllm; do
   cfg="$w/builtin.toml"; [ $e = vllm ] && cfg="$w/full.toml"
   log "throughput: $e"
   t0=$(date +%s%N)
@@ -109,26 +125,49 @@ for e in builtin vllm; do
 done
 
 # 2. LoRA sync (the server's base stays the base model).
-log "GRPO, LoRA sync, 3 steps"
-$bin train --config "$w/lora.toml" --out "$w/lora" --max-steps 3 2> "$w/lora.log"
+want lora && log "GRPO, LoRA sync, 3 steps" && $bin train --config "$w/lora.toml" --out "$w/lora" --max-steps 3 2> "$w/lora.log"
 
 # 3. Whole-model sync, SIGKILL after step 2's checkpoint, resume.
-log "GRPO, whole-model sync, 5 steps, SIGKILL after step 2"
-$bin train --config "$w/full.toml" --out "$w/full" 2> "$w/full-1.log" &
-pid=$!
-until [ -f "$w/full/step_00000002/DONE" ]; do
-  kill -0 $pid 2>/dev/null || { tail -20 "$w/full-1.log"; echo "train ended early" >&2; exit 1; }
-  sleep 1
-done
-kill -9 $pid
-wait $pid 2>/dev/null || true
-$bin train --config "$w/full.toml" --out "$w/full" --resume auto 2> "$w/full-2.log"
+# train_killed CONFIG RUN: train, SIGKILL once step 2's checkpoint is
+# written, resume.
+train_killed() {
+  $bin train --config "$1" --out "$2" 2> "$2-1.log" &
+  pid=$!
+  until [ -f "$2/step_00000002/DONE" ]; do
+    kill -0 $pid 2>/dev/null || { tail -20 "$2-1.log"; echo "train ended early" >&2; exit 1; }
+    sleep 1
+  done
+  kill -9 $pid
+  wait $pid 2>/dev/null || true
+  $bin train --config "$1" --out "$2" --resume auto 2> "$2-2.log"
+}
+if want full; then
+  log "GRPO, whole-model sync, 5 steps, SIGKILL after step 2"
+  train_killed "$w/full.toml" "$w/full"
+fi
 
 # 4. load_model: the base onto a server that holds trained weights; a pipeline.
-log "eval of the base with load_model, on the server holding step 4's weights"
-$bin eval --config "$w/load.toml" --tasks "$w/tasks16.jsonl" --max-tasks 2 --group 1 --out "$w/eval-load.jsonl" > "$w/eval-load.table" 2> "$w/eval-load.log"
-log "pipeline with LoRA on the server"
-$bin pipeline --config "$w/pipeline.toml" --out "$w/pipeline" > "$w/pipeline.out" 2> "$w/pipeline.log"
+if want load; then
+  log "eval of the base with load_model, on the server holding step 4's weights"
+  $bin eval --config "$w/load.toml" --tasks "$w/tasks16.jsonl" --max-tasks 2 --group 1 --out "$w/eval-load.jsonl" > "$w/eval-load.table" 2> "$w/eval-load.log"
+  log "pipeline with LoRA on the server"
+  $bin pipeline --config "$w/pipeline.toml" --out "$w/pipeline" > "$w/pipeline.out" 2> "$w/pipeline.log"
+fi
+
+# 5. Off-policy rollouts on the server: straight, killed and resumed, then
+# on- and off-policy alternated for the wall time per step.
+if want offpolicy; then
+  log "GRPO off_policy = 1, 4 steps"
+  $bin train --config "$w/offpolicy1.toml" --out "$w/offpolicy" 2> "$w/offpolicy.log"
+  log "GRPO off_policy = 1, SIGKILL after step 2, resume"
+  train_killed "$w/offpolicy1.toml" "$w/offpolicy-killed"
+  for round in 1 2; do
+    for p in 0 1; do
+      log "timing: off_policy = $p, round $round"
+      $bin train --config "$w/offpolicy$p.toml" --out "$w/timing-$p-$round" 2> "$w/timing-$p-$round.log"
+    done
+  done
+fi
 
 python3 - "$w" <<'PY' | tee "$w/summary.txt"
 import json, statistics, sys
@@ -139,13 +178,16 @@ def check(cond, what):
     global ok
     print(("ok   " if cond else "FAIL ") + what)
     ok &= bool(cond)
-th = {k: int(v) / 1000 for k, v in (l.split() for l in open(f"{w}/throughput.txt"))}
-for e in ("builtin", "vllm"):
+cases = open(f"{w}/cases.txt").read().split()
+th = {k: int(v) / 1000 for k, v in (l.split() for l in open(f"{w}/throughput.txt"))} if "throughput" in cases else {}
+for e in th:
     eps = rows(f"{w}/eval-{e}.jsonl")
     print(f"throughput {e}: {len(eps)} episodes in {float(th[e]):.1f} s ({len(eps)/float(th[e]):.3f} episodes/s), "
           f"median episode {statistics.median(x['seconds'] for x in eps):.1f} s, "
           f"{sum(len(x['tokens']) for x in eps)} tokens")
 for run, steps in (("lora", 3), ("full", 5)):
+    if run not in cases:
+        continue
     m = rows(f"{w}/{run}/metrics.jsonl")
     check(len(m) == steps and [r["step"] for r in m] == list(range(1, steps + 1)), f"{run}: {steps} metrics lines, steps in order")
     for r in m:
@@ -160,14 +202,34 @@ for run, steps in (("lora", 3), ("full", 5)):
     drift = [r["sampling/sampling_logp_difference/mean"] for r in m if "sampling/sampling_logp_difference/mean" in r]
     if drift:
         check(max(drift) <= 1e-4, f"{run}: rollout drift (engine vs trainer log-probs of the policy tokens) mean <= 1e-4 on every step (max of the means {max(drift):.2e})")
-load = open(f"{w}/eval-load.log").read()
-check("reloading its weights from" in load and len(rows(f"{w}/eval-load.jsonl")) == 2,
-      "load_model: the base reloaded onto the server (its untied view), then evaluated")
-report = json.load(open(f"{w}/pipeline/report.json"))
-log = open(f"{w}/pipeline.log").read()
-check(set(report["stages"]) >= {"base", "sft", "grpo"} and "loading the adapter" in log,
-      f"pipeline on vLLM: stages {sorted(report['stages'])}, adapters loaded per stage")
-for stage, r in sorted(report["stages"].items()):
-    print(f"  pipeline {stage}: reward {r['reward']:.3f} answered {r['answered']:.2f} episodes {r['episodes']}")
+if "load" in cases:
+    load = open(f"{w}/eval-load.log").read()
+    check("reloading its weights from" in load and len(rows(f"{w}/eval-load.jsonl")) == 2,
+          "load_model: the base reloaded onto the server (its untied view), then evaluated")
+    report = json.load(open(f"{w}/pipeline/report.json"))
+    log = open(f"{w}/pipeline.log").read()
+    check(set(report["stages"]) >= {"base", "sft", "grpo"} and "loading the adapter" in log,
+          f"pipeline on vLLM: stages {sorted(report['stages'])}, adapters loaded per stage")
+    for stage, r in sorted(report["stages"].items()):
+        print(f"  pipeline {stage}: reward {r['reward']:.3f} answered {r['answered']:.2f} episodes {r['episodes']}")
+if "offpolicy" in cases:
+    m = rows(f"{w}/offpolicy/metrics.jsonl")
+    for r in m:
+        print(f"  offpolicy step {r['step']}: staleness {r['off_policy/staleness']} update {r['off_policy/update_start']:.1f}-{r['off_policy/update_end']:.1f} s "
+              f"rollouts ahead {r.get('off_policy/rollout_start', float('nan')):.1f}-{r.get('off_policy/rollout_end', float('nan')):.1f} s overlap {r['off_policy/overlap_seconds']:.1f} s "
+              f"step {r['seconds_step']:.1f} s drift mean {r['sampling/sampling_logp_difference/mean']:.2e} IS ratio [{r['sampling/importance_sampling_ratio/min']:.3f}, {r['sampling/importance_sampling_ratio/max']:.3f}] grad_norm {r['grad_norm']:.3g}")
+    check([r["off_policy/staleness"] for r in m] == [0, 1, 1, 1], "offpolicy: staleness 0, then 1 (rollouts one update old)")
+    ahead = [r for r in m if "off_policy/rollout_start" in r]
+    check(len(ahead) == 3 and all(r["off_policy/rollout_start"] < r["off_policy/update_end"] and r["off_policy/update_start"] < r["off_policy/rollout_end"] for r in ahead),
+          "offpolicy: steps 1-3 made the next rollouts on the server while the update ran (the timelines overlap)")
+    check(all(r["off_policy/overlap_seconds"] > 0 for r in ahead), "offpolicy: overlap > 0 s on every step that made rollouts ahead")
+    check(all("seconds_sync" in r for r in ahead), "offpolicy: the server took step t's weights before making step t+1's rollouts")
+    same = all(open(f"{w}/{d}/step_00000004/{f}", "rb").read() == open(f"{w}/offpolicy/step_00000004/{f}", "rb").read()
+               for d in ("offpolicy-killed",) for f in ("model.safetensors", "optimizer.safetensors"))
+    check(same, "offpolicy: SIGKILL after step 2 + --resume auto ends with the straight run's weights and optimizer, bit for bit")
+    secs = {p: [r["seconds_step"] for k in (1, 2) for r in rows(f"{w}/timing-{p}-{k}/metrics.jsonl")[1:]] for p in (0, 1)}
+    for p in (0, 1):
+        print(f"timing off_policy = {p}: seconds per step (steps 2-4 of 2 runs) {', '.join(f'{x:.1f}' for x in secs[p])}; median {statistics.median(secs[p]):.1f} s")
+    print(f"timing: median step off_policy 1 / off_policy 0 = {statistics.median(secs[1]) / statistics.median(secs[0]):.2f}")
 sys.exit(0 if ok else 1)
 PY

@@ -244,11 +244,11 @@ impl Trainer {
     pub fn step(&mut self, env: &Env<'_>, draw: &mut Draw<'_>) -> Result<StepMetrics> {
         let t0 = Instant::now();
         let (rollouts, made_now) = match self.pending.take() {
-            Some(made_ahead) => (made_ahead, 0.0),
+            Some(made_ahead) => (made_ahead, None),
             None => {
                 let made = self.collect(env, draw)?;
-                let seconds = made.seconds;
-                (made, seconds)
+                let now = (made.seconds, made.synced);
+                (made, Some(now))
             }
         };
         let update_start = t0.elapsed().as_secs_f64();
@@ -264,9 +264,11 @@ impl Trainer {
         let step_secs = self.slowest(t0.elapsed().as_secs_f64())?;
         let update_secs = self.slowest(learned.seconds)?;
         // Made now (before the update) and ahead (during it, off-policy).
-        let rollout_secs = made_now + ahead.as_ref().map_or(0.0, |a| a.rollouts.seconds);
+        let rollout_secs = made_now.map_or(0.0, |n| n.0) + ahead.as_ref().map_or(0.0, |a| a.rollouts.seconds);
         let off_policy = (self.cfg.off_policy > 0).then(|| OffPolicyMetrics::of(staleness, update_start, update_start + learned.seconds, ahead.as_ref()));
-        let synced = ahead.as_ref().and_then(|a| a.rollouts.synced).or(rollouts.synced);
+        // This step's weight sync: before the rollouts made ahead, or before
+        // the ones made now (step 1 syncs then only).
+        let synced = ahead.as_ref().and_then(|a| a.rollouts.synced).or(made_now.and_then(|n| n.1));
         self.pending = ahead.map(|a| a.rollouts);
         let Learned { adv, metrics: m, update: Update { grad_norm, skipped }, .. } = learned;
         let episodes = &rollouts.episodes;
