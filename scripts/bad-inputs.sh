@@ -272,6 +272,15 @@ check "config: grpo.max_resample_draws = 0" 1 same $B train --config resample0.t
 variant resamplekeep "beta = 0.0" 'beta = 0.0\nmax_resample_draws = 4'
 check "config: grpo.max_resample_draws without resample" 1 same $B train --config resamplekeep.toml --out fresh8
 [ -e fresh8 ] && { echo "a bad grpo setting started a run" >&2; failures=$((failures + 1)); }
+# Off-policy rollouts (issue 55).
+check "--set: rollout.off_policy = 2" 1 same $B train --config cfg.toml --out run --resume auto --set rollout.off_policy=2
+check "--set: rollout.off_policy = 1 without TIS" 1 same $B train --config cfg.toml --out run --resume auto --set rollout.off_policy=1
+offp=(--set rollout.off_policy=1 --set grpo.rollout_correction=tis)
+$B train --config cfg.toml --out offp --max-steps 2 "${offp[@]}" 2>/dev/null
+head -c 100 offp/step_00000002/next_rollouts.json > nr.json; cp nr.json offp/step_00000002/next_rollouts.json
+inputs="offp/step_00000002/next_rollouts.json offp/step_00000002/model.safetensors offp/metrics.jsonl"
+check "run: corrupt next_rollouts.json (off_policy)" 1 same $B train --config cfg.toml --out offp --resume auto "${offp[@]}"
+inputs=""
 printf 'extends = "nope.toml"\nname = "x"\n' > ext.toml
 check "config: extends a missing file" 1 same $B train --config ext.toml --out run
 
