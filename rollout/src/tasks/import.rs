@@ -5,6 +5,13 @@
 //! author and date so that its id is the same on every machine, and the fix
 //! is that commit's diff back to the base).
 //!
+//! A patch applies as `git apply` applies it: a hunk whose lines sit some
+//! lines above or below its recorded position is taken there
+//! ([`super::place`]), and the task's patch is the row's with that hunk's
+//! header moved to where it applies (byte for byte the row's when every hunk
+//! is where it says), so that its gold and every later reader see the lines
+//! the fix changes.
+//!
 //! A row that cannot become a task (its commit is missing, its patch does
 //! not apply to that commit, whatever the format, its gold is empty) is an [`ImportError`] for that row alone;
 //! the caller names it and goes on.
@@ -17,6 +24,7 @@ use thiserror::Error;
 
 use super::gold::{derive_gold, GoldFlag, GoldReport};
 use super::history::{diff_text, TreeFiles};
+use super::place::{place_hunks, PlaceError};
 use super::Task;
 
 /// The conventions of the rows.
@@ -76,7 +84,7 @@ pub enum ImportError {
     DoesNotApply {
         /// The base commit.
         commit: String,
-        /// libgit2's reason.
+        /// The hunk that matches nowhere, or libgit2's reason.
         message: String,
     },
     /// Gold could not be derived from the fix.
@@ -106,7 +114,8 @@ fn git_err(what: impl Into<String>) -> impl FnOnce(git2::Error) -> ImportError {
 /// A row made a task.
 #[derive(Clone, Debug)]
 pub struct Imported {
-    /// The task (full `base_commit`, the fix as `patch`, gold explicit).
+    /// The task (full `base_commit`, the fix as `patch` with its hunk
+    /// headers where they apply, gold explicit).
     pub task: Task,
     /// The gold report's flags (e.g. the fix adds a function).
     pub flags: BTreeSet<GoldFlag>,
@@ -153,9 +162,9 @@ pub fn import_row(git: &Repository, row: &Row, format: ImportFormat) -> Result<I
         ImportFormat::SweBench | ImportFormat::SweGym => {
             let tree = base.tree().map_err(git_err(format!("tree of {}", base.id())))?;
             // As `git apply --check`: a fix that does not apply is not this commit's.
-            apply_patch(git, &row.patch, base.id(), &tree)?;
-            let report = derive_gold(&row.patch, &TreeFiles { git, tree: &tree })?;
-            Ok(imported(row, base.id(), row.patch.clone(), report, None)?)
+            let (_, placed) = apply_patch(git, &row.patch, base.id(), &tree)?;
+            let report = derive_gold(&placed, &TreeFiles { git, tree: &tree })?;
+            Ok(imported(row, base.id(), placed, report, None)?)
         }
         ImportFormat::SweSmith => {
             let (buggy, fix) = apply_bug(git, row, &base)?;
@@ -192,7 +201,7 @@ fn imported(
 /// [`import_ref`]); returns its id and the fix (its diff back to `base`).
 fn apply_bug(git: &Repository, row: &Row, base: &git2::Commit<'_>) -> Result<(Oid, String), ImportError> {
     let base_tree = base.tree().map_err(git_err(format!("tree of {}", base.id())))?;
-    let mut index = apply_patch(git, &row.patch, base.id(), &base_tree)?;
+    let (mut index, _) = apply_patch(git, &row.patch, base.id(), &base_tree)?;
     let tree_id = index.write_tree_to(git).map_err(git_err("writing the buggy tree"))?;
     let tree = git.find_tree(tree_id).map_err(git_err("reading the buggy tree"))?;
     if tree_id == base_tree.id() {
@@ -211,12 +220,21 @@ fn apply_bug(git: &Repository, row: &Row, base: &git2::Commit<'_>) -> Result<(Oi
 }
 
 /// `patch` applied to `tree` (of commit `base`) in memory, as `git apply
-/// --check` would: [`ImportError::DoesNotApply`] when it does not parse or
-/// a hunk does not match.
-fn apply_patch(git: &Repository, patch: &str, base: Oid, tree: &git2::Tree<'_>) -> Result<git2::Index, ImportError> {
-    let does_not_apply = |e: git2::Error| ImportError::DoesNotApply { commit: base.to_string(), message: e.message().to_string() };
-    let diff = Diff::from_buffer(patch.as_bytes()).map_err(does_not_apply)?;
-    git.apply_to_tree(tree, &diff, None).map_err(does_not_apply)
+/// --check` would (a hunk at an offset taken there), and the patch with
+/// its hunk headers where they applied: [`ImportError::DoesNotApply`] when
+/// it does not parse or a hunk matches nowhere.
+fn apply_patch(git: &Repository, patch: &str, base: Oid, tree: &git2::Tree<'_>) -> Result<(git2::Index, String), ImportError> {
+    let refused = |message: String| ImportError::DoesNotApply { commit: base.to_string(), message };
+    let does_not_apply = |e: git2::Error| refused(e.message().to_string());
+    Diff::from_buffer(patch.as_bytes()).map_err(does_not_apply)?;
+    let placed = match place_hunks(patch, &TreeFiles { git, tree }) {
+        Ok(placed) => placed,
+        Err(PlaceError::Old(e)) => return Err(e.into()),
+        Err(e) => return Err(refused(e.to_string())),
+    };
+    let diff = Diff::from_buffer(placed.as_bytes()).map_err(does_not_apply)?;
+    let index = git.apply_to_tree(tree, &diff, None).map_err(does_not_apply)?;
+    Ok((index, placed))
 }
 
 /// How our gold functions compare with the published ones over the rows

@@ -6,6 +6,7 @@ pub mod gold;
 pub mod history;
 pub mod import;
 pub mod patch;
+pub mod place;
 
 use std::path::{Path, PathBuf};
 

@@ -251,3 +251,95 @@ fn swe_smith_ids_that_clean_alike_keep_both_commits_through_gc() {
         assert_eq!(kind.trim(), "commit", "{}: {} was dropped by gc", t.instance_id, t.base_commit);
     }
 }
+
+/// Twenty functions `fNN` of four lines each (`return NN` on line 4 NN + 2).
+fn long_module() -> String {
+    (0..20).map(|k| format!("def f{k:02}():\n    return {k}\n\n\n")).collect()
+}
+
+/// `o/long` holding `long.py` = [`long_module`], and its commit.
+fn long_repo() -> (TempRepo, String) {
+    let repo = TempRepo::new("o/long");
+    repo.file("long.py", long_module());
+    let base = repo.commit("base");
+    (repo, base)
+}
+
+/// The diff of `long.py` from `before` to `after`, made in a scratch
+/// repository: a fix published against another version of the file.
+fn diff_between(before: &str, after: &str) -> String {
+    let scratch = TempRepo::new("o/scratch");
+    scratch.file("long.py", before);
+    scratch.commit("before");
+    scratch.file("long.py", after);
+    git(&scratch.work, &["diff", "-U3"])
+}
+
+/// Fixes of `long_module()` made against a version 14 lines shorter at the
+/// top (the hunk is 14 lines further down in the base) and one 14 lines
+/// longer (14 lines further up): (patch, function, offset).
+fn offset_fixes() -> Vec<(String, &'static str, i64)> {
+    let base = long_module();
+    let shorter: String = base.split_inclusive('\n').skip(14).collect();
+    let longer: String = (0..14).map(|i| format!("# pad {i}\n")).collect::<String>() + &base;
+    vec![
+        (diff_between(&shorter, &shorter.replace("return 10\n", "return 100\n")), "long.py:f10", 14),
+        (diff_between(&longer, &longer.replace("return 3\n", "return 30\n")), "long.py:f03", -14),
+    ]
+}
+
+/// `@@ -a,b +c,d @@` of a one-hunk patch, its starts moved by `shift`.
+fn shift_header(patch: &str, shift: i64) -> String {
+    let header = patch.lines().find(|l| l.starts_with("@@ ")).unwrap();
+    let nums: Vec<i64> = header.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+    let moved = format!("@@ -{},{} +{},{} @@", nums[0] + shift, nums[1], nums[2] + shift, nums[3]);
+    patch.replace(&header[..header.find(" @@").unwrap() + 3], &moved)
+}
+
+#[test]
+fn hunks_fourteen_lines_off_apply_where_git_apply_puts_them() {
+    let (repo, base) = long_repo();
+    let g = open(&repo.work);
+    let patch_file = repo.repos_dir.path().join("fix.patch");
+    for (n, (fix, function, offset)) in offset_fixes().into_iter().enumerate() {
+        // git's own verdict: it applies, at the offset.
+        std::fs::write(&patch_file, &fix).unwrap();
+        let out = Command::new("git").current_dir(&repo.work).args(["apply", "-v", patch_file.to_str().unwrap()]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success() && said.contains(&format!("(offset {offset} lines)")), "{said}");
+        let by_git = std::fs::read_to_string(repo.work.join("long.py")).unwrap();
+        git(&repo.work, &["checkout", "-q", "--", "."]);
+
+        // A SWE-Gym row: imported, the headers moved to where the hunk applies.
+        let r = Row { repo: "o/long".into(), ..row(&format!("o__long-{n}"), &base, &fix, None) };
+        let imported = import_row(&g, &r, ImportFormat::SweGym).unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+        let placed = imported.task.patch.clone().unwrap();
+        assert_eq!(placed, shift_header(&fix, offset), "the body as published, the header where it applies");
+        assert_eq!(imported.task.gold.as_ref().unwrap().functions, set(&[function]), "gold from the lines the fix changes");
+        std::fs::write(&patch_file, &placed).unwrap();
+        let out = Command::new("git").current_dir(&repo.work).args(["apply", "-v", "--check", patch_file.to_str().unwrap()]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success() && !said.contains("offset"), "the stored patch applies where it says: {said}");
+
+        // A SWE-smith row: the buggy commit's file is what `git apply` wrote.
+        let smith = Row { repo: "o/long".into(), ..row(&format!("o__long.smith.{n}"), &base, &fix, None) };
+        let buggy = import_row(&g, &smith, ImportFormat::SweSmith).unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+        assert_eq!(git(&repo.work, &["show", &format!("{}:long.py", buggy.task.base_commit)]), by_git);
+    }
+}
+
+#[test]
+fn a_hunk_whose_context_is_nowhere_is_still_refused() {
+    let (repo, base) = long_repo();
+    let g = open(&repo.work);
+    let (fix, _, _) = offset_fixes().remove(0);
+    let wrong = fix.replace(" def f10():", " def f10(x):");
+    assert_ne!(wrong, fix);
+    for format in [ImportFormat::SweGym, ImportFormat::SweSmith] {
+        let r = Row { repo: "o/long".into(), ..row("o__long-wrong", &base, &wrong, None) };
+        let err = import_row(&g, &r, format).unwrap_err();
+        assert!(matches!(err, ImportError::DoesNotApply { ref commit, .. } if *commit == base), "{format:?}: {err}");
+        let text = err.to_string();
+        assert!(text.contains("long.py") && text.contains("hunk 1") && text.contains(&base), "{format:?}: {text}");
+    }
+}
