@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 /// The vLLM engine of `[rollout.vllm]`, checked: it serves the configured
 /// model, and returns the sampled distribution's log-probs.
 pub fn engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
-    let (mut engine, probe) = connect(cfg, tok)?;
+    // `load_model` may reload the weights in place (which pauses the server).
+    let resume = cfg.rollout.vllm.as_ref().is_some_and(|v| v.load_model) && cfg.model.adapter.is_none();
+    let (mut engine, probe) = connect(cfg, tok, resume)?;
     let info = engine.check()?;
     let (mean, max) = same_model(cfg, &mut engine, &probe)?;
     eprintln!(
@@ -28,7 +30,8 @@ pub fn engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
 /// with the weights being trained (`crate::grpo::engine`): each sync's
 /// folder goes under `run_dir/engine-weights` (the server must read it).
 pub fn training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> Result<crate::grpo::engine_sync::EngineSync> {
-    let (engine, probe) = connect(cfg, tok)?;
+    // Whole-model syncs pause the server: one killed mid-sync left it paused.
+    let (engine, probe) = connect(cfg, tok, cfg.lora.is_none())?;
     let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
     let dir = std::path::absolute(run_dir.join("engine-weights")).with_context(|| format!("{}", run_dir.display()))?;
     eprintln!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display());
@@ -36,8 +39,12 @@ pub fn training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> 
 }
 
 /// The vLLM engine of `[rollout.vllm]`, its model listed and its log-probs
-/// the sampled distribution's, and the probe's tokens.
-fn connect(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<(VllmEngine, Vec<u32>)> {
+/// the sampled distribution's, and the probe's tokens. With `resume`, a
+/// `/resume` first: a process killed between a reload's `/pause` and
+/// `/resume` leaves the server paused, and every request would wait for
+/// the whole `timeout_s` (the server needs VLLM_SERVER_DEV_MODE=1, as the
+/// reload does).
+fn connect(cfg: &RunConfig, tok: &ChatTokenizer, resume: bool) -> Result<(VllmEngine, Vec<u32>)> {
     let v = cfg.rollout.vllm.as_ref().context("[rollout] engine = \"vllm\" needs a [rollout.vllm] section")?;
     let engine = VllmEngine::new(VllmConfig {
         url: v.url.clone(),
@@ -54,6 +61,9 @@ fn connect(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<(VllmEngine, Vec<u32>
             max_backoff: std::time::Duration::from_secs(30),
         },
     })?;
+    if resume {
+        engine.resume().with_context(|| format!("vllm engine at {}: POST /resume (a process killed during a weight reload leaves the server paused)", engine.base()))?;
+    }
     engine.check()?;
     let probe = tok.encode(VLLM_PROBE).context("tokenizing the engine's probe")?;
     engine.check_processed_logprobs(&probe)?;

@@ -152,3 +152,47 @@ fn lora_sync_loads_each_adapter_under_its_step_name() {
     sync.seed_step(5);
     assert_ne!(a, sync.engine.config().seed);
 }
+
+/// A trainer killed between a reload's `/pause` and `/resume` leaves the
+/// server paused, where every request waits for the whole timeout (seen in
+/// scripts/test-vllm.sh: a run SIGKILLed after a checkpoint, during the
+/// next step's sync, and its resume hung). GRPO's engine with whole-model
+/// syncs therefore sends `/resume` before anything else; a LoRA run's (the
+/// server needs no dev endpoints) does not.
+#[test]
+fn the_training_engine_resumes_a_paused_server_before_its_first_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model_dir = tmp.path().join("model");
+    let spec = trainer::tiny::TinySpec {
+        tokenizer: trainer::tiny::TinyTokenizer::Small { ids: 512, corpus: None, format: rollout::chat::SmallChatFormat::Qwen3 },
+        seed: 1,
+        hidden_size: 32,
+        intermediate_size: 64,
+        layers: 1,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 16,
+        tied: true,
+        shards: 1,
+        architecture: lm::config::Architecture::Qwen3,
+        llama3_rope: false,
+    };
+    trainer::tiny::write_tiny(&model_dir, &spec).unwrap();
+    for (lora, resumes) in [("", true), ("[lora]\nr = 4\n", false)] {
+        let stub = StubServer::start(|_| StubReply::json(200, &json!({"status": "ok"})));
+        let text = format!(
+            "name = \"t\"\n[model]\npath = \"{}\"\n[env]\nrepos_dir = \"r\"\n[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"{}\"\nserved_model = \"tiny\"\nmax_retries = 0\n{lora}",
+            model_dir.display(),
+            stub.url
+        );
+        let cfg: trainer::run_config::RunConfig = toml::from_str(&text).unwrap();
+        let tok = cfg.chat_tokenizer(&model_dir).unwrap();
+        // The stand-in answers nothing useful, so the checks after fail;
+        // what matters is what was asked first.
+        let _ = trainer::rollouts::vllm::training_engine(&cfg, &tok, &tmp.path().join("run"));
+        let what: Vec<String> = stub.requests().into_iter().map(|r| r.what).collect();
+        assert!(!what.is_empty(), "no request");
+        assert_eq!(what[0] == "POST /resume", resumes, "lora {lora:?}: {what:?}");
+        assert_eq!(what.iter().filter(|w| *w == "POST /resume").count(), usize::from(resumes), "{what:?}");
+    }
+}
