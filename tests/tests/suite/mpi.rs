@@ -106,6 +106,12 @@ fn two_and_three_ranks_match_one_process_for_every_aggregation_sft_and_zero1() {
 fn grpo_on_two_ranks_shares_groups_survives_kill_9_and_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = demo_world(tmp.path());
+    // Off-policy rollouts run as one process so far: refused before any step.
+    let refused = tmp.path().join("off-policy");
+    let out = mpirun(2, &["train", "--config", s(&cfg), "--out", s(&refused), "--set", "rollout.off_policy=1", "--set", "grpo.rollout_correction=tis"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("off-policy rollouts run as one process so far"), "{err}");
+    assert!(!refused.exists(), "nothing written");
     let straight = tmp.path().join("straight");
     mpirun_ok(2, &["train", "--config", s(&cfg), "--out", s(&straight)]);
 

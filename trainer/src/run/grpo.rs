@@ -18,6 +18,12 @@ use std::path::{Path, PathBuf};
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
+    let world = crate::dist::current().world();
+    anyhow::ensure!(
+        cfg.rollout.off_policy == 0 || world == 1,
+        "[rollout] off_policy = {} with {world} ranks: off-policy rollouts run as one process so far; run without mpirun/srun or set off_policy = 0",
+        cfg.rollout.off_policy
+    );
     let (run, weights, adapter) = Run::open(cfg, run_dir, opts, cfg.train.keep_last, Stage::Grpo)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
@@ -38,12 +44,6 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         trainer.pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
     }
 
-    anyhow::ensure!(
-        cfg.rollout.off_policy == 0 || dist.world() == 1,
-        "[rollout] off_policy = {} with {} ranks: off-policy rollouts run as one process so far; run without mpirun/srun or set off_policy = 0",
-        cfg.rollout.off_policy,
-        dist.world()
-    );
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
     let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     if cfg.rollout.engine == crate::run_config::Engine::Vllm {
