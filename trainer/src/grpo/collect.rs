@@ -9,7 +9,7 @@
 //! step's rollouts when they were made ahead (their policy is gone once the
 //! update has run), so a resumed run trains on the same episodes.
 
-use super::trainer::TrainerConfig;
+use super::config::TrainerConfig;
 use super::{engine_sync, resample};
 use crate::dist::{self, Dist};
 use crate::error::{Error, Result};

@@ -115,3 +115,29 @@ impl Default for GrpoSection {
         }
     }
 }
+
+/// What a GRPO trainer is set up with: its own sections (`[grpo]`,
+/// `[train]`, `[optim]`), its loss, and what it takes of the other
+/// sections. A run config converts into it (`RunConfig::grpo_trainer`), so
+/// the trainer knows no `RunConfig`.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    pub grpo: GrpoSection,
+    pub train: TrainSection,
+    pub optim: crate::optim::OptimSection,
+    /// The loss of every update (`RunConfig::loss_config`).
+    pub loss: crate::grpo::GrpoLossConfig,
+    /// Episodes per task (`[rollout] group`, >= 1: checked at config load).
+    pub group: usize,
+    /// `[rollout]`'s batching and KV-cache bounds.
+    pub limits: crate::model_policy::RolloutLimits,
+    /// `[sampling]`'s sampler.
+    pub sampler: lm::sampling::SamplerConfig,
+    pub episode: rollout::episode::EpisodeConfig,
+    pub reward: rollout::reward::RewardConfig,
+    /// `[lora]`, validated, when the run trains an adapter.
+    pub lora: Option<lm::lora::LoraConfig>,
+    /// `[rollout] off_policy`: 1 makes each next step's rollouts during
+    /// the update ([`super::Trainer::step`]).
+    pub off_policy: u32,
+}

@@ -14,19 +14,14 @@ use crate::error::{Error, Result};
 use crate::grpo::advantages::TRL_ADVANTAGE_EPS;
 use crate::backward::detached_logprobs;
 use crate::grpo::{
-    accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoLossConfig, GrpoMetrics, OldLogprobs,
+    accumulate_share, group_advantages, Advantages, BatchTotals, GrpoBatch, GrpoMetrics, OldLogprobs,
 };
 use crate::optim::{Gradients, Update};
 use lm::model::CausalLm;
 use crate::optim::{AdamW, AdamWConfig};
-use super::config::{GrpoSection, TrainSection};
 use super::collect::{Collector, Draw, Rollouts, Source};
+pub use super::config::TrainerConfig;
 use super::{batch, engine_sync, resample};
-use crate::optim::OptimSection;
-use crate::model_policy::RolloutLimits;
-use lm::sampling::SamplerConfig;
-use rollout::episode::EpisodeConfig;
-use rollout::reward::RewardConfig;
 use lm::weights::TensorMap;
 use candle_core::Var;
 use rand_chacha::ChaCha8Rng;
@@ -132,32 +127,6 @@ pub struct StepMetrics {
 /// Share of `episodes` that stopped for `reason`.
 fn stop_share(episodes: &[rollout::episode::Episode], reason: StopReason) -> f64 {
     episodes.iter().filter(|e| e.stop_reason() == Some(reason)).count() as f64 / episodes.len().max(1) as f64
-}
-
-/// What a GRPO trainer is set up with: its own sections (`[grpo]`,
-/// `[train]`, `[optim]`), its loss, and what it takes of the other
-/// sections. A run config converts into it (`RunConfig::grpo_trainer`), so
-/// the trainer knows no `RunConfig`.
-#[derive(Debug, Clone)]
-pub struct TrainerConfig {
-    pub grpo: GrpoSection,
-    pub train: TrainSection,
-    pub optim: OptimSection,
-    /// The loss of every update (`RunConfig::loss_config`).
-    pub loss: GrpoLossConfig,
-    /// Episodes per task (`[rollout] group`, >= 1: checked at config load).
-    pub group: usize,
-    /// `[rollout]`'s batching and KV-cache bounds.
-    pub limits: RolloutLimits,
-    /// `[sampling]`'s sampler.
-    pub sampler: SamplerConfig,
-    pub episode: EpisodeConfig,
-    pub reward: RewardConfig,
-    /// `[lora]`, validated, when the run trains an adapter.
-    pub lora: Option<lm::lora::LoraConfig>,
-    /// `[rollout] off_policy`: 1 makes each next step's rollouts during
-    /// the update ([`Trainer::step`]).
-    pub off_policy: u32,
 }
 
 /// Everything a run updates: the trainable weights, their optimizer, the
