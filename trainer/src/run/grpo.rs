@@ -25,6 +25,8 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         cfg.rollout.off_policy
     );
     let (run, weights, adapter) = Run::open(cfg, run_dir, opts, cfg.train.keep_last, Stage::Grpo)?;
+    // Read (and checked) before anything else of the resume.
+    let pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
     let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0, cfg.lora.is_some()) {
@@ -41,7 +43,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         trainer.step = state.step;
         trainer.sampling_rng = resumed_rng(&state, cfg.sampling.seed, &*dist)?;
         sampler.cursor = state.data;
-        trainer.pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
+        trainer.pending = pending;
     }
 
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
