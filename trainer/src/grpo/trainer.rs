@@ -307,32 +307,27 @@ impl Trainer {
 
     /// This step's rollouts, made now with the current weights.
     fn collect(&mut self, env: &Env<'_>, draw: &mut Draw<'_>) -> Result<Rollouts> {
-        let mut engine = self.engine.take();
-        let synced = match engine.as_mut() {
-            Some(sync) => self.sync_engine(sync),
-            None => Ok(None),
-        };
-        let merged = match (&engine, &synced) {
-            (None, Ok(_)) => self.rollout_model(),
-            _ => Ok(None),
-        };
-        let (cfg, dist) = (&self.cfg, &self.dist);
-        let result = synced.and_then(|synced| {
-            let merged = merged?;
-            let source = match engine.take() {
-                Some(sync) => Source::Engine(sync),
-                None => Source::Model { model: merged.as_ref().unwrap_or(&self.sampler_view), rng: std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0)) },
-            };
-            let mut collector = Collector { cfg, dist, source, policy_step: self.step, seed_step: self.step, synced };
-            let result = collector.collect(env, draw);
-            match collector.source {
-                Source::Model { rng, .. } => self.sampling_rng = rng,
-                Source::Engine(sync) => engine = Some(sync),
-            }
-            result
-        });
-        self.engine = engine;
+        let (synced, merged) = self.prepare(false)?;
+        let model = merged.as_ref().unwrap_or(&self.sampler_view);
+        let source = lend(self.engine.take(), Some(model), &mut self.sampling_rng);
+        let mut collector = Collector { cfg: &self.cfg, dist: &self.dist, source, policy_step: self.step, seed_step: self.step, synced };
+        let result = collector.collect(env, draw);
+        take_back(collector.source, &mut self.engine, &mut self.sampling_rng);
         result
+    }
+
+    /// What the next rollouts decode with: on a vLLM server, this step's
+    /// weights synced to it (what the sync took and found); else the model
+    /// to decode from, a `frozen` copy the update does not change, or a LoRA
+    /// run's merged model (none: the sampler view).
+    fn prepare(&mut self, frozen: bool) -> Result<(Option<engine_sync::Synced>, Option<CausalLm>)> {
+        let Some(mut sync) = self.engine.take() else {
+            let model = if frozen { Some(self.frozen_rollout_model()?) } else { self.rollout_model()? };
+            return Ok((None, model));
+        };
+        let synced = self.sync_engine(&mut sync);
+        self.engine = Some(sync);
+        Ok((synced?, None))
     }
 
     /// `[rollout] off_policy = 1`: the update on `rollouts` while, on a
@@ -343,26 +338,9 @@ impl Trainer {
     /// the trainer's policy to the one that sampled).
     fn learn_while_collecting(&mut self, env: &Env<'_>, draw: &mut Draw<'_>, rollouts: &Rollouts, lr: f64) -> Result<(Learned, Ahead)> {
         let t0 = Instant::now();
-        let mut engine = self.engine.take();
-        let prepared = match engine.as_mut() {
-            Some(sync) => self.sync_engine(sync).map(|s| (s, None)),
-            None => self.frozen_rollout_model().map(|m| (None, Some(m))),
-        };
-        let (synced, frozen) = match prepared {
-            Ok(p) => p,
-            Err(e) => {
-                self.engine = engine;
-                return Err(e);
-            }
-        };
+        let (synced, frozen) = self.prepare(true)?;
         let (cfg, dist) = (self.cfg.clone(), self.dist.clone());
-        let source = match (engine, &frozen) {
-            (Some(sync), _) => Source::Engine(sync),
-            (None, frozen) => Source::Model {
-                model: frozen.as_ref().expect("a frozen copy without an engine"),
-                rng: std::mem::replace(&mut self.sampling_rng, rand::SeedableRng::seed_from_u64(0)),
-            },
-        };
+        let source = lend(self.engine.take(), frozen.as_ref(), &mut self.sampling_rng);
         let mut collector = Collector { cfg: &cfg, dist: &dist, source, policy_step: self.step, seed_step: self.step + 1, synced };
         let (learned, ahead) = std::thread::scope(|scope| {
             let making = std::thread::Builder::new().name("rollouts-ahead".into()).spawn_scoped(scope, || {
@@ -378,10 +356,7 @@ impl Trainer {
             };
             (learned.map(|l| (l, update_start, update_end)), ahead)
         });
-        match collector.source {
-            Source::Model { rng, .. } => self.sampling_rng = rng,
-            Source::Engine(sync) => self.engine = Some(sync),
-        }
+        take_back(collector.source, &mut self.engine, &mut self.sampling_rng);
         let (learned, update_start, update_end) = learned?;
         let (rollout_start, made, rollout_end) = ahead?;
         Ok((learned, Ahead { rollouts: made?, rollout_start, rollout_end, update_start, update_end }))
@@ -510,6 +485,27 @@ impl Trainer {
         };
         tracing::info!(step = self.step, seconds = synced.seconds, probe_mean = synced.probe_mean, probe_max = synced.probe_max, "weights synced to the rollout engine");
         Ok(Some(synced))
+    }
+}
+
+/// The source a collection decodes with: the engine, taken out of the
+/// trainer, or `model` with the sampling stream, lent (one of the two is
+/// there: [`Trainer::prepare`]).
+fn lend<'m>(engine: Option<engine_sync::EngineSync>, model: Option<&'m CausalLm>, rng: &mut ChaCha8Rng) -> Source<'m> {
+    match (engine, model) {
+        (Some(sync), _) => Source::Engine(sync),
+        (None, model) => Source::Model {
+            model: model.expect("a model to decode from without an engine"),
+            rng: std::mem::replace(rng, rand::SeedableRng::seed_from_u64(0)),
+        },
+    }
+}
+
+/// Puts back what [`lend`] lent.
+fn take_back(source: Source<'_>, engine: &mut Option<engine_sync::EngineSync>, rng: &mut ChaCha8Rng) {
+    match source {
+        Source::Model { rng: lent, .. } => *rng = lent,
+        Source::Engine(sync) => *engine = Some(sync),
     }
 }
 
