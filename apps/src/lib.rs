@@ -1,6 +1,6 @@
 //! `apps`: the applications over the `trainer` library, each a module with
 //! one entry point the binary calls; the only library crate with a command
-//! line (clap's argument structs), a server (tiny_http, rmcp over tokio) or
+//! line (clap's argument structs), a server (HTTP over std::net, rmcp over tokio) or
 //! plots (plotters).
 //!
 //! - [`localize`] and [`mcp`]: the trained localizer on a repository, and as

@@ -121,7 +121,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
-        .with_writer(std::io::stderr)
+        .with_writer(|| trainer::print::QuietStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
@@ -139,7 +139,13 @@ fn main() -> ExitCode {
     }
     drop(launch);
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => match trainer::print::stdout_failed() {
+            None => ExitCode::SUCCESS,
+            Some(e) => {
+                eprintln!("Error: writing the output to stdout: {e}");
+                ExitCode::from(EXIT_FAILURE)
+            }
+        },
         Err(e) => report(&e),
     }
 }

@@ -33,7 +33,7 @@
 
 // First: its printing macros shadow std's in every module below.
 #[macro_use]
-mod print;
+pub mod print;
 
 pub mod backward;
 pub mod checkpoint;

@@ -4,8 +4,9 @@
 //!
 //! - [`ChatServer`] owns the model and tokenizer and answers requests as
 //!   plain data: [`ChatServer::handle`]`(method, path, body) -> (status, JSON)`;
-//!   [`ChatServer::run`] feeds it from a `tiny_http` server, one request at a
-//!   time (the model is the bottleneck).
+//!   [`ChatServer::run`] feeds it the requests [`http`] reads, one at a
+//!   time (the model is the bottleneck), while each connection is read and
+//!   answered on a thread of its own, within bounds no client sets.
 //! - Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `GET /health`.
 //! - A completion: the messages (with tools) are rendered by the chat
 //!   template with the generation prompt, generated until `<|im_end|>`/eos or
@@ -17,23 +18,23 @@
 //! - [`request`]: every field is checked; a bad one is a 400 with OpenAI's
 //!   error body naming it. Nothing a client sends can panic the server.
 //! - A client that hangs up during its completion stops the generation
-//!   before the next token ([`hangup`]), so the next request does not wait.
+//!   before the next token ([`http::Probe`]: a failed write, not a peer
+//!   that only stopped sending), so the next request does not wait.
+//! - A prompt is counted cheaply before it is tokenized whole
+//!   ([`rollout::chat::ChatTokenizer::encode_within`]): one far over the
+//!   context costs what its first context's worth of tokens cost.
 
-pub mod hangup;
+pub mod http;
 pub mod request;
 
 use lm::generate::{generate_until, GenerateConfig};
 use lm::model::CausalLm;
 use rand::{Rng, SeedableRng};
 use request::{parse_request, ApiError, ApiErrorKind};
-use rollout::chat::{ChatRequest, ChatTokenizer};
+use rollout::chat::{ChatRequest, ChatTokenizer, Within};
 use rollout::teacher::openai::{openai_message, split_completion};
 use serde_json::{json, Value};
-use std::io::Read;
-use std::net::SocketAddr;
-
-/// Largest request body read (bigger ones get a 413).
-pub const MAX_BODY_BYTES: usize = 32 << 20;
+use std::net::{SocketAddr, TcpListener};
 
 /// Settings of the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,20 +150,23 @@ impl ChatServer {
             add_generation_prompt: true,
             enable_thinking: req.enable_thinking,
         };
-        let (_, prompt) = self
+        let text = self
             .tokenizer
-            .render_ids(&chat)
+            .render(&chat)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         let context = self.model.config().max_position_embeddings;
-        if prompt.len() >= context {
-            return Err(ApiError::invalid(
-                "messages",
-                format!(
-                    "the prompt is {} tokens; the model's context is {context}",
-                    prompt.len()
-                ),
-            ));
-        }
+        let prompt = match self.tokenizer.encode_within(&text, context.saturating_sub(1)) {
+            Ok(Within::Fits(ids)) => ids,
+            Ok(Within::Over { at_least, exact }) => {
+                let more = if exact { "" } else { "more than " };
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("the prompt is {more}{at_least} tokens; the model's context is {context}"),
+                ));
+            }
+            Err(e) => return Err(ApiError::invalid("messages", e.to_string())),
+        };
+        drop(text);
         let room = context - prompt.len();
         let max_tokens = match req.max_tokens {
             Some(m) if m > room => {
@@ -260,78 +264,48 @@ impl ChatServer {
         }))
     }
 
-    /// Answer requests from `http` forever, one at a time.
-    pub fn run(&mut self, http: &tiny_http::Server) {
-        let local = http.server_addr().to_ip();
-        for mut request in http.incoming_requests() {
-            let method = request.method().to_string().to_ascii_uppercase();
-            let path = request.url().to_string();
-            let mut body = Vec::new();
-            let read = request
-                .as_reader()
-                .take(MAX_BODY_BYTES as u64 + 1)
-                .read_to_end(&mut body);
-            let (status, value) = match read {
-                Err(e) => (
-                    400,
-                    ApiError::bad_body(format!("reading the request body: {e}")).body(),
-                ),
-                Ok(_) if body.len() > MAX_BODY_BYTES => {
-                    let e = ApiError {
-                        status: 413,
-                        kind: ApiErrorKind::InvalidRequest,
-                        param: None,
-                        message: format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-                    };
-                    (413, e.body())
-                }
-                Ok(_) => {
-                    // Found at the first check, so requests that generate nothing never look.
-                    let socket = std::cell::OnceCell::new();
-                    let peer = request.remote_addr().copied();
-                    let cancelled = || {
-                        let socket = socket.get_or_init(|| local.zip(peer).and_then(|(local, peer)| hangup::Hangup::find(local, peer)));
-                        socket.as_ref().is_some_and(hangup::Hangup::hung_up)
-                    };
-                    self.handle_until(&method, &path, &body, &cancelled)
-                }
-            };
+    /// Answer the requests of every connection to `listener`, one at a
+    /// time, forever ([`http::serve`] reads them, each on its connection's
+    /// own thread, within `limits`).
+    pub fn run(&mut self, listener: TcpListener, limits: http::Limits) {
+        let jobs = http::serve(listener, limits);
+        for job in jobs {
+            let (method, path) = (job.request.method.clone(), job.request.path.clone());
+            let large = job.request.body.len() > 1 << 20;
+            let (status, value) = self.handle_until(&method, &path, &job.request.body, &|| job.probe.hung_up());
             if status != 200 {
                 tracing::warn!(%method, %path, status, error = %value["error"]["message"], "request refused");
             }
-            let header =
-                tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
-                    .expect("a static header is valid");
-            let response = tiny_http::Response::from_string(value.to_string())
-                .with_status_code(status)
-                .with_header(header);
-            if let Err(e) = request.respond(response) {
-                tracing::warn!(%method, %path, error = %e, "could not send the response");
+            job.answer(http::Response { status, body: value.to_string() });
+            if large {
+                release_memory();
             }
         }
     }
 }
 
-/// Listen on `host:port` (port 0: any free port); the server and the address
-/// it is bound to.
-pub fn bind(host: &str, port: u16) -> Result<(tiny_http::Server, SocketAddr), ServeError> {
+/// Give the memory a large request took back to the system (glibc keeps
+/// freed heap for reuse, so one 30 MB prompt would hold its peak for good).
+fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Listen on `host:port` (port 0: any free port); the listener and the
+/// address it is bound to.
+pub fn bind(host: &str, port: u16) -> Result<(TcpListener, SocketAddr), ServeError> {
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
     };
-    let server = tiny_http::Server::http(&addr).map_err(|e| ServeError::Bind {
-        addr: addr.clone(),
-        message: e.to_string(),
-    })?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| ServeError::Bind {
-            addr: addr.clone(),
-            message: "not an IP socket".into(),
-        })?;
-    Ok((server, bound))
+    let bind_error = |message: String| ServeError::Bind { addr: addr.clone(), message };
+    let listener = TcpListener::bind(&addr).map_err(|e| bind_error(e.to_string()))?;
+    let bound = listener.local_addr().map_err(|e| bind_error(e.to_string()))?;
+    Ok((listener, bound))
 }
 
 #[cfg(test)]

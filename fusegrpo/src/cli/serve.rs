@@ -68,12 +68,12 @@ pub fn run(args: Args) -> Result<()> {
             seed: args.seed,
         },
     )?;
-    let (http, addr) = bind(&args.host, args.port)?;
+    let (listener, addr) = bind(&args.host, args.port)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on http://{addr}")?;
     out.flush()?;
     drop(out);
     tracing::info!(%addr, "serving POST /v1/chat/completions, GET /v1/models");
-    server.run(&http);
+    server.run(listener, apps::serve::http::Limits::default());
     Ok(())
 }

@@ -38,4 +38,4 @@ pub use small::{
     SMALL_VOCAB_MIN,
 };
 pub use request::ChatRequest;
-pub use tokenizer::{ChatTokenizer, SpecialTokens, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};
+pub use tokenizer::{ChatTokenizer, SpecialTokens, Within, COUNT_CHUNK, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};

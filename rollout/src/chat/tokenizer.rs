@@ -218,6 +218,33 @@ impl ChatTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// `text`'s ids if it is at most `limit` tokens; else how many it has
+    /// at least ([`Within::Over`]), found cheaply: a text longer than
+    /// [`COUNT_CHUNK`] bytes is counted a chunk at a time, cut before
+    /// whitespace, and the count stops once it is past `limit` by more
+    /// than the seams can account for. So a prompt far over a context
+    /// costs what its first context's worth of tokens costs, in time and
+    /// in memory (tokenizing whole takes some hundreds of bytes per byte).
+    pub fn encode_within(&self, text: &str, limit: usize) -> Result<Within> {
+        if text.len() > COUNT_CHUNK {
+            let (mut counted, mut seams, mut rest) = (0usize, 0usize, text);
+            while !rest.is_empty() {
+                let cut = chunk_end(rest, COUNT_CHUNK);
+                counted += self.encode(&rest[..cut])?.len();
+                rest = &rest[cut..];
+                if !rest.is_empty() {
+                    seams += 1;
+                }
+                let sure = counted.saturating_sub(SEAM_MARGIN * seams);
+                if sure > limit {
+                    return Ok(Within::Over { at_least: sure, exact: false });
+                }
+            }
+        }
+        let ids = self.encode(text)?;
+        Ok(if ids.len() > limit { Within::Over { at_least: ids.len(), exact: true } } else { Within::Fits(ids) })
+    }
+
     /// Decodes ids to text, keeping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.tokenizer
@@ -263,6 +290,45 @@ impl ChatTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.tokenizer
     }
+}
+
+/// Texts longer than this are counted a chunk of this many bytes at a time
+/// by [`ChatTokenizer::encode_within`].
+pub const COUNT_CHUNK: usize = 64 << 10;
+
+/// Tokens a seam between two chunks may add to the chunks' count over the
+/// whole text's (the pieces next to a cut tokenize apart).
+const SEAM_MARGIN: usize = 8;
+
+/// What [`ChatTokenizer::encode_within`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Within {
+    /// The text's ids: at most the limit.
+    Fits(Vec<u32>),
+    /// Over the limit: `at_least` tokens (the whole count when `exact`).
+    Over { at_least: usize, exact: bool },
+}
+
+/// Where the first chunk of at most `max` bytes of `text` ends: before a
+/// whitespace character near the end when there is one (so that the words
+/// on both sides tokenize as in the whole), else at a character boundary.
+fn chunk_end(text: &str, max: usize) -> usize {
+    if text.len() <= max {
+        return text.len();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut window = end.saturating_sub(1024);
+    while !text.is_char_boundary(window) {
+        window += 1;
+    }
+    text[window..end]
+        .char_indices()
+        .rev()
+        .find(|&(i, c)| c.is_whitespace() && window + i > 0)
+        .map_or(end, |(i, _)| window + i)
 }
 
 /// The template variables transformers passes: `messages`, `tools`,
@@ -410,4 +476,40 @@ fn check_added_tokens(tokenizer: &Tokenizer, config: &Json, path: &Path) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A text under the limit gets its ids as `encode` gives them; one far
+    /// over it is refused after a bounded part of it was counted; the
+    /// chunks are cut before whitespace and at character boundaries.
+    #[test]
+    fn encode_within_counts_cheaply_and_exactly_when_it_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::chat::write_small_tokenizer(dir.path(), 2048).unwrap();
+        let tok = ChatTokenizer::from_dir(dir.path()).unwrap();
+        let text = "def request(self, method):\n    return self.session.send(method)\n".repeat(2000);
+        assert!(text.len() > COUNT_CHUNK);
+        let ids = tok.encode(&text).unwrap();
+        assert_eq!(tok.encode_within(&text, ids.len()).unwrap(), Within::Fits(ids.clone()));
+        match tok.encode_within(&text, ids.len() - 1).unwrap() {
+            Within::Over { at_least, .. } => assert!(at_least >= ids.len() - 1 && at_least <= ids.len() + 64, "{at_least} of {}", ids.len()),
+            w => panic!("{w:?}"),
+        }
+        // 8 MB, far over: counted until the limit is passed, not whole.
+        let huge = "x ".repeat(4 << 20);
+        let t = std::time::Instant::now();
+        match tok.encode_within(&huge, 1000).unwrap() {
+            Within::Over { at_least, exact } => assert!(at_least > 1000 && !exact),
+            w => panic!("{w:?}"),
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        let s = "é".repeat(COUNT_CHUNK);
+        let cut = chunk_end(&s, COUNT_CHUNK - 1);
+        assert!(s.is_char_boundary(cut) && cut > 0);
+        let spaced = format!("{} {}", "a".repeat(COUNT_CHUNK - 10), "b".repeat(100));
+        assert_eq!(chunk_end(&spaced, COUNT_CHUNK), COUNT_CHUNK - 10, "cut before the space");
+    }
 }

@@ -500,3 +500,149 @@ fn serve_stops_generating_for_a_client_that_hung_up() {
     server.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(err.contains("status=499") && err.contains("the client closed the connection; generation stopped after"), "{err}");
 }
+
+/// One raw HTTP exchange on a fresh connection: `request` is written
+/// (then the sending side shut down when `half_close`), and the response
+/// read up to the end of its body (its Content-Length, or the close).
+fn exchange(addr: &str, request: &[u8], half_close: bool) -> (u16, String, String) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(request).unwrap();
+    if half_close {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    read_response(&mut s)
+}
+
+/// (status, head, body) of the next response on `s`.
+fn read_response(s: &mut std::net::TcpStream) -> (u16, String, String) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            if head.starts_with("HTTP/1.1 100") {
+                got.drain(..end + 4);
+                continue;
+            }
+            let length = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()));
+            let body_start = end + 4;
+            if length.is_some_and(|n| got.len() >= body_start + n) {
+                let body = String::from_utf8_lossy(&got[body_start..body_start + length.unwrap()]).to_string();
+                let status = head[9..12].parse().unwrap();
+                return (status, head, body);
+            }
+            if length.is_none() {
+                // Close-delimited: read to the end.
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let status = head[9..12].parse().unwrap();
+                return (status, head, String::from_utf8_lossy(&got[body_start..]).to_string());
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => panic!("the connection ended before a whole response: {:?}", String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("reading the response: {e} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+fn post_request(version: &str, extra: &str, body: &str) -> Vec<u8> {
+    format!("POST /v1/chat/completions {version}\r\nHost: x\r\n{extra}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+/// The kernel's peak resident memory of process `pid` (VmHWM), in MB.
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches("kB").trim().parse().unwrap();
+    kb / 1024.0
+}
+
+/// The defects a probe of `serve` found (issue 66, D1-D4), over real
+/// sockets: a huge declared Content-Length is a 413 and the server stays;
+/// `Connection: close`, HTTP/1.0 and a client that half-closes its sending
+/// side get their completion (not a 499); a 30 MB body is refused cheaply;
+/// a client stalled mid-body, or after `Expect: 100-continue`, holds
+/// nobody else up.
+#[test]
+fn serve_survives_what_one_client_can_send() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    tiny_model(&model);
+    let server = serve(&model);
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let pid = server.child.id();
+    let short = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0}).to_string();
+
+    // D1: a declared length far over the cap, and a short body.
+    let (status, _, body) = exchange(&addr, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n{}", true);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("100000000000 bytes"), "{body}");
+    let (status, _, body) = exchange(&addr, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000000000\r\n\r\n{}", false);
+    assert_eq!(status, 413, "{body}");
+
+    // D2: closing clients get their completion.
+    for (what, request, half) in [
+        ("Connection: close", post_request("HTTP/1.1", "Connection: close\r\n", &short), false),
+        ("HTTP/1.0", post_request("HTTP/1.0", "", &short), false),
+        ("a half-close", post_request("HTTP/1.1", "", &short), true),
+        ("HTTP/1.0 and a half-close", post_request("HTTP/1.0", "", &short), true),
+    ] {
+        let (status, _, body) = exchange(&addr, &request, half);
+        assert_eq!(status, 200, "{what}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 8, "{what}: {body}");
+    }
+    // A long completion for a client that half-closed: it is still there
+    // (the probe writes succeed), so it gets the whole completion.
+    let long = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6000, "temperature": 0}).to_string();
+    let (status, head, body) = exchange(&addr, &post_request("HTTP/1.1", "", &long), true);
+    assert_eq!(status, 200, "{head}\n{body}");
+    let v: Value = serde_json::from_str(&body).expect("JSON after the probe's spaces");
+    assert_eq!(v["usage"]["completion_tokens"], 6000, "{body}");
+
+    // D3: a 30 MB prompt that can never fit is refused cheaply.
+    let before = peak_rss_mb(pid);
+    let big = json!({"messages": [{"role": "user", "content": "x ".repeat(15 << 20)}], "max_tokens": 1}).to_string();
+    let t = std::time::Instant::now();
+    let (status, _, body) = exchange(&addr, &post_request("HTTP/1.1", "Connection: close\r\n", &big), false);
+    let secs = t.elapsed().as_secs_f64();
+    let after = peak_rss_mb(pid);
+    println!("30 MB body: {status} in {secs:.2} s; peak RSS {before:.0} MB before, {after:.0} MB after");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("the prompt is more than"), "{body}");
+    assert!(after < 1024.0, "a 30 MB body took the server's peak RSS to {after:.0} MB (was 12.5 GB before the fix)");
+    assert!(secs < 20.0, "refusing a 30 MB body took {secs:.1} s");
+
+    // D4: stalled clients (a body that stops; 100-continue and no body;
+    // a chunked body that stops) while another is answered.
+    use std::io::Write;
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    stalled.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{").unwrap();
+    let after_continue = json!({"messages": [{"role": "user", "content": "h"}], "max_tokens": 1}).to_string();
+    let mut expecting = std::net::TcpStream::connect(&addr).unwrap();
+    write!(expecting, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", after_continue.len()).unwrap();
+    let mut chunked = std::net::TcpStream::connect(&addr).unwrap();
+    chunked.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n100\r\n{\"mess").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let (status, _, body) = exchange(&addr, &post_request("HTTP/1.1", "Connection: close\r\n", &short), false);
+    let waited = t.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(waited < Duration::from_secs(2), "a request beside three stalled clients waited {waited:?}");
+    // The 100-continue client was told to go on, and its request is answered once it sends.
+    expecting.write_all(after_continue.as_bytes()).unwrap();
+    expecting.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (status, _, body) = read_response(&mut expecting);
+    assert_eq!(status, 200, "{body}");
+    // Still serving.
+    let (status, _, _) = exchange(&addr, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", false);
+    assert_eq!(status, 200);
+    drop((stalled, chunked));
+}
