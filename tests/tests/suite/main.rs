@@ -17,6 +17,7 @@ mod cli_repos;
 mod cli_rollout;
 mod cli_scaling;
 mod cli_set;
+mod cli_streams;
 mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_tensorboard;

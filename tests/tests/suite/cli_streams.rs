@@ -1,0 +1,126 @@
+//! Issue 66 (D5, D12): a job's result never depends on its stderr, full
+//! (`2>/dev/full`) or closed (`2>&1 | head -1` after head left), even when
+//! it logs a warning; and a command whose one product, its stdout, cannot
+//! be written does not exit 0.
+
+use e2e::{fusegrpo_bin, read_jsonl, s, shop_world};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// How a stream is broken: `/dev/full` (every write fails with ENOSPC) or a
+/// pipe whose reader has gone (EPIPE).
+#[derive(Clone, Copy, Debug)]
+enum Broken {
+    Full,
+    Closed,
+}
+
+fn dev_full() -> Stdio {
+    Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full"))
+}
+
+/// Runs `fusegrpo args` in `dir` with stderr broken as `how` and stdout
+/// kept; returns (exit code, stdout).
+fn with_broken_stderr(dir: &Path, how: Broken, args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(fusegrpo_bin());
+    cmd.args(args).current_dir(dir).env("FUSEGRPO_LOG", "info").stdin(Stdio::null()).stdout(Stdio::piped());
+    match how {
+        Broken::Full => cmd.stderr(dev_full()),
+        Broken::Closed => cmd.stderr(Stdio::piped()),
+    };
+    let mut child = cmd.spawn().expect("spawn fusegrpo");
+    drop(child.stderr.take());
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    (child.wait().unwrap().code(), out)
+}
+
+/// A `train` that warns (off-policy with the built-in engine on the CPU)
+/// and a `localize` that warns (a file name that is not UTF-8) finish
+/// their work and exit 0 with stderr full or closed.
+#[test]
+fn a_warning_to_a_broken_stderr_stops_no_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    shop_world(dir);
+    for (i, how) in [Broken::Full, Broken::Closed].into_iter().enumerate() {
+        let out = format!("run{i}");
+        let args = ["train", "--config", "run.toml", "--out", &out, "--max-steps", "1", "--set", "rollout.off_policy=1", "--set", "grpo.rollout_correction=tis"];
+        let (code, _) = with_broken_stderr(dir, how, &args);
+        assert_eq!(code, Some(0), "train with stderr {how:?}");
+        assert!(dir.join(&out).join("step_00000001/model.safetensors").is_file(), "train with stderr {how:?} saved its step");
+        assert_eq!(read_jsonl(&dir.join(&out).join("metrics.jsonl")).len(), 1);
+    }
+    let folder = dir.join("plain");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("cart.py"), "class Cart:\n    def add_item(self, item):\n        raise ValueError('negative price')\n").unwrap();
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::write(folder.join(std::ffi::OsStr::from_bytes(b"bad\xffname.py")), "x = 1\n").unwrap();
+    }
+    std::fs::write(dir.join("issue.txt"), "add_item raises 'negative price' for discounts").unwrap();
+    for how in [Broken::Full, Broken::Closed] {
+        let (code, out) = with_broken_stderr(dir, how, &["localize", "--config", "run.toml", "--policy", "scripted", "--repo", "plain", "--issue", "issue.txt"]);
+        assert_eq!(code, Some(0), "localize with stderr {how:?}");
+        assert!(out.contains("cart.py"), "localize with stderr {how:?}: {out}");
+    }
+}
+
+/// `mcp` with a full stderr: a refused frame's warning does not stop the
+/// frame reader; every request after it is answered.
+#[test]
+fn mcp_answers_after_a_warning_to_a_full_stderr() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let mut child = Command::new(fusegrpo_bin())
+        .args(["mcp", "--config", s(&cfg), "--policy", "scripted", "--repo", s(&dir.join("repos/acme__shop"))])
+        .env("FUSEGRPO_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(dev_full())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let frames = [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "this is not JSON",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"grep","arguments":{"pattern":"def"}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"glob","arguments":{"pattern":"**/*.py"}}}"#,
+    ];
+    for f in frames {
+        writeln!(stdin, "{f}").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    drop(stdin);
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let _ = child.wait();
+    let replies: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let has = |id: serde_json::Value| replies.iter().any(|r| r["id"] == id && r.get("result").is_some());
+    assert!(has(2.into()) && has(3.into()), "{out}");
+    assert!(replies.iter().any(|r| r["error"]["code"] == -32700), "the garbage frame's error: {out}");
+}
+
+/// `localize --json > /dev/full`: the result is lost, so the exit is 1 and
+/// stderr says why; a reader that left (`| head -1`) is not an error.
+#[test]
+fn a_lost_stdout_is_a_failure_and_a_reader_that_left_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    shop_world(dir);
+    std::fs::write(dir.join("issue.txt"), "compute_tax uses a flat rate").unwrap();
+    let args = ["localize", "--config", "run.toml", "--policy", "scripted", "--repo", "repos/acme__shop", "--issue", "issue.txt", "--json"];
+    let out = Command::new(fusegrpo_bin()).args(args).current_dir(dir).env("FUSEGRPO_LOG", "warn").stdout(dev_full()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Error: writing the output to stdout: No space left on device"), "{err}");
+    let mut child = Command::new(fusegrpo_bin()).args(args).current_dir(dir).env("FUSEGRPO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{err}");
+}
