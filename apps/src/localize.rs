@@ -205,12 +205,27 @@ pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Optio
         );
     }
     let budget = given.or(cfg.localize.max_issue_tokens).unwrap_or(total.saturating_sub(fixed) / 2).clamp(1, most);
-    let issue = task.problem_statement.as_str();
+    let whole = task.problem_statement.as_str();
+    // A long issue is counted a chunk at a time, and cut from a view of its
+    // beginning and its end (each with more tokens than the cut keeps), so
+    // a 10 MB issue costs what its kept tokens cost, not its size.
+    let (view, n_whole) = if whole.len() > LONG_ISSUE_BYTES {
+        let n = tok.count_tokens(whole)?;
+        if n <= budget {
+            (whole.to_string(), None)
+        } else {
+            (head_and_tail(tok, whole, budget + 64)?, Some(n))
+        }
+    } else {
+        (whole.to_string(), None)
+    };
+    let issue = view.as_str();
     let encoding = tok.inner().encode(issue, false).map_err(|e| anyhow::anyhow!("tokenizing the issue: {e}"))?;
     let n = encoding.len();
-    if n <= budget {
+    if n <= budget && n_whole.is_none() {
         return Ok((issue.to_string(), None));
     }
+    let n_whole = n_whole.unwrap_or(n);
     let offsets = encoding.get_offsets();
     let floor = |mut i: usize| {
         while !issue.is_char_boundary(i) {
@@ -232,15 +247,47 @@ pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Optio
         let tail = keep - head;
         let head_end = if head == 0 { 0 } else { floor(offsets[head - 1].1.min(issue.len())) };
         let tail_start = if tail == 0 { issue.len() } else { ceil(offsets[n - tail].0.min(issue.len())).max(head_end) };
-        let dropped = n - head - tail;
+        let dropped = n_whole.saturating_sub(head + tail);
         let text = format!("{}\n\n[... {dropped} tokens of the issue cut here to fit {budget} ...]\n\n{}", &issue[..head_end], &issue[tail_start..]);
         let len = tok.encode(&text)?.len();
         if len <= budget {
-            return Ok((text, Some(IssueCut { tokens: n, dropped_tokens: dropped, max_issue_tokens: budget })));
+            return Ok((text, Some(IssueCut { tokens: n_whole, dropped_tokens: dropped, max_issue_tokens: budget })));
         }
         keep = keep.saturating_sub(len - budget + 4);
     }
-    bail!("the issue ({n} tokens) could not be cut to {budget} tokens: raise --max-issue-tokens")
+    bail!("the issue ({n_whole} tokens) could not be cut to {budget} tokens: raise --max-issue-tokens")
+}
+
+/// Issues longer than this (bytes) are cut from a view of their two ends ([`head_and_tail`]).
+const LONG_ISSUE_BYTES: usize = 256 << 10;
+
+/// The beginning and the end of `text`, each at least `tokens` tokens long
+/// (or half of the text), joined: what [`fit_issue`] cuts a long issue from.
+fn head_and_tail(tok: &ChatTokenizer, text: &str, tokens: usize) -> Result<String> {
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let ceil = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i += 1;
+        }
+        i
+    };
+    let half = text.len() / 2;
+    let mut bytes = (tokens * 8).max(4096);
+    loop {
+        let take = bytes.min(half);
+        let head = &text[..floor(take)];
+        let tail = &text[ceil(text.len() - take)..];
+        let enough = tok.count_tokens(head)? >= tokens && tok.count_tokens(tail)? >= tokens;
+        if enough || take == half {
+            return Ok(format!("{head}{tail}"));
+        }
+        bytes *= 2;
+    }
 }
 
 /// Localizes `r` with `policy` in `env`; `progress(done, total)` after each attempt.

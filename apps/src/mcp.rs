@@ -38,6 +38,10 @@ use trainer::rollouts::{with_policy, TeacherOpts};
 /// `select`); a longer one is refused by its length, not echoed.
 pub const MAX_ARGUMENT_BYTES: usize = 4096;
 
+/// Longest `issue` the `localize` tool takes (a longer one is refused by
+/// its length; one under it longer than the token budget is cut).
+pub const MAX_ISSUE_BYTES: usize = 1 << 20;
+
 /// A localization for the worker, and where its progress and result go.
 /// `cancel` is set once the call's handler is done with it (answered, or
 /// cancelled by the client): the worker then never starts the job, or
@@ -135,8 +139,73 @@ pub struct Server {
     jobs: Arc<Mutex<mpsc::Sender<Job>>>,
     default_repo: Option<PathBuf>,
     tools: Arc<ToolRunner>,
+    /// The snapshots the sandboxed tools read, shared between calls.
+    snapshots: Arc<Snapshots>,
     /// The server's --policy: what a call without `policy` gets.
     search: Search,
+}
+
+/// The snapshots the sandboxed tools read: calls on the same repository
+/// and revision that overlap share one load (eight greps at once read the
+/// tree once), and at most [`MAX_LOADS`] different trees load at a time, so
+/// the memory of any burst of calls stays near that of two snapshots. A
+/// call that comes after a load has finished loads afresh: the working
+/// tree may have changed since.
+pub struct Snapshots {
+    loading: Mutex<std::collections::HashMap<(PathBuf, Option<String>), Arc<Load>>>,
+    slots: std::sync::Condvar,
+    busy: Mutex<usize>,
+}
+
+/// One load of a snapshot, awaited by every call that asked for it meanwhile.
+type Load = std::sync::OnceLock<std::result::Result<Arc<rollout::repo::Snapshot>, String>>;
+
+/// Different snapshots loading at once, at most.
+pub const MAX_LOADS: usize = 2;
+
+impl Default for Snapshots {
+    fn default() -> Self {
+        Snapshots { loading: Mutex::default(), slots: std::sync::Condvar::new(), busy: Mutex::new(0) }
+    }
+}
+
+impl Snapshots {
+    /// The snapshot `request` asks for (its repository and revision).
+    pub fn get(&self, request: &Request) -> std::result::Result<Arc<rollout::repo::Snapshot>, String> {
+        let repo = std::fs::canonicalize(&request.repo).unwrap_or_else(|_| request.repo.clone());
+        let key = (repo, request.rev.clone());
+        let load = self.loading.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_default().clone();
+        let result = load
+            .get_or_init(|| {
+                let _slot = self.slot();
+                crate::localize::snapshot(request).map(|(_, s)| s).map_err(|e| format!("{e:#}"))
+            })
+            .clone();
+        let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if loading.get(&key).is_some_and(|l| Arc::ptr_eq(l, &load)) {
+            loading.remove(&key);
+        }
+        result
+    }
+
+    /// Waits for one of the [`MAX_LOADS`] slots; freed when dropped.
+    fn slot(&self) -> impl Drop + '_ {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while *busy >= MAX_LOADS {
+            busy = self.slots.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        *busy += 1;
+        Slot(self)
+    }
+}
+
+struct Slot<'a>(&'a Snapshots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        self.0.slots.notify_one();
+    }
 }
 
 /// Sets its flag when dropped.
@@ -180,10 +249,11 @@ impl Server {
             Err(e) => return e,
         };
         let tools = self.tools.clone();
+        let snapshots = self.snapshots.clone();
         let name = name.to_string();
         let run = tokio::task::spawn_blocking(move || -> std::result::Result<CallToolResult, String> {
             let request = Request { rev, search: Search::Scripted, ..Request::new("-".into(), repo) };
-            let (_, snapshot) = crate::localize::snapshot(&request).map_err(|e| format!("{e:#}"))?;
+            let snapshot = snapshots.get(&request)?;
             let serde_json::Value::Object(arguments) = arguments else { return Err("arguments must be an object".into()) };
             let result = tools.run(&snapshot, &ToolCall { name, arguments });
             Ok(if result.error { tool_error(result.output) } else { CallToolResult::success(vec![ContentBlock::text(result.output)]) })
@@ -207,6 +277,12 @@ impl Server {
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
         if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref()), ("policy", p.policy.as_deref())]) {
             return Ok(e);
+        }
+        if p.issue.len() > MAX_ISSUE_BYTES {
+            return Ok(tool_error(format!(
+                "`issue` is {} bytes long; an issue is capped at {MAX_ISSUE_BYTES} bytes (GitHub caps an issue's body at 65,536 characters): give its text, not attachments",
+                p.issue.len()
+            )));
         }
         let repo = match self.repo(p.repo) {
             Ok(r) => r,
@@ -423,7 +499,7 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
         Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
         Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
     }
-    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools, search };
+    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools, snapshots: Arc::default(), search };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let served = runtime.block_on(async move {
         let (transport, writer) = frames::transport(tokio::io::stdin(), tokio::io::stdout());

@@ -190,6 +190,7 @@ impl Localization {
 
     /// The plain-text report: ranked files, functions, evidence, cost.
     pub fn render(&self) -> String {
+        use crate::repo::path::quote;
         let mut out = String::new();
         if let Some(cut) = &self.issue_cut {
             out += &format!(
@@ -210,7 +211,7 @@ impl Localization {
             *out += &format!("{title}:\n");
             for (i, r) in items.iter().enumerate() {
                 let votes = if attempts > 1 { format!("  ({} of {attempts} attempts)", r.votes) } else { String::new() };
-                *out += &format!("{:>3}. {}{votes}\n", i + 1, r.entity);
+                *out += &format!("{:>3}. {}{votes}\n", i + 1, quote(&r.entity));
                 if let Some(ev) = &r.evidence {
                     *out += &format!("       <- turn {} {} {}: {}\n", ev.turn, ev.tool, ev.arguments, ev.line);
                 }
@@ -221,7 +222,7 @@ impl Localization {
         if !self.not_in_repository.is_empty() {
             out += "named by the model, not in the repository (left out of the ranking):\n";
             for n in &self.not_in_repository {
-                out += &format!("  {} ({})\n", n.entity, n.why);
+                out += &format!("  {} ({})\n", quote(&n.entity), n.why);
             }
         }
         if self.answered == 0 {
@@ -231,7 +232,7 @@ impl Localization {
             } else {
                 out += "; the files the tools surfaced:\n";
                 for r in &self.found_by_tools {
-                    out += &format!("  {} ({} calls)\n", r.entity, r.votes);
+                    out += &format!("  {} ({} calls)\n", quote(&r.entity), r.votes);
                 }
             }
         }

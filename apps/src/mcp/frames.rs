@@ -19,14 +19,22 @@
 //!   "method not found").
 //! - A notification that cannot be read is dropped (JSON-RPC never answers
 //!   notifications); a blank line is skipped.
+//! - Before `initialize`, a notification or a response from the client is
+//!   dropped (rmcp's handshake would end the server on it); a request then
+//!   is answered by rmcp with an error, and the server waits on.
+//! - A request whose id is still in flight (sent, not yet answered, not
+//!   cancelled) gets `-32600`: MCP forbids reusing an id, and the two
+//!   replies could not be told apart ([`InFlight`]).
 //!
 //! Each refused frame also gets a warning on stderr. All of stdout goes
 //! through one writer task, a line at a time, so rmcp's replies and ours
 //! never interleave.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleServer;
@@ -345,9 +353,13 @@ async fn read_frames(
     input: impl tokio::io::AsyncRead + Unpin,
     forward: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     out: mpsc::WeakUnboundedSender<Vec<u8>>,
+    in_flight: InFlight,
 ) {
     let mut input = tokio::io::BufReader::new(input);
     let mut number = 0u64;
+    // rmcp's handshake ends the service on anything but a request before
+    // `initialize`: notifications and responses wait out the handshake here.
+    let mut initialized = false;
     loop {
         let line = match read_line(&mut input).await {
             Ok(Some(line)) => line,
@@ -358,7 +370,11 @@ async fn read_frames(
             }
         };
         number += 1;
-        match verdict(line) {
+        let verdict = match verdict(line) {
+            Verdict::Forward(message) => admit(*message, &mut initialized, &in_flight),
+            other => other,
+        };
+        match verdict {
             Verdict::Skip => {}
             Verdict::Forward(message) => {
                 if forward.send(*message).await.is_err() {
@@ -375,6 +391,45 @@ async fn read_frames(
             }
         }
     }
+}
+
+/// The ids of the client's requests that rmcp has and has not answered
+/// yet (JSON text of each id): a second request with one of them is
+/// refused, since its reply could not be told from the first's.
+pub type InFlight = Arc<Mutex<HashSet<String>>>;
+
+fn id_key(id: &impl serde::Serialize) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+/// A well-formed message, judged against the session's state: before
+/// `initialize`, a notification or a response from the client is dropped
+/// (rmcp's handshake would end the server on it); a request whose id is
+/// in flight is refused (-32600); `notifications/cancelled` frees its id.
+fn admit(message: ClientJsonRpcMessage, initialized: &mut bool, in_flight: &InFlight) -> Verdict {
+    let mut ids = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+    match &message {
+        JsonRpcMessage::Request(r) => {
+            if matches!(r.request, ClientRequest::InitializeRequest(_)) {
+                *initialized = true;
+            }
+            let key = id_key(&r.id);
+            if !ids.insert(key.clone()) {
+                let reason = format!("Invalid Request: id {key} is already used by a request in flight; give each request its own id");
+                return Verdict::Refuse { replies: vec![error_reply(serde_json::from_str(&key).unwrap_or(Value::Null), INVALID_REQUEST, &reason)], reason };
+            }
+        }
+        JsonRpcMessage::Notification(_) | JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) if !*initialized => {
+            return Verdict::Refuse { replies: Vec::new(), reason: "dropped: a notification or response before `initialize`".into() };
+        }
+        JsonRpcMessage::Notification(n) => {
+            if let ClientNotification::CancelledNotification(c) = &n.notification {
+                ids.remove(&id_key(&c.params.request_id));
+            }
+        }
+        _ => {}
+    }
+    Verdict::Forward(Box::new(message))
 }
 
 /// A message as one line of stdout.
@@ -407,6 +462,7 @@ async fn write_lines(mut output: impl AsyncWrite + Unpin, mut lines: mpsc::Unbou
 pub struct Frames {
     incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
     outgoing: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    in_flight: InFlight,
 }
 
 /// Why a message could not be queued for stdout.
@@ -418,6 +474,14 @@ impl Transport<RoleServer> for Frames {
     type Error = Closed;
 
     fn send(&mut self, item: TxJsonRpcMessage<RoleServer>) -> impl std::future::Future<Output = Result<(), Closed>> + Send + 'static {
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => Some(id_key(&r.id)),
+            JsonRpcMessage::Error(e) => Some(id_key(&e.id)),
+            _ => None,
+        };
+        if let Some(key) = answered {
+            self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        }
         let sent = self.outgoing.as_ref().ok_or(Closed).and_then(|out| out.send(line_of(&item)).map_err(|_| Closed));
         std::future::ready(sent)
     }
@@ -441,9 +505,10 @@ pub fn transport(
 ) -> (Frames, tokio::task::JoinHandle<()>) {
     let (forward, incoming) = mpsc::channel(64);
     let (outgoing, lines) = mpsc::unbounded_channel();
-    tokio::spawn(read_frames(input, forward, outgoing.downgrade()));
+    let in_flight = InFlight::default();
+    tokio::spawn(read_frames(input, forward, outgoing.downgrade(), in_flight.clone()));
     let writer = tokio::spawn(write_lines(output, lines));
-    (Frames { incoming, outgoing: Some(outgoing) }, writer)
+    (Frames { incoming, outgoing: Some(outgoing), in_flight }, writer)
 }
 
 #[cfg(test)]

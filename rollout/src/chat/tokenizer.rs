@@ -245,6 +245,20 @@ impl ChatTokenizer {
         Ok(if ids.len() > limit { Within::Over { at_least: ids.len(), exact: true } } else { Within::Fits(ids) })
     }
 
+    /// How many tokens `text` has: exact up to [`COUNT_CHUNK`] bytes; a
+    /// longer text is counted a chunk at a time (within a few tokens per
+    /// chunk of the whole's count), so that counting a huge text takes
+    /// memory for one chunk.
+    pub fn count_tokens(&self, text: &str) -> Result<usize> {
+        let (mut counted, mut rest) = (0usize, text);
+        while !rest.is_empty() {
+            let cut = chunk_end(rest, COUNT_CHUNK);
+            counted += self.encode(&rest[..cut])?.len();
+            rest = &rest[cut..];
+        }
+        Ok(counted)
+    }
+
     /// Decodes ids to text, keeping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.tokenizer

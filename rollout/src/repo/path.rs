@@ -90,3 +90,51 @@ mod tests {
         assert!(!is_under("ab/c", "a"));
     }
 }
+
+/// `path` as the tools print it: as it is, unless it holds a control
+/// character (a newline could pose as another line of the output), a `"`
+/// or a `\`; then quoted as git quotes such paths (`"x\nreal.py"`: C-style
+/// escapes, other control bytes in octal).
+pub fn quote(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return path.into();
+    }
+    let mut out = String::with_capacity(path.len() + 8);
+    out.push('"');
+    for c in path.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\x07' => out.push_str("\\a"),
+            '\x08' => out.push_str("\\b"),
+            '\x0c' => out.push_str("\\f"),
+            '\x0b' => out.push_str("\\v"),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\{b:03o}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out.into()
+}
+
+#[cfg(test)]
+mod quote_tests {
+    use super::quote;
+
+    #[test]
+    fn paths_that_could_forge_a_line_are_quoted_as_git_quotes_them() {
+        assert_eq!(quote("src/a.py"), "src/a.py");
+        assert_eq!(quote("naïve/é.py"), "naïve/é.py");
+        assert_eq!(quote("x\nreal.py:1:def injected(): # PWNED"), "\"x\\nreal.py:1:def injected(): # PWNED\"");
+        assert_eq!(quote("a\"b\\c\td\x01"), "\"a\\\"b\\\\c\\td\\001\"");
+        assert!(!quote("x\ny").contains('\n'));
+    }
+}

@@ -56,7 +56,7 @@ fn render(matches: &[&str], config: &ToolConfig) -> ToolResult {
     let mut out = Output::new(config.max_output_bytes);
     let mut entities = EntitySet::new();
     for path in matches.iter().take(config.max_glob_results) {
-        if !out.push(path) {
+        if !out.push(&path::quote(path)) {
             break;
         }
         entities.insert(Entity::file(*path));

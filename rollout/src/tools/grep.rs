@@ -145,7 +145,7 @@ fn render(found: &[FileMatches], config: &ToolConfig) -> ToolResult {
             if shown == config.max_grep_matches {
                 break 'files;
             }
-            let line = format!("{}:{}:{}", file.path, line_number, clip(text, config.max_line_chars));
+            let line = format!("{}:{}:{}", path::quote(&file.path), line_number, clip(text, config.max_line_chars));
             if !out.push(&line) {
                 break 'files;
             }

@@ -27,6 +27,20 @@ struct Mcp {
 
 impl Mcp {
     fn start(cfg: &Path, repo: &Path, policy: &str) -> Mcp {
+        let mut mcp = Mcp::spawn(cfg, repo, policy);
+        mcp.handshake();
+        mcp
+    }
+
+    fn handshake(&mut self) {
+        self.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+                        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
+        assert_eq!(self.reply(&json!("init"), Duration::from_secs(60))["result"]["serverInfo"]["name"], "fusegrpo");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    /// The server started, before any frame.
+    fn spawn(cfg: &Path, repo: &Path, policy: &str) -> Mcp {
         let mut child = Command::new(fusegrpo_bin())
             .args(["mcp", "--config", cfg.to_str().unwrap(), "--policy", policy, "--repo", repo.to_str().unwrap()])
             .env("FUSEGRPO_LOG", "warn")
@@ -50,12 +64,7 @@ impl Mcp {
             let _ = stderr.read_to_string(&mut s);
             s
         });
-        let mut mcp = Mcp { stdin: child.stdin.take(), child, lines, stderr: Some(stderr), unclaimed: Vec::new() };
-        mcp.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
-                        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
-        assert_eq!(mcp.reply(&json!("init"), Duration::from_secs(60))["result"]["serverInfo"]["name"], "fusegrpo");
-        mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
+        Mcp { stdin: child.stdin.take(), child, lines, stderr: Some(stderr), unclaimed: Vec::new() }
     }
 
     fn send_raw(&mut self, frame: &[u8]) {
@@ -418,4 +427,81 @@ fn mcp_cancelled_localize_stops_and_the_next_call_does_not_wait() {
     mcp.send(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
     mcp.reply(&json!(5), Duration::from_secs(30));
     assert!(mcp.unclaimed.iter().all(|r| r["id"] != 2 && r["id"] != 3), "a cancelled call is not answered: {:?}", mcp.unclaimed);
+}
+
+/// Issue 66 D14: a notification or a response before `initialize` is
+/// dropped, and the server waits on for its handshake (it exited).
+#[test]
+fn mcp_waits_out_notifications_and_responses_before_initialize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let mut mcp = Mcp::spawn(&cfg, &tmp.path().join("repos/acme__shop"), "scripted");
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}));
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}));
+    mcp.send(json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    mcp.handshake();
+    let reply = {
+        mcp.send(Mcp::call(json!(5), "glob", json!({"pattern": "**/*.py"})));
+        mcp.reply(&json!(5), Duration::from_secs(60))
+    };
+    assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("shop/cart.py"), "{reply}");
+}
+
+/// Issue 66 D16: two requests in flight with one id: the second is refused
+/// with -32600 (it got no reply); once answered, the id may be used again.
+#[test]
+fn mcp_refuses_a_request_whose_id_is_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let mut mcp = Mcp::start(&cfg, &tmp.path().join("repos/acme__shop"), "scripted");
+    let first = Mcp::call(json!(7), "grep", json!({"pattern": "def"})).to_string();
+    let second = Mcp::call(json!(7), "grep", json!({"pattern": "return"})).to_string();
+    mcp.send_raw(format!("{first}\n{second}").as_bytes());
+    let a = mcp.reply(&json!(7), Duration::from_secs(60));
+    let b = mcp.reply(&json!(7), Duration::from_secs(60));
+    let (ok, refused) = if a.get("error").is_some() { (b, a) } else { (a, b) };
+    assert_eq!(code(&refused), -32600, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("in flight"), "{refused}");
+    assert!(ok["result"]["content"][0]["text"].as_str().unwrap().contains("def "), "{ok}");
+    // Answered: the id is free again.
+    mcp.send(Mcp::call(json!(7), "glob", json!({"pattern": "**/*.py"})));
+    assert!(mcp.reply(&json!(7), Duration::from_secs(60)).get("result").is_some());
+    // Strings too.
+    let first = Mcp::call(json!("x"), "grep", json!({"pattern": "def"})).to_string();
+    mcp.send_raw(format!("{first}\n{first}").as_bytes());
+    let replies = [mcp.reply(&json!("x"), Duration::from_secs(60)), mcp.reply(&json!("x"), Duration::from_secs(60))];
+    assert_eq!(replies.iter().filter(|r| r.get("error").is_some()).count(), 1, "{replies:?}");
+}
+
+/// Issue 66 D15 and D7: a 2 MB `issue` is refused by its length (it cost
+/// ~2 GB); eight greps at once on one large folder share one snapshot
+/// (they loaded eight: 3.4 GB on a 373 MB folder).
+#[test]
+fn mcp_bounds_a_huge_issue_and_concurrent_tool_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let big = tmp.path().join("big");
+    std::fs::create_dir_all(&big).unwrap();
+    let line = "x = 1  # filler text filler text filler text filler text\n";
+    let blob = format!("def big():\n{}", line.repeat((3 << 20) / line.len()));
+    for i in 0..30 {
+        std::fs::write(big.join(format!("b{i:02}.py")), &blob).unwrap();
+    }
+    let mut mcp = Mcp::start(&cfg, &big, "scripted");
+    let pid = mcp.child.id();
+    mcp.send(Mcp::call(json!(1), "localize", json!({"issue": "shop ".repeat(400_000), "policy": "scripted"})));
+    let r = mcp.reply(&json!(1), Duration::from_secs(60));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("capped at 1048576 bytes"), "{r}");
+    let frames: Vec<String> = (10..18).map(|i| Mcp::call(json!(i), "grep", json!({"pattern": "zzz_no_such_name"})).to_string()).collect();
+    mcp.send_raw(frames.join("\n").as_bytes());
+    for i in 10..18 {
+        let r = mcp.reply(&json!(i), Duration::from_secs(120));
+        assert_eq!(r["result"]["content"][0]["text"], "No matches found.\n", "{r}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let peak_kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches("kB").trim().parse().unwrap();
+    println!("8 greps at once on a 90 MB folder: peak RSS {:.0} MB", peak_kb / 1024.0);
+    assert!(peak_kb / 1024.0 < 400.0, "peak RSS {:.0} MB: the greps did not share their snapshot", peak_kb / 1024.0);
 }
