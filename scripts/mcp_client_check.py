@@ -141,6 +141,7 @@ async def check(args):
                     ("an empty issue", {**good, "issue": "   "}, "issue is empty"),
                     ("a repository with no parseable source", {**good, "repo": str(docs), "rev": None}, "no source file"),
                     ("too many attempts", {**good, "attempts": 1000}, "attempts must be"),
+                    ("a 2 MB issue", {**good, "issue": "shop " * 400_000}, "capped at 1048576 bytes"),
                 ]
                 for what, arguments, needle in bad:
                     arguments = {k: v for k, v in arguments.items() if v is not None}
