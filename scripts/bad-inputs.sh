@@ -247,6 +247,28 @@ closed_stderr() { "$@" 2>&1 >/dev/null | true; return "${PIPESTATUS[0]}"; }
 export -f closed_stderr
 taskvariant badcommit.jsonl 't["base_commit"] = "0" * 40'
 check "stderr a closed pipe (a refused task file)" 1 same closed_stderr $B eval --config cfg.toml --tasks badcommit.jsonl --policy scripted
+# Issue 66: streams that fail, MCP frames out of turn, a huge issue, hostile .gitignore files.
+full_stdout() { "$@" > /dev/full; }
+full_stderr() { "$@" 2> /dev/full; }
+export -f full_stdout full_stderr
+check "stdout /dev/full (localize --json: the result is lost)" 1 same full_stdout $B localize --config loc.toml --policy scripted --repo repos/practice__shop --issue issue.txt --json
+check "stderr /dev/full with a warning (train, off-policy on the CPU)" 0 - full_stderr $B train --config cfg.toml --out fullerr --max-steps 1 --set rollout.off_policy=1 --set grpo.rollout_correction=tis
+[ -f fullerr/step_00000001/model.safetensors ] || { echo "train with stderr /dev/full saved no step" >&2; failures=$((failures + 1)); }
+mcp_preinit() { { printf '%s\n' '{"jsonrpc":"2.0","method":"notifications/initialized"}' '{"jsonrpc":"2.0","id":9,"result":{}}' \
+    '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}' '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"glob","arguments":{"pattern":"**"}}}'; sleep 2; } \
+    | $B mcp --config loc.toml --policy scripted --repo repos/practice__shop; }
+export -f mcp_preinit
+expect='"id":2,"result"'
+check "mcp: a notification and a response before initialize" 0 same mcp_preinit
+mcp_case "a request whose id is in flight" 7 -32600 "$(printf '%s\n' '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"grep","arguments":{"pattern":"def"}}}' '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"grep","arguments":{"pattern":"return"}}}')"
+python3 -c "import json; print(json.dumps({'jsonrpc':'2.0','id':1,'method':'tools/call','params':{'name':'localize','arguments':{'issue':'shop '*2000000,'policy':'scripted'}}}))" > bigissue.json
+expect='capped at 1048576 bytes'
+check "mcp: localize with a 10 MB issue" 0 same mcp_send @bigissue.json
+mkdir -p fifo && printf 'def a():\n    pass\n' > fifo/a.py && mkfifo fifo/.gitignore
+check "localize: a plain folder whose .gitignore is a FIFO" 0 same $B localize --config loc.toml --policy scripted --repo fifo --issue issue.txt
+mkdir -p zero && printf 'def a():\n    pass\n' > zero/a.py && ln -s /dev/zero zero/.gitignore
+check "localize: a plain folder whose .gitignore links to /dev/zero" 0 same $B localize --config loc.toml --policy scripted --repo zero --issue issue.txt
 # Adapters and configs.
 printf '[sft]\nepochs = 1\nbatch_rows = 1\n[sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\n[lora]\nr = 4\nalpha = 8\n' | cat cfg.toml - > lora.toml
 $B sft --config lora.toml --data traj.jsonl --out lrun --max-steps 1 2>/dev/null

@@ -124,3 +124,29 @@ fn a_lost_stdout_is_a_failure_and_a_reader_that_left_is_not() {
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0), "{err}");
 }
+
+/// Issue 66 D15: `localize --issue` of a 10 MB issue is cut in bounded
+/// memory (it peaked at 1.96 GB): its peak RSS stays under 600 MB, and
+/// the note says how long it was.
+#[test]
+fn a_ten_megabyte_issue_is_cut_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    shop_world(dir);
+    std::fs::write(dir.join("big.txt"), "compute_tax shop ".repeat(600_000)).unwrap();
+    // Through python3, whose getrusage(RUSAGE_CHILDREN) sees this one child only.
+    let measure = "import resource, subprocess, sys\nr = subprocess.run(sys.argv[1:], capture_output=True)\nsys.stdout.buffer.write(r.stdout)\nsys.stderr.buffer.write(r.stderr)\nprint('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\nsys.exit(r.returncode)";
+    let out = Command::new("python3")
+        .args(["-c", measure, s(&fusegrpo_bin()), "localize", "--config", "run.toml", "--policy", "scripted", "--repo", "repos/acme__shop", "--issue", "big.txt"])
+        .current_dir(dir)
+        .env("FUSEGRPO_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("note: the issue is ") && text.contains("tokens of its middle were dropped"), "{text}");
+    let peak_kb: f64 = text.lines().find_map(|l| l.strip_prefix("PEAK_KB ")).unwrap().trim().parse().unwrap();
+    let peak_mb = peak_kb / 1024.0;
+    println!("localize of a 10 MB issue: peak RSS {peak_mb:.0} MB");
+    assert!(peak_mb < 600.0, "{peak_mb:.0} MB");
+}
