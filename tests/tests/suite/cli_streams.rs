@@ -67,21 +67,31 @@ fn a_warning_to_a_broken_stderr_stops_no_job() {
     }
 }
 
-/// `mcp` with a full stderr: a refused frame's warning does not stop the
-/// frame reader; every request after it is answered.
+/// `mcp` with a full or closed stderr: a refused frame's warning does not
+/// stop the frame reader; every request after it is answered.
 #[test]
-fn mcp_answers_after_a_warning_to_a_full_stderr() {
+fn mcp_answers_after_a_warning_to_a_broken_stderr() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let cfg = shop_world(dir);
+    for how in [Broken::Full, Broken::Closed] {
+        mcp_with_broken_stderr(dir, &cfg, how);
+    }
+}
+
+fn mcp_with_broken_stderr(dir: &Path, cfg: &Path, how: Broken) {
     let mut child = Command::new(fusegrpo_bin())
-        .args(["mcp", "--config", s(&cfg), "--policy", "scripted", "--repo", s(&dir.join("repos/acme__shop"))])
+        .args(["mcp", "--config", s(cfg), "--policy", "scripted", "--repo", s(&dir.join("repos/acme__shop"))])
         .env("FUSEGRPO_LOG", "info")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(dev_full())
+        .stderr(match how {
+            Broken::Full => dev_full(),
+            Broken::Closed => Stdio::piped(),
+        })
         .spawn()
         .unwrap();
+    drop(child.stderr.take());
     let mut stdin = child.stdin.take().unwrap();
     let frames = [
         r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
@@ -101,7 +111,7 @@ fn mcp_answers_after_a_warning_to_a_full_stderr() {
     let _ = child.wait();
     let replies: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let has = |id: serde_json::Value| replies.iter().any(|r| r["id"] == id && r.get("result").is_some());
-    assert!(has(2.into()) && has(3.into()), "{out}");
+    assert!(has(2.into()) && has(3.into()), "stderr {how:?}: {out}");
     assert!(replies.iter().any(|r| r["error"]["code"] == -32700), "the garbage frame's error: {out}");
 }
 
@@ -149,4 +159,27 @@ fn a_ten_megabyte_issue_is_cut_in_bounded_memory() {
     let peak_mb = peak_kb / 1024.0;
     println!("localize of a 10 MB issue: peak RSS {peak_mb:.0} MB");
     assert!(peak_mb < 600.0, "{peak_mb:.0} MB");
+}
+
+/// Issue 66 D19: a `--repo` that is a link to a plain folder is read as
+/// the folder, without a warning that its path is not UTF-8.
+#[test]
+fn a_linked_plain_folder_is_read_without_a_false_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    shop_world(dir);
+    std::fs::create_dir_all(dir.join("p1")).unwrap();
+    std::fs::write(dir.join("p1/tax.py"), "def compute_tax(total):\n    return total\n").unwrap();
+    std::os::unix::fs::symlink("p1", dir.join("linkp1")).unwrap();
+    std::fs::write(dir.join("issue.txt"), "compute_tax is wrong").unwrap();
+    let out = Command::new(fusegrpo_bin())
+        .args(["localize", "--config", "run.toml", "--policy", "scripted", "--repo", "linkp1", "--issue", "issue.txt"])
+        .current_dir(dir)
+        .env("FUSEGRPO_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("not UTF-8"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("tax.py"));
 }
