@@ -183,3 +183,33 @@ fn a_linked_plain_folder_is_read_without_a_false_warning() {
     assert!(!err.contains("not UTF-8"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("tax.py"));
 }
+
+/// Issue 65 item 8: outside a terminal (`nohup`, CI, `2> log`), `train`
+/// and `sft` log a line per step with the figures the progress bar shows,
+/// and SFT's last line has its losses.
+#[test]
+fn train_and_sft_log_a_line_per_step_outside_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let run = |args: &[&str]| -> String {
+        let out = Command::new(fusegrpo_bin()).args(args).current_dir(dir).env_remove("FUSEGRPO_LOG").stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{err}");
+        err
+    };
+    let log = run(&["train", "--config", "run.toml", "--out", "g", "--max-steps", "3"]);
+    for k in 1..=3 {
+        assert!(log.lines().any(|l| l.contains(&format!("steps {k}/3: reward ")) && l.contains(" loss ")), "step {k}:\n{log}");
+    }
+    assert!(log.contains("saved "), "{log}");
+    let traj = dir.join("traj.jsonl");
+    run(&["synth", "--config", s(&cfg), "--tasks", "tasks.jsonl", "--teacher", "scripted", "--samples", "2", "--out", s(&traj)]);
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("[sft]\nepochs = 2\nbatch_rows = 1\n[sft.filter]\nmin_f1 = 0\nmin_e = 0\nmin_calls_per_turn = 0\n");
+    std::fs::write(&cfg, text).unwrap();
+    let log = run(&["sft", "--config", "run.toml", "--data", "traj.jsonl", "--out", "s", "--max-steps", "3"]);
+    for k in 1..=3 {
+        assert!(log.lines().any(|l| l.contains(&format!("sft steps {k}/")) && l.contains("loss ")), "sft step {k}:\n{log}");
+    }
+}

@@ -1,5 +1,5 @@
 //! The one loop that drives a training stage, GRPO's or SFT's: a step, its
-//! metrics line, the progress bar, the stop after too many non-finite steps
+//! metrics line, the progress bar (outside a terminal, a log line per step), the stop after too many non-finite steps
 //! in a row, checkpoints at the save cadence (and at the end, and on
 //! SIGINT/SIGTERM), and with several ranks each rank's log line.
 
@@ -67,12 +67,20 @@ pub fn drive<S: Steps>(run: &Run, steps: &mut S, schedule: &Schedule) -> Result<
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar.set_position(steps.done());
+    // Outside a terminal the bar draws nothing: a log line per step says
+    // what it would show (a job under nohup or in CI is not silent).
+    let lines = dist.rank() == 0 && bar.is_hidden();
+    let started = std::time::Instant::now();
     let mut nonfinite_in_a_row = 0;
     while steps.done() < schedule.total {
         let last = steps.done() + 1 == schedule.total;
         let Some(step) = steps.step(last)? else { break };
         metrics.write(&step.metrics)?;
         bar.set_position(steps.done());
+        if lines {
+            let (done, total, secs) = (steps.done(), schedule.total, started.elapsed().as_secs_f64());
+            tracing::info!("{} {done}/{total}: {} ({secs:.1} s)", schedule.unit, step.message);
+        }
         bar.set_message(step.message);
         nonfinite_in_a_row = if step.skipped { nonfinite_in_a_row + 1 } else { 0 };
         if nonfinite_in_a_row >= schedule.max_nonfinite.max(1) {
@@ -86,7 +94,11 @@ pub fn drive<S: Steps>(run: &Run, steps: &mut S, schedule: &Schedule) -> Result<
         let mut saved = None;
         if steps.done() % save_every == 0 || steps.done() == schedule.total || interrupted {
             let dir = steps.save(run)?;
-            bar.println(format!("saved {}", dir.display()));
+            if lines {
+                tracing::info!("saved {}", dir.display());
+            } else {
+                bar.println(format!("saved {}", dir.display()));
+            }
             saved = Some(dir);
         }
         if let Some(log) = &mut rank_log {
