@@ -69,6 +69,9 @@ def flat(prefix, v, out):
         out[prefix] = float(np.float32(v))
     elif isinstance(v, dict):
         for k, x in v.items():
+            # Per-task rewards stay in metrics.jsonl ([log] tensorboard_tasks is off).
+            if not prefix and k == "tasks":
+                continue
             flat(f"{prefix}/{k}" if prefix else k, x, out)
 
 want = {}

@@ -106,8 +106,16 @@ pub(crate) fn scalars(dir: &Path) -> BTreeMap<(String, u64), Vec<f32>> {
 }
 
 /// metrics.jsonl's scalars as the event files must hold them: numbers and
-/// booleans at any depth (keys joined by `/`), as f32, no `step`, no nulls.
+/// booleans at any depth (keys joined by `/`), as f32, no `step`, no nulls,
+/// and no per-task reward (`tasks/<id>`: `[log] tensorboard_tasks` is off).
 pub(crate) fn expected(run: &Path) -> BTreeMap<(String, u64), Vec<f32>> {
+    let mut all = expected_with_tasks(run);
+    all.retain(|(tag, _), _| !tag.starts_with("tasks/"));
+    all
+}
+
+/// [`expected`] with the per-task rewards (`[log] tensorboard_tasks = true`).
+pub(crate) fn expected_with_tasks(run: &Path) -> BTreeMap<(String, u64), Vec<f32>> {
     fn walk(tag: &str, v: &serde_json::Value, step: u64, out: &mut BTreeMap<(String, u64), Vec<f32>>) {
         match v {
             serde_json::Value::Number(n) => out.entry((tag.to_string(), step)).or_default().push(n.as_f64().unwrap() as f32),
@@ -138,7 +146,9 @@ fn event_files_hold_every_scalar_of_each_step_once_through_a_resume() {
     let tb = run.join("tensorboard");
     let first = scalars(&tb);
     assert_eq!(first, expected(&run));
-    assert!(first.contains_key(&("loss".to_string(), 3)) && first.keys().any(|(t, _)| t.starts_with("tasks/")), "{:?}", first.keys());
+    assert!(first.contains_key(&("loss".to_string(), 3)), "{:?}", first.keys());
+    assert!(!first.keys().any(|(t, _)| t.starts_with("tasks/")), "no tag per task by default (issue 65 item 9): {:?}", first.keys());
+    assert!(read_jsonl(&run.join("metrics.jsonl"))[0]["tasks"].as_object().is_some_and(|t| !t.is_empty()), "metrics.jsonl keeps them");
     fusegrpo_ok(&["train", "--config", cfg, "--out", run.to_str().unwrap(), "--resume", run.join("step_00000002").to_str().unwrap(), "--overwrite"]);
     assert_eq!(read_jsonl(&run.join("metrics.jsonl")).len(), 4);
     let resumed = scalars(&tb);
@@ -157,4 +167,10 @@ fn event_files_hold_every_scalar_of_each_step_once_through_a_resume() {
     fusegrpo_ok(&["train", "--config", plain_cfg.to_str().unwrap(), "--out", plain.to_str().unwrap(), "--resume", "auto", "--max-steps", "2", "--set", "log.tensorboard=true"]);
     let later = scalars(&plain.join("tensorboard"));
     assert!(!later.is_empty() && later.keys().all(|(_, step)| *step == 2), "{:?}", later.keys());
+    // The per-task rewards when asked for.
+    let (tasks_run, tasks_dir) = (tmp.path().join("tasks-run"), tmp.path().join("tb-tasks"));
+    fusegrpo_ok(&["train", "--config", plain_cfg.to_str().unwrap(), "--out", tasks_run.to_str().unwrap(), "--max-steps", "1", "--tensorboard", tasks_dir.to_str().unwrap(), "--set", "log.tensorboard_tasks=true"]);
+    let with_tasks = scalars(&tasks_dir);
+    assert!(with_tasks.keys().any(|(t, _)| t.starts_with("tasks/")), "{:?}", with_tasks.keys());
+    assert_eq!(with_tasks, expected_with_tasks(&tasks_run));
 }

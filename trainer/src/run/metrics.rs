@@ -17,6 +17,8 @@ pub struct MetricsFile {
     pending: Option<u64>,
     /// The TensorBoard folder, then its event file once the first write opened it.
     tensorboard: Option<Events>,
+    /// Per-task scalars (`tasks/<id>`) go to TensorBoard too.
+    tensorboard_tasks: bool,
 }
 
 /// Where a [`MetricsFile`]'s scalars also go.
@@ -29,20 +31,22 @@ enum Events {
 impl MetricsFile {
     /// `path` for appending from step `step` on.
     pub(super) fn append(path: &Path, step: u64) -> Result<MetricsFile> {
-        Ok(MetricsFile { file: None, path: path.to_path_buf(), pending: Some(step), tensorboard: None })
+        Ok(MetricsFile { file: None, path: path.to_path_buf(), pending: Some(step), tensorboard: None, tensorboard_tasks: false })
     }
 
     /// Also every scalar of each line, per step, to a new TensorBoard event
     /// file in `dir` ([`super::tensorboard`]); the folder's earlier event
-    /// files are cut back to the starting step at the first write.
-    pub(super) fn with_tensorboard(mut self, dir: Option<PathBuf>) -> MetricsFile {
+    /// files are cut back to the starting step at the first write. The
+    /// per-task scalars (`tasks/<id>`) only with `tasks`.
+    pub(super) fn with_tensorboard(mut self, dir: Option<PathBuf>, tasks: bool) -> MetricsFile {
         self.tensorboard = dir.map(Events::Dir);
+        self.tensorboard_tasks = tasks;
         self
     }
 
     /// A file that writes nothing (ranks other than 0).
     pub(super) fn none(path: PathBuf) -> MetricsFile {
-        MetricsFile { file: None, path, pending: None, tensorboard: None }
+        MetricsFile { file: None, path, pending: None, tensorboard: None, tensorboard_tasks: false }
     }
 
     pub fn write<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
@@ -60,7 +64,11 @@ impl MetricsFile {
         if let Some(Events::Open(events)) = &mut self.tensorboard {
             let row = serde_json::to_value(row)?;
             let step = row["step"].as_u64().with_context(|| format!("a metrics line of {} without its step", self.path.display()))?;
-            events.write(step, super::tensorboard::scalars(&row)).with_context(|| format!("writing {}", events.path().display()))?;
+            let mut scalars = super::tensorboard::scalars(&row);
+            if !self.tensorboard_tasks {
+                scalars.retain(|(tag, _)| !tag.starts_with("tasks/"));
+            }
+            events.write(step, scalars).with_context(|| format!("writing {}", events.path().display()))?;
         }
         Ok(())
     }

@@ -113,6 +113,8 @@ pub struct Run {
     saved_hash: std::cell::Cell<Option<u64>>,
     /// Where the metrics' scalars also go as TensorBoard event files.
     tensorboard: Option<PathBuf>,
+    /// `[log] tensorboard_tasks`: the per-task scalars go there too.
+    tensorboard_tasks: bool,
 }
 
 /// The memory plan of `stage` against the device (or `--gpu-memory`),
@@ -246,7 +248,7 @@ impl Run {
         interrupt::set_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();
-        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, base_name, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default(), tensorboard };
+        let run = Run { dir: dir.to_path_buf(), resume_dir, resume_state, base_dir, base_name, model_cfg, device, cfg_json, cfg_hash, tok_dir, chat_template, keep_last, lora, saved_hash: Default::default(), tensorboard, tensorboard_tasks: cfg.log.tensorboard_tasks };
         Ok((run, weights, adapter))
     }
 
@@ -339,7 +341,7 @@ impl Run {
         if dist::current().rank() != 0 {
             return Ok(MetricsFile::none(self.dir.join("metrics.jsonl")));
         }
-        Ok(MetricsFile::append(&self.dir.join("metrics.jsonl"), step)?.with_tensorboard(self.tensorboard.clone()))
+        Ok(MetricsFile::append(&self.dir.join("metrics.jsonl"), step)?.with_tensorboard(self.tensorboard.clone(), self.tensorboard_tasks))
     }
 
     /// The parameter hash the last [`Run::save`] compared across ranks (as

@@ -11,6 +11,11 @@ pub struct LogSection {
     /// files in `<run>/tensorboard` (`--tensorboard DIR` writes them there instead).
     #[serde(default)]
     pub tensorboard: bool,
+    /// Also each task's reward (`tasks/<id>`, one tag per task) to
+    /// TensorBoard; off, a run over 1,658 tasks would bury its curves under
+    /// as many tags. metrics.jsonl keeps them either way.
+    #[serde(default)]
+    pub tensorboard_tasks: bool,
 }
 
 impl LogSection {
