@@ -55,6 +55,7 @@ struct Job {
 
 /// The `localize` tool's arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LocalizeParams {
     /// The issue: what is wrong, as a user reports it.
     pub issue: String,
@@ -66,6 +67,7 @@ pub struct LocalizeParams {
     pub rev: Option<String>,
     /// Episodes to run (1-64, default 1), in one batch; their answers are ranked by votes. More attempts take longer (on a CPU, 4 took 2.3x the wall time of 1).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
     pub attempts: Option<usize>,
     /// With several attempts: `vote` (default) or `tournament` (the evidence judge's winner first).
     #[serde(default)]
@@ -83,6 +85,7 @@ pub struct LocalizeParams {
 
 /// `grep`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GrepParams {
     /// A regular expression (Rust regex syntax).
     pub pattern: String,
@@ -102,6 +105,7 @@ pub struct GrepParams {
 
 /// `glob`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GlobParams {
     /// A glob over the repository's paths (e.g. `src/**/*.py`).
     pub pattern: String,
@@ -115,6 +119,7 @@ pub struct GlobParams {
 
 /// `read_file`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReadParams {
     /// The file's path in the repository.
     pub path: String,
@@ -269,7 +274,7 @@ impl Server {
 #[tool_router(router = tool_router)]
 impl Server {
     /// Localize an issue: the files and functions to change, ranked, each with the tool call that led there.
-    #[tool(name = "localize", description = localize_description(), output_schema = rmcp::handler::server::tool::schema_for_output::<Localization>())]
+    #[tool(name = "localize", description = localize_description(), annotations(title = "Localize an issue", read_only_hint = true, destructive_hint = false, idempotent_hint = false, open_world_hint = false), output_schema = rmcp::handler::server::tool::schema_for_output::<Localization>())]
     async fn localize(
         &self,
         Parameters(p): Parameters<LocalizeParams>,
@@ -372,7 +377,7 @@ impl Server {
     }
 
     /// grep over the repository.
-    #[tool(name = "grep", description = "Search the repository's files for a regular expression (read-only); prints path:line: text, capped.")]
+    #[tool(name = "grep", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Search the repository's files for a regular expression (read-only); prints path:line: text, capped.")]
     async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> CallToolResult {
         let mut args = serde_json::json!({ "pattern": p.pattern });
         if let Some(path) = p.path {
@@ -385,13 +390,13 @@ impl Server {
     }
 
     /// glob over the repository's paths.
-    #[tool(name = "glob", description = "List the repository's file paths that match a glob (read-only), capped.")]
+    #[tool(name = "glob", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "List the repository's file paths that match a glob (read-only), capped.")]
     async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> CallToolResult {
         self.sandboxed("glob", serde_json::json!({ "pattern": p.pattern }), p.repo, p.rev).await
     }
 
     /// read_file of the repository.
-    #[tool(name = "read_file", description = "Read numbered lines of a file of the repository (read-only), capped.")]
+    #[tool(name = "read_file", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Read numbered lines of a file of the repository (read-only), capped.")]
     async fn read_file(&self, Parameters(p): Parameters<ReadParams>) -> CallToolResult {
         let mut args = serde_json::json!({ "path": p.path });
         if let Some(s) = p.start_line {

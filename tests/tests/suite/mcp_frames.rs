@@ -505,3 +505,54 @@ fn mcp_bounds_a_huge_issue_and_concurrent_tool_calls() {
     println!("8 greps at once on a 90 MB folder: peak RSS {:.0} MB", peak_kb / 1024.0);
     assert!(peak_kb / 1024.0 < 400.0, "peak RSS {:.0} MB: the greps did not share their snapshot", peak_kb / 1024.0);
 }
+
+/// Issue 65 item 10: every tool declares itself read-only, `attempts` its
+/// range 1-64, an unknown argument is refused naming it, and a server
+/// started without --repo searches the folder it started in.
+#[test]
+fn mcp_tools_declare_their_annotations_and_refuse_unknown_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let mut mcp = Mcp::start(&cfg, &tmp.path().join("repos/acme__shop"), "scripted");
+    mcp.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    let tools = mcp.reply(&json!(1), Duration::from_secs(60));
+    let tools = tools["result"]["tools"].as_array().unwrap().clone();
+    assert_eq!(tools.len(), 4);
+    for t in &tools {
+        assert_eq!(t["annotations"]["readOnlyHint"], true, "{t}");
+        assert_eq!(t["annotations"]["destructiveHint"], false, "{t}");
+    }
+    let localize = tools.iter().find(|t| t["name"] == "localize").unwrap();
+    let attempts = &localize["inputSchema"]["properties"]["attempts"];
+    assert_eq!((attempts["minimum"].as_u64(), attempts["maximum"].as_u64()), (Some(1), Some(64)), "{attempts}");
+    mcp.send(Mcp::call(json!(2), "grep", json!({"pattern": "def", "patern": "x"})));
+    let r = mcp.reply(&json!(2), Duration::from_secs(60));
+    let text = r.to_string();
+    assert!(text.contains("patern"), "an unknown argument is named: {r}");
+    assert!(r.get("error").is_some() || r["result"]["isError"] == true, "{r}");
+    // No --repo: the folder the server starts in.
+    let shop = tmp.path().join("repos/acme__shop");
+    let mut child = Command::new(fusegrpo_bin())
+        .args(["mcp", "--config", cfg.to_str().unwrap(), "--policy", "scripted"])
+        .current_dir(&shop)
+        .env("FUSEGRPO_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for f in [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"glob","arguments":{"pattern":"**/*.py"}}}"#,
+    ] {
+        writeln!(stdin, "{f}").unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    drop(stdin);
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let _ = child.wait();
+    assert!(out.lines().any(|l| l.contains("\"id\":3") && l.contains("shop/cart.py")), "{out}");
+}
