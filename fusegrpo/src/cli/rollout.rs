@@ -100,6 +100,9 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
         cfg.sampling.temperature = t;
     }
     anyhow::ensure!(args.group != Some(0), "--group 0: at least 1 episode per task");
+    if let Some(g) = args.group {
+        trainer::run_config::check_flag("--group", g, trainer::run_config::MAX_GROUP)?;
+    }
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
     let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
