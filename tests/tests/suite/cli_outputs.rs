@@ -136,3 +136,36 @@ fn compare_names_the_bad_field_and_refuses_numbers_out_of_range() {
     });
     assert!(err.contains("secs.jsonl:2") && err.contains("seconds"), "{err}");
 }
+
+/// Issue 66 (D8): `localize --out` on its `--config`, its `--issue` or a
+/// file of the searched `--repo` is refused before any work, the file kept;
+/// a new file (inside the repository or not) is written.
+#[test]
+fn localize_refuses_an_out_that_is_its_config_issue_or_a_searched_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let repo = dir.join("repos/acme__shop");
+    let issue = dir.join("issue.txt");
+    std::fs::write(&issue, "`compute_tax` uses a flat rate; it must depend on the region.").unwrap();
+    let source = repo.join("shop/tax.py");
+    let run = |out: &std::path::Path| {
+        vec!["localize", "--config", s(&cfg), "--policy", "scripted", "--repo", s(&repo), "--issue", s(&issue), "--out", s(out)]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    for (out, input) in [(cfg.clone(), "--config"), (dir.join("./issue.txt"), "--issue"), (source.clone(), "--repo")] {
+        let before = std::fs::read(&out).unwrap();
+        let args = run(&out);
+        let err = fails(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(err.contains("--out") && err.contains(input) && err.contains("nothing was done"), "--out {}: {err}", out.display());
+        assert!(!err.contains("attempt 1 of 1"), "work was done before the refusal: {err}");
+        assert_eq!(std::fs::read(&out).unwrap(), before, "--out {} changed it", out.display());
+    }
+    for out in [dir.join("episodes.jsonl"), repo.join("episodes.jsonl")] {
+        let args = run(&out);
+        fusegrpo_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(read_jsonl(&out).len(), 1, "{}", out.display());
+    }
+}
