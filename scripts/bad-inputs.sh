@@ -306,6 +306,68 @@ inputs=""
 printf 'extends = "nope.toml"\nname = "x"\n' > ext.toml
 check "config: extends a missing file" 1 same $B train --config ext.toml --out run
 
+# Issue 66 (D8-D11, D17, D18): outputs on inputs, counts, tool caps,
+# adapters, reused and repeated episodes.
+cp loc.toml locc.toml; cp issue.txt iss.txt
+inputs=locc.toml
+check "localize --out is --config" 1 same $B localize --config locc.toml --policy scripted --repo repos/practice__shop --issue issue.txt --out locc.toml
+inputs=iss.txt
+check "localize --out is --issue" 1 same $B localize --config loc.toml --policy scripted --repo repos/practice__shop --issue iss.txt --out ./iss.txt
+mkdir -p p1copy && printf 'def a():\n    pass\n' > p1copy/a.py
+inputs=p1copy/a.py
+check "localize --out is a file of --repo" 1 same $B localize --config loc.toml --policy scripted --repo p1copy --issue issue.txt --out p1copy/a.py
+check "eval --group 9223372036854775807" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 1 --group 9223372036854775807
+check "--set rollout.group=1000000000000" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 1 --set rollout.group=1000000000000
+check "--set rollout.group=99999999999999999999 (out of range)" 2 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 1 --set rollout.group=99999999999999999999
+variant hugegroup "group = 2" "group = 9223372036854775807"
+check "config: rollout.group huge (train)" 1 same $B train --config hugegroup.toml --out hg_run --max-steps 1
+[ -e hg_run ] && { echo "a huge rollout.group made hg_run/" >&2; failures=$((failures + 1)); }
+check "--set env.tools.max_pattern_chars=0" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 1 --group 1 --set env.tools.max_pattern_chars=0 --out z.jsonl
+[ -e z.jsonl ] && { echo "a tool cap of 0 wrote z.jsonl" >&2; failures=$((failures + 1)); }
+# Adapters: one LoRA tensor edited (I32, NaN, 1e30 everywhere) or lora_alpha = 1e308.
+badlora() {
+    python3 - "$1" "$2" <<'PY'
+import json, shutil, struct, sys
+src, dst, kind = "lrun/step_00000001", sys.argv[1], sys.argv[2]
+shutil.copytree(src, dst)
+b = open(f"{src}/adapter_model.safetensors", "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); d = bytearray(b[8 + n:])
+name = "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight"
+if kind == "i32": h[name]["dtype"] = "I32"
+if kind == "nan": s = h[name]["data_offsets"][0]; d[s:s + 4] = struct.pack("<f", float("nan"))
+if kind == "huge":
+    for k, v in h.items():
+        if "lora_" in k: a, z = v["data_offsets"]; d[a:z] = struct.pack("<f", 1e30) * ((z - a) // 4)
+if kind == "alpha":
+    c = json.load(open(f"{src}/adapter_config.json")); c["lora_alpha"] = 1e308; json.dump(c, open(f"{dst}/adapter_config.json", "w"))
+hb = json.dumps(h).encode(); hb += b" " * ((8 - len(hb) % 8) % 8)
+open(f"{dst}/adapter_model.safetensors", "wb").write(struct.pack("<Q", len(hb)) + hb + bytes(d))
+PY
+}
+for kind in i32 nan alpha; do
+    badlora "lora_$kind" $kind
+    inputs="lora_$kind/adapter_model.safetensors lora_$kind/adapter_config.json"
+    check "export-adapter: $kind" 1 same $B export-adapter --adapter "lora_$kind" --out "ex_$kind"
+    check "merge-adapter: $kind" 1 same $B merge-adapter --model model --adapter "lora_$kind" --out "mg_$kind"
+    [ -e "ex_$kind" ] || [ -e "mg_$kind" ] && { echo "a broken adapter ($kind) was written" >&2; failures=$((failures + 1)); }
+done
+badlora lora_huge huge
+check "merge-adapter: finite weights whose merge overflows" 1 same $B merge-adapter --model model --adapter lora_huge --out mg_huge
+[ -e mg_huge ] && { echo "merge-adapter wrote mg_huge" >&2; failures=$((failures + 1)); }
+# eval --reuse of other episodes; compare with a repeated row.
+$B eval --config cfg.toml --tasks tasks.jsonl --policy scripted --max-tasks 2 --group 1 --out epS.jsonl > /dev/null 2>&1
+$B eval --config cfg.toml --tasks tasks.jsonl --policy model --max-tasks 2 --group 1 --out epM.jsonl > /dev/null 2>&1
+inputs=epS.jsonl
+check "eval --reuse: scripted episodes as the model's" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy model --max-tasks 2 --group 1 --reuse epS.jsonl
+inputs=epM.jsonl
+check "eval --reuse: another group" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy model --max-tasks 2 --group 2 --reuse epM.jsonl
+inputs=epM.jsonl
+check "eval --reuse: another temperature" 1 same $B eval --config cfg.toml --tasks tasks.jsonl --policy model --max-tasks 2 --group 1 --set sampling.temperature=1.3 --reuse epM.jsonl
+check "eval --reuse: the same settings" 0 same $B eval --config cfg.toml --tasks tasks.jsonl --policy model --max-tasks 2 --group 1 --reuse epM.jsonl
+(cat epS.jsonl; head -1 epS.jsonl) > dupep.jsonl
+inputs=dupep.jsonl
+check "compare: a repeated (task_id, sample) row" 1 same $B compare epS.jsonl dupep.jsonl
+
 echo
 if [ "$failures" -gt 0 ]; then
     echo "bad-inputs.sh: $failures case(s) failed their check" >&2

@@ -35,6 +35,26 @@ pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Res
     Ok(())
 }
 
+/// Refuses, before any work, an output `out` (of argument `out_flag`) that
+/// is an existing file inside the folder `dir` a command reads (`--repo`,
+/// searched as it is): writing it would replace one of the files searched.
+/// A new file there is allowed.
+pub fn check_not_inside(out_flag: &str, out: &Path, dir_flag: &str, dir: &Path) -> Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    if let (Some(o), Some(d)) = (resolved(out), resolved(dir)) {
+        if o != d && o.starts_with(&d) {
+            anyhow::bail!(
+                "{out_flag} {} is a file inside the input {dir_flag} {}: writing it would destroy the input; nothing was done (choose another {out_flag})",
+                out.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Whether `a` and `b` name the same file or folder (existing or not).
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;

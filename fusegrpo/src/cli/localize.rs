@@ -86,6 +86,7 @@ pub struct Args {
 
 /// Runs `fusegrpo localize`.
 pub fn run(args: Args) -> Result<()> {
+    check_paths(&args)?;
     let cfg = args.localizer.config()?;
     let issue = read_issue(&args.issue)?;
     let request = Request {
@@ -112,6 +113,23 @@ pub fn run(args: Args) -> Result<()> {
         print!("{}", result.render());
     }
     Ok(())
+}
+
+/// Refuses, before any work, an `--out` that is one of the inputs
+/// (`--config`, `--issue`, `--adapter`, a `--model` folder) or a file of the
+/// searched `--repo`, and an `--out` that could not be written.
+fn check_paths(args: &Args) -> Result<()> {
+    let Some(out) = &args.out else { return Ok(()) };
+    let l = &args.localizer;
+    let mut inputs = vec![("--config", l.config.as_path())];
+    if args.issue != "-" {
+        inputs.push(("--issue", std::path::Path::new(&args.issue)));
+    }
+    inputs.extend(l.adapter.as_deref().map(|a| ("--adapter", a)));
+    inputs.extend(l.model.as_deref().map(|m| ("--model", std::path::Path::new(m))));
+    trainer::files::check_outputs(&inputs, &[("--out", out)])?;
+    trainer::files::check_not_inside("--out", out, "--repo", &args.repo)?;
+    trainer::files::check_writable("--out", out)
 }
 
 fn read_issue(arg: &str) -> Result<String> {

@@ -37,6 +37,11 @@ pub fn run(args: Args) -> Result<()> {
     let weights = load_weights(&spec.base, &cfg, candle_core::DType::F32, &Device::Cpu)?;
     let adapter = lm::lora::peft::load(&args.adapter, &cfg, Some(&spec.base), candle_core::DType::F32, &Device::Cpu)?;
     let merged = adapter.merge_into(&cfg, &weights)?;
+    // Finite adapter weights and scale can still overflow f32 once multiplied.
+    let what = format!("merging {} into {}", args.adapter.display(), spec.base.display());
+    let mut sorted: Vec<_> = merged.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    lm::lora::check_finite(&format!("{what} (nothing was written)"), sorted.into_iter())?;
     let dtype: candle_core::DType = args.dtype.into();
     let merged: lm::weights::TensorMap = merged.into_iter().map(|(k, t)| Ok((k, t.to_dtype(dtype)?))).collect::<Result<_>>()?;
     // Into a temporary sibling, renamed once complete.

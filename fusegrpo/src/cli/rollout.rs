@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use rollout::episode::summary::Summary;
 use rollout::tasks::Task;
 use std::path::PathBuf;
-use trainer::rollouts::episodes::write_episodes_atomic;
+use trainer::rollouts::episodes::{write_episodes_atomic, write_episodes_made_by, MadeBy};
 use trainer::rollouts::{run_policy, TeacherOpts};
 use trainer::run_config::{PolicyChoice, RunConfig};
 
@@ -100,6 +100,9 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
         cfg.sampling.temperature = t;
     }
     anyhow::ensure!(args.group != Some(0), "--group 0: at least 1 episode per task");
+    if let Some(g) = args.group {
+        trainer::run_config::check_flag("--group", g, trainer::run_config::MAX_GROUP)?;
+    }
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
     let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
@@ -152,7 +155,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     let episodes = match &args.reuse {
         Some(path) => {
             anyhow::ensure!(main == PolicyChoice::Model, "--reuse: the model's episodes, for --policy model or combined");
-            reused(path, &tasks)?
+            reused(path, &tasks, &MadeBy::new(&cfg, &main, group))?
         }
         None => run_policy(&cfg, &tasks, &main, group, &teacher)?,
     };
@@ -162,7 +165,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         EvalPolicy::One(_) => None,
     };
     if let Some(out) = &out {
-        write_episodes_atomic(out, &episodes)?;
+        write_episodes_made_by(out, &episodes, &MadeBy::new(&cfg, &main, group))?;
     }
     let mut table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
     if let Some(s) = &scripted {
@@ -179,9 +182,14 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
 }
 
 /// The model's episodes of `tasks` from `path` (an earlier `eval --out`):
-/// every task must have some.
-fn reused(path: &std::path::Path, tasks: &[Task]) -> Result<Vec<rollout::episode::Episode>> {
-    let all = trainer::rollouts::episodes::read(path).with_context(|| format!("--reuse {}", path.display()))?;
+/// every task must have some, each (task, sample) once, `want.group` of
+/// them per task, and the file must have been made as `want` says (policy,
+/// model, adapter, group, the config sections that change episodes). A
+/// file written before these were recorded (no `made_by`) is checked for
+/// its tasks and group only, with a warning.
+fn reused(path: &std::path::Path, tasks: &[Task], want: &MadeBy) -> Result<Vec<rollout::episode::Episode>> {
+    let all = trainer::rollouts::episodes::read_unique(path).with_context(|| format!("--reuse {}", path.display()))?;
+    let made_by = trainer::rollouts::episodes::read_made_by(path).with_context(|| format!("--reuse {}", path.display()))?;
     let ids: std::collections::BTreeSet<&str> = tasks.iter().map(|t| t.instance_id.as_str()).collect();
     let have: std::collections::BTreeSet<&str> = all.iter().map(|e| e.task_id.as_str()).collect();
     let missing: Vec<&&str> = ids.iter().filter(|t| !have.contains(**t)).collect();
@@ -193,6 +201,37 @@ fn reused(path: &std::path::Path, tasks: &[Task]) -> Result<Vec<rollout::episode
         ids.len(),
         missing.first().map_or("", |m| **m)
     );
+    let mut unrecorded = 0;
+    for (e, made) in all.iter().zip(&made_by) {
+        if !ids.contains(e.task_id.as_str()) {
+            continue;
+        }
+        match made {
+            Some(m) => {
+                if let Some(why) = m.mismatch(want) {
+                    anyhow::bail!("--reuse {}: {why} (task '{}'); rerun without --reuse, or give the file this run would make", path.display(), e.task_id);
+                }
+            }
+            None => unrecorded += 1,
+        }
+    }
+    let mut per_task: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for e in all.iter().filter(|e| ids.contains(e.task_id.as_str())) {
+        *per_task.entry(e.task_id.as_str()).or_default() += 1;
+    }
+    if let Some((task, n)) = per_task.iter().find(|(_, n)| **n != want.group) {
+        anyhow::bail!(
+            "--reuse {}: {n} episodes of task '{task}', but this run's group is {} episodes per task; give --group {n}, or rerun without --reuse",
+            path.display(),
+            want.group
+        );
+    }
+    if unrecorded > 0 {
+        tracing::warn!(
+            "--reuse {}: {unrecorded} episodes were written without a record of what made them (an older fusegrpo): their policy, model and settings cannot be checked, only their tasks and group",
+            path.display()
+        );
+    }
     Ok(all.into_iter().filter(|e| ids.contains(e.task_id.as_str())).collect())
 }
 

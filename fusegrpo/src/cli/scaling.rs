@@ -77,6 +77,7 @@ impl ScalingArgs {
             summary_max_tokens: self.summary_max_tokens,
         };
         cfg.validate().map_err(|(key, msg)| anyhow::anyhow!("--{key}: {msg}"))?;
+        trainer::run_config::check_flag("--attempts", attempts, trainer::run_config::MAX_GROUP)?;
         if self.judge.is_some() && !cfg.selectors.contains(&Selector::Tournament) && cfg.summaries == SummarySource::Episode {
             bail!("--judge decides tournaments: add tournament to --select");
         }

@@ -46,6 +46,7 @@ pub fn run(args: Args) -> Result<()> {
     trainer::files::check_writable("--out", &args.out)?;
     anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
+    trainer::run_config::check_flag("--samples", args.samples, trainer::run_config::MAX_GROUP)?;
     let cfg = args.set.load(&args.config)?;
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
     let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;

@@ -272,6 +272,19 @@ impl Adapter {
     }
 }
 
+/// Refuses a tensor holding a NaN or an infinity, naming `what` (the file,
+/// or the merge) and the tensor, with how many of its values are.
+pub fn check_finite<'a>(what: &str, tensors: impl Iterator<Item = (&'a String, &'a Tensor)>) -> Result<()> {
+    for (name, t) in tensors {
+        let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let bad = values.iter().filter(|v| !v.is_finite()).count();
+        if bad > 0 {
+            return Err(Error::invalid(what, format!("tensor `{name}` holds {bad} non-finite values (NaN or infinity) of {}", values.len())));
+        }
+    }
+    Ok(())
+}
+
 /// A model to run: its base folder and, when adapted, the adapter folder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {

@@ -196,9 +196,19 @@ pub fn read_checked(dir: &Path) -> Result<Adapter> {
         return Err(Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, "the adapter's weights are missing")));
     }
     let loaded = candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| Error::Safetensors { path: path.clone(), message: e.to_string() })?;
-    let tensors = loaded.into_iter().map(|(k, t)| (k.replace(".default.weight", ".weight"), t)).collect();
+    let tensors: crate::weights::TensorMap = loaded.into_iter().map(|(k, t)| (k.replace(".default.weight", ".weight"), t)).collect();
+    let what = path.display().to_string();
+    // In name order, so the tensor named is the same every run.
+    let mut sorted: Vec<(&String, &Tensor)> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, t) in &sorted {
+        if !t.dtype().is_float() {
+            return Err(Error::invalid(&what, format!("tensor `{name}` is {:?}: LoRA weights are floating point (F32, F16, BF16)", t.dtype())));
+        }
+    }
+    super::check_finite(&what, sorted.into_iter())?;
     let adapter = Adapter { cfg, tensors };
-    adapter.check_structure(&path.display().to_string())?;
+    adapter.check_structure(&what)?;
     Ok(adapter)
 }
 
@@ -277,7 +287,12 @@ pub fn read_config(dir: &Path) -> Result<LoraConfig> {
     if targets.is_empty() {
         return Err(config_err(&path, "target_modules", "lists no module"));
     }
-    Ok(LoraConfig { r, alpha, use_rslora, targets, init_seed: 0, merge_for_rollouts: true })
+    let cfg = LoraConfig { r, alpha, use_rslora, targets, init_seed: 0, merge_for_rollouts: true };
+    // The scale multiplies f32 weights: one beyond f32's range makes every adapted weight infinite.
+    if !(cfg.scale() as f32).is_finite() || !alpha.is_finite() {
+        return Err(config_err(&path, "lora_alpha", format!("{alpha:e}: the scale {:e} (alpha / r) is beyond f32's range, every adapted weight would be infinite", cfg.scale())));
+    }
+    Ok(cfg)
 }
 
 /// Loads the adapter in `dir` for a base model `model` (whose folder is

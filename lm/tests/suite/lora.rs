@@ -192,3 +192,94 @@ fn bad_adapters_are_refused_naming_the_file_and_key() {
     let e = peft::load(&src, &llama, None, DType::F32, &Device::Cpu).unwrap_err().to_string();
     assert!(e.contains("has shape") || e.contains("is missing") || e.contains("not a LoRA tensor"), "{e}");
 }
+
+/// `dir/adapter_model.safetensors` rewritten: `edit` gets the header and
+/// the data (the tensors' bytes) of the fixture's file.
+fn rewrite_safetensors(dir: &std::path::Path, edit: &dyn Fn(&mut serde_json::Value, &mut Vec<u8>)) {
+    let path = dir.join(peft::WEIGHTS_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut data = bytes[8 + n..].to_vec();
+    edit(&mut header, &mut data);
+    let mut h = header.to_string().into_bytes();
+    h.resize(h.len().div_ceil(8) * 8, b' ');
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    std::fs::write(&path, out).unwrap();
+}
+
+/// Issue 66 (D10): an adapter whose tensor is an integer dtype (its float
+/// bits were read as integers), holds a NaN or an infinity, or whose
+/// `lora_alpha` makes the scale overflow f32, is refused on load and on
+/// export, naming the file and the tensor (or key); nothing is exported. A
+/// merge whose finite inputs overflow is caught by `check_finite`.
+#[test]
+fn adapters_with_integer_or_non_finite_weights_are_refused_on_load_and_export() {
+    let case = "tied_sharded";
+    let (cfg, _) = load(case);
+    let src = lora_dir(case);
+    const TENSOR: &str = "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight";
+    let tensor = TENSOR;
+    let copy = || {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [peft::WEIGHTS_FILE, peft::CONFIG_FILE] {
+            std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        }
+        dir
+    };
+    let set_value = |value: f32| {
+        move |h: &mut serde_json::Value, data: &mut Vec<u8>| {
+            let start = h[tensor]["data_offsets"][0].as_u64().unwrap() as usize;
+            data[start + 4..start + 8].copy_from_slice(&value.to_le_bytes());
+        }
+    };
+    type Edit<'a> = Box<dyn Fn(&mut serde_json::Value, &mut Vec<u8>) + 'a>;
+    let cases: Vec<(Edit, &str)> = vec![
+        (Box::new(|h: &mut serde_json::Value, _: &mut Vec<u8>| h[tensor]["dtype"] = "I32".into()), "is I32"),
+        (Box::new(set_value(f32::NAN)), "1 non-finite values"),
+        (Box::new(set_value(f32::INFINITY)), "1 non-finite values"),
+    ];
+    for (edit, says) in cases {
+        let dir = copy();
+        rewrite_safetensors(dir.path(), &*edit);
+        let e = peft::load(dir.path(), &cfg, None, DType::F32, &Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("adapter_model.safetensors") && e.contains(tensor) && e.contains(says), "{says}: {e}");
+        let out = dir.path().join("exported");
+        let e = peft::export(dir.path(), &out, DType::BF16).unwrap_err().to_string();
+        assert!(e.contains(tensor) && e.contains(says), "export, {says}: {e}");
+        assert!(!out.exists(), "export wrote {}", out.display());
+    }
+    // lora_alpha = 1e308: a finite number whose scale is not, in f32.
+    let dir = copy();
+    let path = dir.path().join(peft::CONFIG_FILE);
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["lora_alpha"] = 1e308.into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    for e in [
+        peft::load(dir.path(), &cfg, None, DType::F32, &Device::Cpu).unwrap_err().to_string(),
+        peft::export(dir.path(), &dir.path().join("exported"), DType::BF16).unwrap_err().to_string(),
+    ] {
+        assert!(e.contains("adapter_config.json") && e.contains("`lora_alpha`") && e.contains("f32"), "{e}");
+    }
+    // Finite weights and scale whose product overflows: the merge is checked.
+    let dir = copy();
+    rewrite_safetensors(dir.path(), &|h, data| {
+        for (name, meta) in h.as_object().unwrap() {
+            if name.contains("lora_") {
+                let (a, b) = (meta["data_offsets"][0].as_u64().unwrap() as usize, meta["data_offsets"][1].as_u64().unwrap() as usize);
+                for v in data[a..b].chunks_mut(4) {
+                    v.copy_from_slice(&1e30f32.to_le_bytes());
+                }
+            }
+        }
+    });
+    let adapter = peft::load(dir.path(), &cfg, None, DType::F32, &Device::Cpu).unwrap();
+    let (_, weights) = load(case);
+    let merged = adapter.merge_into(&cfg, &weights).unwrap();
+    let e = lm::lora::check_finite("the merge", merged.iter()).unwrap_err().to_string();
+    assert!(e.contains("the merge") && e.contains("non-finite"), "{e}");
+    let clean = peft::load(&src, &cfg, None, DType::F32, &Device::Cpu).unwrap().merge_into(&cfg, &weights).unwrap();
+    lm::lora::check_finite("the merge", clean.iter()).unwrap();
+}

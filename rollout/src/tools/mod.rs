@@ -76,6 +76,37 @@ impl Default for ToolConfig {
     }
 }
 
+/// The most any cap of [`ToolConfig`] may be (1 GiB of bytes, a billion
+/// lines or matches): far above a useful tool output, below an allocation
+/// that fails.
+pub const MAX_TOOL_CAP: usize = 1 << 30;
+
+impl ToolConfig {
+    /// `(field, message)` of the first cap out of range: each must be at
+    /// least 1 (a cap of 0 makes every call of its tool fail or show
+    /// nothing) and at most [`MAX_TOOL_CAP`].
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        for (field, value) in [
+            ("max_grep_matches", self.max_grep_matches),
+            ("max_glob_results", self.max_glob_results),
+            ("max_read_lines", self.max_read_lines),
+            ("max_line_chars", self.max_line_chars),
+            ("max_output_bytes", self.max_output_bytes),
+            ("max_pattern_chars", self.max_pattern_chars),
+            ("regex_size_limit", self.regex_size_limit),
+            ("regex_dfa_size_limit", self.regex_dfa_size_limit),
+        ] {
+            if value == 0 {
+                return Err((field, "must be at least 1 (a cap of 0 makes every call of its tool fail or show nothing)".into()));
+            }
+            if value > MAX_TOOL_CAP {
+                return Err((field, format!("must be at most {MAX_TOOL_CAP}, got {value}")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The tools the model may call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolKind {

@@ -136,3 +136,101 @@ fn compare_names_the_bad_field_and_refuses_numbers_out_of_range() {
     });
     assert!(err.contains("secs.jsonl:2") && err.contains("seconds"), "{err}");
 }
+
+/// Issue 66 (D8): `localize --out` on its `--config`, its `--issue` or a
+/// file of the searched `--repo` is refused before any work, the file kept;
+/// a new file (inside the repository or not) is written.
+#[test]
+fn localize_refuses_an_out_that_is_its_config_issue_or_a_searched_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let repo = dir.join("repos/acme__shop");
+    let issue = dir.join("issue.txt");
+    std::fs::write(&issue, "`compute_tax` uses a flat rate; it must depend on the region.").unwrap();
+    let source = repo.join("shop/tax.py");
+    let run = |out: &std::path::Path| {
+        vec!["localize", "--config", s(&cfg), "--policy", "scripted", "--repo", s(&repo), "--issue", s(&issue), "--out", s(out)]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    for (out, input) in [(cfg.clone(), "--config"), (dir.join("./issue.txt"), "--issue"), (source.clone(), "--repo")] {
+        let before = std::fs::read(&out).unwrap();
+        let args = run(&out);
+        let err = fails(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(err.contains("--out") && err.contains(input) && err.contains("nothing was done"), "--out {}: {err}", out.display());
+        assert!(!err.contains("attempt 1 of 1"), "work was done before the refusal: {err}");
+        assert_eq!(std::fs::read(&out).unwrap(), before, "--out {} changed it", out.display());
+    }
+    for out in [dir.join("episodes.jsonl"), repo.join("episodes.jsonl")] {
+        let args = run(&out);
+        fusegrpo_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(read_jsonl(&out).len(), 1, "{}", out.display());
+    }
+}
+
+/// Issue 66 (D11, D17): `eval --out` records what made its episodes
+/// (`made_by`: policy, model, adapter, group, the settings that change
+/// episodes); `eval --reuse` refuses a file of another policy, model, group
+/// or config by name, and reads a file without the record (older) checking
+/// its tasks and group, with a warning. A repeated (task_id, sample) row is
+/// refused by `--reuse` and `compare`, naming the line and the pair.
+#[test]
+fn eval_reuse_refuses_episodes_made_otherwise_and_repeated_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cfg = shop_world(dir);
+    let tasks = dir.join("tasks.jsonl");
+    let eval = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["eval", "--config", s(&cfg), "--tasks", s(&tasks)].iter().map(|a| a.to_string()).collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let model_eps = dir.join("model.jsonl");
+    let scripted_eps = dir.join("scripted.jsonl");
+    fusegrpo_ok(&refs(&eval(&["--policy", "model", "--group", "2", "--out", s(&model_eps)])));
+    fusegrpo_ok(&refs(&eval(&["--policy", "scripted", "--group", "2", "--out", s(&scripted_eps)])));
+    let rows = read_jsonl(&model_eps);
+    assert_eq!(rows[0]["made_by"]["policy"], "model", "{}", rows[0]["made_by"]);
+    assert_eq!(rows[0]["made_by"]["group"], 2);
+    // The same settings: reused.
+    fusegrpo_ok(&refs(&eval(&["--policy", "model", "--group", "2", "--reuse", s(&model_eps)])));
+    fusegrpo_ok(&["init-tiny", "--out", s(&dir.join("model2")), "--small-vocab", "1024", "--seed", "5"]);
+    for (extra, says) in [
+        (vec!["--policy", "model", "--group", "2", "--reuse", s(&scripted_eps)], "policy `scripted`"),
+        (vec!["--policy", "model", "--group", "4", "--reuse", s(&model_eps)], "group"),
+        (vec!["--policy", "model", "--group", "2", "--set", "sampling.temperature=0.5", "--reuse", s(&model_eps)], "[sampling] differs"),
+        (vec!["--policy", "model", "--group", "2", "--set", "episode.max_turns=2", "--reuse", s(&model_eps)], "[episode] differs"),
+        (vec!["--policy", "model", "--group", "2", "--model", s(&dir.join("model2")), "--reuse", s(&model_eps)], "model2"),
+    ] {
+        let err = fails(&refs(&eval(&extra)));
+        assert!(err.contains("--reuse") && err.contains(says), "{extra:?}: {err}");
+    }
+    // An older file (no made_by): its tasks and group are checked, with a warning.
+    let old = dir.join("old.jsonl");
+    let stripped: String = rows.iter().map(|r| {
+        let mut r = r.clone();
+        r.as_object_mut().unwrap().remove("made_by");
+        format!("{r}\n")
+    }).collect();
+    std::fs::write(&old, stripped).unwrap();
+    let out = e2e::fusegrpo(&refs(&eval(&["--policy", "model", "--group", "2", "--reuse", s(&old)])));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("without a record of what made them"), "{err}");
+    let err = fails(&refs(&eval(&["--policy", "model", "--group", "3", "--reuse", s(&old)])));
+    assert!(err.contains("group is 3"), "{err}");
+    // D17: a repeated (task_id, sample) row.
+    let dup = dir.join("dup.jsonl");
+    let text = std::fs::read_to_string(&model_eps).unwrap();
+    std::fs::write(&dup, format!("{text}{}\n", text.lines().next().unwrap())).unwrap();
+    let line = text.lines().count() + 1;
+    let task = rows[0]["task_id"].as_str().unwrap();
+    let err = fails(&["compare", s(&model_eps), s(&dup)]);
+    assert!(err.contains(&format!("dup.jsonl:{line}")) && err.contains(&format!("task '{task}' sample 0 again (first at line 1)")), "{err}");
+    let err = fails(&refs(&eval(&["--policy", "model", "--group", "2", "--reuse", s(&dup)])));
+    assert!(err.contains(&format!("dup.jsonl:{line}")), "{err}");
+}

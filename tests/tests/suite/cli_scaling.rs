@@ -135,6 +135,7 @@ fn bad_scaling_input_is_a_clear_error_or_a_counted_fallback() {
         assert!(err.contains(needle), "{extra:?}: {err}");
     };
     fails(&["--attempts", "0"], "--attempts: must be at least 1");
+    fails(&["--attempts", "9223372036854775807"], "--attempts 9223372036854775807: must be at most 1024");
     fails(&["--select", "vote"], "--select selects among attempts: give --attempts N too");
     fails(&["--attempts", "2", "--select", "vote", "--judge", "model"], "add tournament to --select");
     fails(&["--attempts", "2", "--select", "best"], "`best`: expected first, vote or tournament");

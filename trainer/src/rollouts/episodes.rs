@@ -40,6 +40,126 @@ pub fn episode_row(e: &Episode) -> serde_json::Value {
     v
 }
 
+/// What made an episode file's episodes, written into each row of `eval
+/// --out` and `rollout --out` as `made_by` and checked by `eval --reuse`:
+/// the policy, the model and adapter (paths as resolved), the group, and
+/// a hash of each config section that changes episodes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MadeBy {
+    /// `model`, `scripted` or the teacher's URL.
+    pub policy: String,
+    pub model: String,
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// Episodes per task.
+    pub group: usize,
+    /// Section name -> hash of its settings ([`MadeBy::new`] lists them).
+    pub settings: std::collections::BTreeMap<String, String>,
+}
+
+impl MadeBy {
+    /// What `policy` with `cfg` makes, `group` episodes per task. The
+    /// sections: `[episode]`, `[sampling]`, `[env.tools]`, `[reward]`,
+    /// `[rollout] engine` and `[model]` apart from its path and adapter
+    /// (tokenizer, chat template, dtype, device).
+    pub fn new(cfg: &RunConfig, policy: &PolicyChoice, group: usize) -> MadeBy {
+        let name = match policy {
+            PolicyChoice::Model => "model".to_string(),
+            PolicyChoice::Scripted => "scripted".to_string(),
+            PolicyChoice::Http(url) => url.clone(),
+        };
+        let identity = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+        let mut model = cfg.model.clone();
+        model.path = String::new();
+        model.adapter = None;
+        let hash = |v: serde_json::Value| crate::checkpoint::config_hash(&v);
+        let settings = [
+            ("episode", json(&cfg.episode)),
+            ("sampling", json(&cfg.sampling)),
+            ("env.tools", json(&cfg.env.tools)),
+            ("reward", json(&cfg.reward)),
+            ("rollout.engine", json(&cfg.rollout.engine)),
+            ("model (apart from path and adapter)", json(&model)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), hash(v)))
+        .collect();
+        MadeBy {
+            policy: name,
+            model: identity(Path::new(&cfg.model.path)),
+            adapter: cfg.model.adapter.as_deref().map(identity),
+            group,
+            settings,
+        }
+    }
+
+    /// The first way `self` (the file's) differs from `want` (this run's), in words.
+    pub fn mismatch(&self, want: &MadeBy) -> Option<String> {
+        if self.policy != want.policy {
+            return Some(format!("they are episodes of the policy `{}`, not `{}`", self.policy, want.policy));
+        }
+        if self.model != want.model {
+            return Some(format!("they are episodes of the model {}, not {}", self.model, want.model));
+        }
+        if self.adapter != want.adapter {
+            let name = |a: &Option<String>| a.clone().unwrap_or_else(|| "none".into());
+            return Some(format!("they are episodes with the adapter {}, not {}", name(&self.adapter), name(&want.adapter)));
+        }
+        if self.group != want.group {
+            return Some(format!("they are {} episodes per task (group), not {}", self.group, want.group));
+        }
+        for (section, hash) in &want.settings {
+            if self.settings.get(section) != Some(hash) {
+                return Some(format!("they were made with other config settings: [{section}] differs"));
+            }
+        }
+        None
+    }
+}
+
+/// A config section as JSON.
+fn json<T: serde::Serialize>(section: &T) -> serde_json::Value {
+    serde_json::to_value(section).expect("config sections serialize")
+}
+
+/// [`write_episodes_atomic`] with `made_by` in each row.
+pub fn write_episodes_made_by(path: &Path, episodes: &[Episode], made_by: &MadeBy) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let made_by = serde_json::to_value(made_by)?;
+    let rows: Vec<serde_json::Value> = episodes
+        .iter()
+        .map(|e| {
+            let mut row = episode_row(e);
+            row["made_by"] = made_by.clone();
+            row
+        })
+        .collect();
+    write_json_lines(path, &rows)
+}
+
+/// The `made_by` of each episode row of `path` (in [`read`]'s order):
+/// `None` for a row written without one (before issue 66).
+pub fn read_made_by(path: &Path) -> Result<Vec<Option<MadeBy>>> {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        #[serde(default)]
+        made_by: Option<MadeBy>,
+    }
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Row = serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{}:{}: made_by: {e}", path.display(), n + 1))?;
+        out.push(row.made_by);
+    }
+    Ok(out)
+}
+
 /// Episodes of `policy` on `tasks` (`group` each) into `out`, resumable:
 /// `chunk` tasks at a time (which also bounds the rollout's memory), each
 /// chunk appended to `<out>.chunks` as it ends. A rerun reads the partial
@@ -252,4 +372,27 @@ pub fn read(path: &Path) -> Result<Vec<Episode>> {
         out.push(e);
     }
     Ok(out)
+}
+
+/// [`read`], refusing a repeated (task_id, sample) pair (a file
+/// concatenated twice, a row repeated): means over such a file would count
+/// the pair twice. The error names the line and the first one.
+pub fn read_unique(path: &Path) -> Result<Vec<Episode>> {
+    let episodes = read(path)?;
+    // Line numbers of the non-empty lines, as `read` skips the empty ones.
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let lines: Vec<usize> = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()).map(|(n, _)| n + 1).collect();
+    let mut first: std::collections::HashMap<(&str, usize), usize> = std::collections::HashMap::new();
+    for (i, e) in episodes.iter().enumerate() {
+        if let Some(before) = first.insert((e.task_id.as_str(), e.sample), lines[i]) {
+            anyhow::bail!(
+                "{}:{}: task '{}' sample {} again (first at line {before}): each (task_id, sample) pair must appear once; remove the repeated rows",
+                path.display(),
+                lines[i],
+                e.task_id,
+                e.sample
+            );
+        }
+    }
+    Ok(episodes)
 }

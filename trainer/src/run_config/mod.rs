@@ -7,6 +7,7 @@
 //! settings ([`crate::grpo::TrainerConfig`], [`crate::sft::TrainerConfig`]),
 //! which a `RunConfig` converts into.
 
+mod bounds;
 mod env;
 mod localize;
 mod log;
@@ -17,6 +18,7 @@ mod pipeline;
 mod rollout;
 mod sampling;
 
+pub use bounds::{check_flag, MAX_COUNT, MAX_EPISODES_PER_STEP, MAX_GROUP, MAX_POOL_TOKENS, MAX_STEPS, MAX_TOKENS};
 pub use env::EnvSection;
 pub use localize::LocalizeSection;
 pub use log::LogSection;
@@ -309,6 +311,12 @@ impl RunConfig {
         if self.rollout.group == 0 {
             return bad("rollout.group", "must be at least 1".into());
         }
+        if let Err((key, message)) = self.check_counts() {
+            return bad(&key, message);
+        }
+        if let Err((key, message)) = self.env.tools.validate() {
+            return bad(&format!("env.tools.{key}"), message);
+        }
         if !(self.sampling.top_p > 0.0 && self.sampling.top_p <= 1.0) {
             return bad("sampling.top_p", format!("must be in (0, 1], got {}", self.sampling.top_p));
         }
@@ -455,6 +463,73 @@ impl RunConfig {
             return bad(&format!("reward.{}", e.field), e.to_string());
         }
         Ok(())
+    }
+
+    /// Every count setting at most its bound ([`bounds`]): `(key, message)`
+    /// of the first above it.
+    fn check_counts(&self) -> std::result::Result<(), (String, String)> {
+        use bounds::*;
+        let n = |v: usize| v as u64;
+        let (r, t, e, s) = (&self.rollout, &self.train, &self.episode, &self.sft);
+        let mut counts: Vec<(String, u64, u64)> = vec![
+            ("rollout.group".into(), n(r.group), MAX_GROUP),
+            ("rollout.max_batch_tokens".into(), n(r.max_batch_tokens), MAX_POOL_TOKENS),
+            ("rollout.max_kv_tokens".into(), n(r.max_kv_tokens.unwrap_or(0)), MAX_POOL_TOKENS),
+            ("rollout.max_prefill_tokens".into(), n(r.max_prefill_tokens), MAX_POOL_TOKENS),
+            ("rollout.max_live_episodes".into(), n(r.max_live_episodes.unwrap_or(0)), MAX_EPISODES_PER_STEP),
+            ("sampling.top_k".into(), n(self.sampling.top_k), MAX_TOKENS),
+            ("episode.max_turns".into(), n(e.max_turns), MAX_COUNT),
+            ("episode.max_turn_tokens".into(), n(e.max_turn_tokens), MAX_TOKENS),
+            ("episode.max_total_tokens".into(), n(e.max_total_tokens), MAX_TOKENS),
+            ("train.steps".into(), t.steps, MAX_STEPS),
+            ("train.tasks_per_step".into(), n(t.tasks_per_step), MAX_COUNT),
+            ("train.micro_batch_rows".into(), n(t.micro_batch_rows), MAX_COUNT),
+            ("train.micro_batch_tokens".into(), n(t.micro_batch_tokens.unwrap_or(0)), MAX_POOL_TOKENS),
+            ("train.keep_last".into(), n(t.keep_last), MAX_COUNT),
+            ("grpo.num_iterations".into(), n(self.grpo.num_iterations), MAX_COUNT),
+            ("grpo.max_resample_draws".into(), n(self.grpo.max_resample_draws.unwrap_or(0)), MAX_COUNT),
+            ("sft.epochs".into(), s.epochs, MAX_COUNT),
+            ("sft.batch_rows".into(), n(s.batch_rows), MAX_COUNT),
+            ("sft.micro_batch_rows".into(), n(s.micro_batch_rows), MAX_COUNT),
+            ("sft.micro_batch_tokens".into(), n(s.micro_batch_tokens.unwrap_or(0)), MAX_POOL_TOKENS),
+            ("sft.eval_tasks".into(), n(s.eval_tasks), MAX_COUNT),
+            ("sft.keep_last".into(), n(s.keep_last), MAX_COUNT),
+            ("localize.max_issue_tokens".into(), n(self.localize.max_issue_tokens.unwrap_or(0)), MAX_TOKENS),
+        ];
+        for (i, o) in s.openings.iter().enumerate() {
+            for (name, v) in [("turns", n(o.turns)), ("epochs", o.epochs), ("batch_rows", n(o.batch_rows))] {
+                bounds::at_most(v, MAX_COUNT).map_err(|m| ("sft.openings".to_string(), format!("phase {}: {name} {m}", i + 1)))?;
+            }
+        }
+        if let Some(v) = &r.vllm {
+            counts.push(("rollout.vllm.max_concurrency".into(), n(v.max_concurrency), MAX_COUNT));
+            counts.push(("rollout.vllm.max_retries".into(), u64::from(v.max_retries), MAX_COUNT));
+        }
+        if let Some(p) = &self.pipeline {
+            for (name, v, max) in [
+                ("samples", n(p.samples), MAX_GROUP),
+                ("eval_group", n(p.eval_group), MAX_GROUP),
+                ("eval_attempts", n(p.eval_attempts), MAX_GROUP),
+                ("chunk_tasks", n(p.chunk_tasks), MAX_COUNT),
+                ("heldout_tasks", n(p.heldout_tasks), MAX_COUNT),
+                ("synth_tasks", n(p.synth_tasks), MAX_COUNT),
+                ("difficulty.tasks", n(p.difficulty.tasks), MAX_COUNT),
+                ("difficulty.samples", n(p.difficulty.samples), MAX_GROUP),
+                ("pilot.steps", p.pilot.steps, MAX_STEPS),
+                ("synth.count", n(p.synth.count), MAX_COUNT),
+            ] {
+                counts.push((format!("pipeline.{name}"), v, max));
+            }
+        }
+        if let Some(l) = &self.lora {
+            counts.push(("lora.r".into(), n(l.r), MAX_TOKENS));
+        }
+        for (key, value, max) in counts {
+            bounds::at_most(value, max).map_err(|m| (key, m))?;
+        }
+        let per_step = n(r.group).saturating_mul(n(t.tasks_per_step));
+        bounds::at_most(per_step, MAX_EPISODES_PER_STEP)
+            .map_err(|_| ("rollout.group / train.tasks_per_step".to_string(), format!("{} x {} = {per_step} episodes per step: must be at most {MAX_EPISODES_PER_STEP}", r.group, t.tasks_per_step)))
     }
 
     /// `[grpo] max_resample_draws`: at least 1, and only with

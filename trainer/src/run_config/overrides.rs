@@ -39,10 +39,31 @@ impl std::str::FromStr for Override {
         }
         let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
             Ok(t) if t.len() == 1 => t.into_iter().next().expect("one key").1,
+            _ if looks_numeric(raw) => {
+                return Err(format!("{key}={raw}: the number is out of range (integers from -2^63 to 2^63-1, floats up to about 1.8e308)"))
+            }
             _ => toml::Value::String(raw.to_string()),
         };
         Ok(Override { key: key.to_string(), value, text: s.to_string() })
     }
+}
+
+/// Whether `raw` is spelled as a number (digits, a sign, `.`, `_`, an
+/// exponent) though TOML could not read it: one out of range (`1e400`,
+/// `99999999999999999999`), not a string.
+fn looks_numeric(raw: &str) -> bool {
+    fn digits(s: &str) -> &str {
+        let rest = s.trim_start_matches(|c: char| c.is_ascii_digit() || c == '_');
+        if rest.len() == s.len() || s.starts_with('_') { "\0" } else { rest }
+    }
+    let mut rest = digits(raw.strip_prefix(['+', '-']).unwrap_or(raw));
+    if let Some(frac) = rest.strip_prefix('.') {
+        rest = digits(frac);
+    }
+    if let Some(exp) = rest.strip_prefix(['e', 'E']) {
+        rest = digits(exp.strip_prefix(['+', '-']).unwrap_or(exp));
+    }
+    rest.is_empty()
 }
 
 impl Override {
@@ -134,6 +155,14 @@ mod tests {
         assert_eq!(set("pipeline.pilot.lrs=[1e-5, 2e-5]").value.as_array().map(Vec::len), Some(2));
         // Another key smuggled in after a newline stays one string.
         assert_eq!(set("name=a\nb = 1").value, toml::Value::String("a\nb = 1".into()));
+        // Numbers TOML cannot hold are out of range, not strings (issue 66).
+        for huge in ["99999999999999999999", "1e400", "-9223372036854775809"] {
+            let e = format!("rollout.group={huge}").parse::<Override>().unwrap_err();
+            assert!(e.contains("rollout.group") && e.contains("out of range"), "{e}");
+        }
+        for text in ["1.2.3", "2024-01-01x", "1e5x", "v1"] {
+            assert!(matches!(set(&format!("name={text}")).value, toml::Value::String(_)), "{text}");
+        }
         for bad in ["grpo.beta", "grpo..beta=1", "=1", "grpo.beta=", "grpo beta=1"] {
             assert!(bad.parse::<Override>().is_err(), "{bad}");
         }

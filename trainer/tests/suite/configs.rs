@@ -351,3 +351,59 @@ fn off_policy_needs_tis_and_at_most_one_step() {
     let e = load("off_policy = \"yes\"\n", tis).unwrap_err().to_string();
     assert!(e.contains("off_policy") && e.contains("run.toml"), "{e}");
 }
+
+/// Issue 66 (D9, D18): every count setting is bounded at load, the error
+/// naming the key (a huge `rollout.group` was a capacity-overflow panic or
+/// an allocation abort midway), in the file or through `--set`; a number
+/// outside TOML's range says so; a cap of 0 on any `[env.tools]` limit is
+/// refused naming it (every call of its tool failed).
+#[test]
+fn counts_are_bounded_and_tool_caps_of_zero_refused_at_load() {
+    use trainer::run_config::Override;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let text = std::fs::read_to_string(dir.join("smoke-cpu.toml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("run.toml");
+    std::fs::write(&path, &text).unwrap();
+    let set = |s: &str| RunConfig::from_file_with(&path, &[s.parse::<Override>().unwrap()]);
+    for (setting, key) in [
+        ("rollout.group=9223372036854775807", "rollout.group"),
+        ("rollout.group=1000000000000", "rollout.group"),
+        ("train.tasks_per_step=9223372036854775807", "train.tasks_per_step"),
+        ("train.steps=9223372036854775807", "train.steps"),
+        ("episode.max_turns=9223372036854775807", "episode.max_turns"),
+        ("episode.max_total_tokens=9223372036854775807", "episode.max_total_tokens"),
+        ("episode.max_turn_tokens=9223372036854775807", "episode.max_turn_tokens"),
+        ("rollout.max_kv_tokens=9223372036854775807", "rollout.max_kv_tokens"),
+        ("sft.epochs=9223372036854775807", "sft.epochs"),
+        ("grpo.num_iterations=9223372036854775807", "grpo.num_iterations"),
+        ("localize.max_issue_tokens=9223372036854775807", "localize.max_issue_tokens"),
+    ] {
+        let e = set(setting).unwrap_err().to_string();
+        assert!(e.contains(&format!("config key `{key}`")) && e.contains("must be at most"), "{setting}: {e}");
+    }
+    // Each bound alone is allowed, their product per step is not.
+    let e = RunConfig::from_file_with(&path, &["rollout.group=1024".parse().unwrap(), "train.tasks_per_step=1000".parse().unwrap()]).unwrap_err().to_string();
+    assert!(e.contains("rollout.group / train.tasks_per_step") && e.contains("episodes per step"), "{e}");
+    assert_eq!(set("rollout.group=1024").unwrap().rollout.group, 1024);
+    // In the file, the same error, naming the file.
+    std::fs::write(&path, text.replacen("group = 8", "group = 9223372036854775807", 1)).unwrap();
+    let e = RunConfig::from_file(&path).unwrap_err();
+    assert!(matches!(e, trainer::Error::Config { key: ref k, .. } if k == "rollout.group"), "{e}");
+    assert!(e.to_string().contains("run.toml"), "{e}");
+    // A number TOML cannot hold.
+    for huge in ["99999999999999999999", "1e400"] {
+        let e = format!("rollout.group={huge}").parse::<Override>().unwrap_err();
+        assert!(e.contains("out of range") && !e.contains("invalid type"), "{e}");
+    }
+    // D18: the eight caps of the tools.
+    std::fs::write(&path, &text).unwrap();
+    for cap in ["max_grep_matches", "max_glob_results", "max_read_lines", "max_line_chars", "max_output_bytes", "max_pattern_chars", "regex_size_limit", "regex_dfa_size_limit"] {
+        let e = set(&format!("env.tools.{cap}=0")).unwrap_err().to_string();
+        assert!(e.contains(&format!("config key `env.tools.{cap}`")) && e.contains("at least 1"), "{cap}: {e}");
+        assert_eq!(set(&format!("env.tools.{cap}=1")).map(|_| ()).map_err(|e| e.to_string()), Ok(()), "{cap} = 1");
+    }
+    std::fs::write(&path, text.replacen("max_grep_matches = 6", "max_grep_matches = 0", 1)).unwrap();
+    let e = RunConfig::from_file(&path).unwrap_err();
+    assert!(matches!(e, trainer::Error::Config { key: ref k, .. } if k == "env.tools.max_grep_matches"), "{e}");
+}
