@@ -152,7 +152,7 @@ impl Default for SearchConfig {
             doc_prior: 0.3,
             example_prior: 0.5,
             max_results: 20,
-            answer_gap: 0.8,
+            answer_gap: 0.6,
             answer_files: 2,
         }
     }
