@@ -348,7 +348,7 @@ fn measured() -> String {
          The index search alone (policy `search`, ~{:.1} s): file F1 {:.3}, a right file in the top 5 for {:.0}% of the issues, a right function in the top 5 for {:.0}%; \
          the old scripted grep search: {:.3} and {:.0}%; the model alone (greedy, one attempt): file F1 {:.3} and {:.0}%, answering in {:.0}% of them. \
          Every file and function returned exists in the repository; what the model named that does not is listed apart. \
-         A model attempt takes about {:.0}-{:.0} s on {} (several attempts run in one batch: 4 took {:.1}x the wall time of 1; policies `search` and `scripted` load no model).",
+         A call takes about {:.0}-{:.0} s per attempt of the model on {} (several attempts run in one batch: 4 took {:.1}x the wall time of 1; policies `search` and `scripted` load no model).",
         m.tasks,
         m.repos,
         m.search_seconds,
