@@ -4,9 +4,10 @@
 //! revision, and give the files and functions, ranked, with the evidence
 //! that led there and the cost. `fusegrpo localize` and the MCP server
 //! (`fusegrpo mcp`, [`crate::mcp`]) both call [`localize`]. By default
-//! ([`Search::Combined`]) the scripted search runs once beside the model's
-//! attempts and the two rank together ([`rollout::ranking::combine`]):
-//! never worse than the search the model learned from.
+//! ([`Search::Combined`]) the index search ([`rollout::search`]) runs
+//! once beside the model's attempts and the two rank together
+//! ([`rollout::ranking::combine`], the search first): never worse than the
+//! search alone at the head of the ranking and in the answer set.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -15,10 +16,9 @@ use std::time::Instant;
 
 use trainer::run_config::RunConfig;
 use anyhow::{bail, Result};
-use rollout::chat::ChatTokenizer;
 use rollout::episode::driver::{prompt_tokens, run_episodes_until, Env};
 use rollout::episode::Episode;
-use rollout::localization::{IssueCut, Localization};
+use rollout::localization::Localization;
 use rollout::policy::Policy;
 use rollout::repo::{load_folder, load_snapshot, load_worktree, Snapshot, SnapshotConfig};
 use rollout::scaling::judge::EvidenceJudge;
@@ -29,15 +29,22 @@ use rollout::teacher::scripted::ScriptedTeacher;
 use trainer::run_config::PolicyChoice;
 
 /// Who searches: `model` (the loaded policy's attempts), `scripted` (the
-/// scripted search, one attempt, no model) or `combined` (both, ranked
-/// together; the default).
+/// scripted search, one attempt, no model), `search` (the index of the
+/// snapshot, [`rollout::search`], no model) or `combined` (the index search
+/// and the model's attempts, ranked together; the default).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Search {
     Model,
     Scripted,
+    /// The index search alone (`search`).
+    Index,
     #[default]
     Combined,
 }
+
+/// The search indexes of this process, kept per snapshot (the MCP server
+/// answers every call on one commit from one index).
+pub static INDEXES: std::sync::LazyLock<rollout::search::IndexCache> = std::sync::LazyLock::new(Default::default);
 
 impl std::str::FromStr for Search {
     type Err = String;
@@ -46,7 +53,8 @@ impl std::str::FromStr for Search {
             "model" => Ok(Search::Model),
             "scripted" => Ok(Search::Scripted),
             "combined" => Ok(Search::Combined),
-            other => Err(format!("`{other}`: expected model, scripted or combined")),
+            "search" => Ok(Search::Index),
+            other => Err(format!("`{other}`: expected model, scripted or combined, or search (the index alone)")),
         }
     }
 }
@@ -57,14 +65,20 @@ impl Search {
         match self {
             Search::Model => "model",
             Search::Scripted => "scripted",
+            Search::Index => "search",
             Search::Combined => "combined",
         }
+    }
+
+    /// Whether it runs the model (`model`, `combined`).
+    pub fn needs_model(&self) -> bool {
+        matches!(self, Search::Model | Search::Combined)
     }
 
     /// The policy to load for it (none but the scripted search for `scripted`).
     pub fn loads(&self) -> PolicyChoice {
         match self {
-            Search::Scripted => PolicyChoice::Scripted,
+            Search::Scripted | Search::Index => PolicyChoice::Scripted,
             Search::Model | Search::Combined => PolicyChoice::Model,
         }
     }
@@ -83,6 +97,11 @@ pub struct Measured {
     /// (greedy, one attempt).
     pub combined: (f64, f64),
     pub scripted: (f64, f64),
+    /// The index search alone (`search`): file F1, file accuracy@5, and
+    /// function accuracy@5 (issue 62; the same tasks).
+    pub search: (f64, f64, f64),
+    /// Its seconds per task (index built per commit, no model).
+    pub search_seconds: f64,
     pub model: (f64, f64),
     /// Share of the model's episodes that end with an answer.
     pub answered: f64,
@@ -100,16 +119,14 @@ pub const MEASURED: Measured = Measured {
     repos: 17,
     combined: (0.219, 0.412),
     scripted: (0.217, 0.377),
+    search: (0.477, 0.859, 0.567),
+    search_seconds: 0.8,
     model: (0.082, 0.123),
     answered: 0.89,
     seconds: (10.0, 25.0),
     cpu: "a 2-vCPU AMD EPYC",
     four_attempts: 2.3,
 };
-
-/// An issue shorter than this many tokens after the prompt's fixed part
-/// leaves no room worth searching with.
-const MIN_ISSUE_TOKENS: usize = 32;
 
 /// One localization asked for.
 #[derive(Clone, Debug)]
@@ -188,107 +205,7 @@ pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
     Ok((name, Arc::new(snapshot)))
 }
 
-/// `task`'s issue cut to fit: at most `given` (else `[localize]
-/// max_issue_tokens`, else half of what the episode's budget leaves after
-/// the prompt's fixed part) tokens, and never more than leaves the model a
-/// turn. A longer issue keeps its beginning and its end, a marker line in
-/// place of the dropped middle.
-pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Option<usize>) -> Result<(String, Option<IssueCut>)> {
-    let empty = Task { problem_statement: String::new(), ..task.clone() };
-    let fixed = prompt_tokens(tok, &empty, &cfg.episode)?.1.len();
-    let total = cfg.episode.max_total_tokens;
-    let most = total.saturating_sub(fixed + cfg.episode.max_turn_tokens);
-    if most < MIN_ISSUE_TOKENS {
-        bail!(
-            "the prompt's fixed part (system prompt and tools) is {fixed} tokens: [episode] max_total_tokens = {total} leaves no room for an issue and a turn of max_turn_tokens = {}; raise max_total_tokens in the config",
-            cfg.episode.max_turn_tokens
-        );
-    }
-    let budget = given.or(cfg.localize.max_issue_tokens).unwrap_or(total.saturating_sub(fixed) / 2).clamp(1, most);
-    let whole = task.problem_statement.as_str();
-    // A long issue is counted a chunk at a time, and cut from a view of its
-    // beginning and its end (each with more tokens than the cut keeps), so
-    // a 10 MB issue costs what its kept tokens cost, not its size.
-    let (view, n_whole) = if whole.len() > LONG_ISSUE_BYTES {
-        let n = tok.count_tokens(whole)?;
-        if n <= budget {
-            (whole.to_string(), None)
-        } else {
-            (head_and_tail(tok, whole, budget + 64)?, Some(n))
-        }
-    } else {
-        (whole.to_string(), None)
-    };
-    let issue = view.as_str();
-    let encoding = tok.inner().encode(issue, false).map_err(|e| anyhow::anyhow!("tokenizing the issue: {e}"))?;
-    let n = encoding.len();
-    if n <= budget && n_whole.is_none() {
-        return Ok((issue.to_string(), None));
-    }
-    let n_whole = n_whole.unwrap_or(n);
-    let offsets = encoding.get_offsets();
-    let floor = |mut i: usize| {
-        while !issue.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let ceil = |mut i: usize| {
-        while !issue.is_char_boundary(i) {
-            i += 1;
-        }
-        i
-    };
-    // The marker's own tokens come out of the budget; a cut that still
-    // tokenizes over it (merges across the seams) gives up a few more.
-    let mut keep = budget.saturating_sub(24);
-    for _ in 0..8 {
-        let head = keep.div_ceil(2);
-        let tail = keep - head;
-        let head_end = if head == 0 { 0 } else { floor(offsets[head - 1].1.min(issue.len())) };
-        let tail_start = if tail == 0 { issue.len() } else { ceil(offsets[n - tail].0.min(issue.len())).max(head_end) };
-        let dropped = n_whole.saturating_sub(head + tail);
-        let text = format!("{}\n\n[... {dropped} tokens of the issue cut here to fit {budget} ...]\n\n{}", &issue[..head_end], &issue[tail_start..]);
-        let len = tok.encode(&text)?.len();
-        if len <= budget {
-            return Ok((text, Some(IssueCut { tokens: n_whole, dropped_tokens: dropped, max_issue_tokens: budget })));
-        }
-        keep = keep.saturating_sub(len - budget + 4);
-    }
-    bail!("the issue ({n_whole} tokens) could not be cut to {budget} tokens: raise --max-issue-tokens")
-}
-
-/// Issues longer than this (bytes) are cut from a view of their two ends ([`head_and_tail`]).
-const LONG_ISSUE_BYTES: usize = 256 << 10;
-
-/// The beginning and the end of `text`, each at least `tokens` tokens long
-/// (or half of the text), joined: what [`fit_issue`] cuts a long issue from.
-fn head_and_tail(tok: &ChatTokenizer, text: &str, tokens: usize) -> Result<String> {
-    let floor = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let ceil = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i += 1;
-        }
-        i
-    };
-    let half = text.len() / 2;
-    let mut bytes = (tokens * 8).max(4096);
-    loop {
-        let take = bytes.min(half);
-        let head = &text[..floor(take)];
-        let tail = &text[ceil(text.len() - take)..];
-        let enough = tok.count_tokens(head)? >= tokens && tok.count_tokens(tail)? >= tokens;
-        if enough || take == half {
-            return Ok(format!("{head}{tail}"));
-        }
-        bytes *= 2;
-    }
-}
+pub use trainer::rollouts::issue_cut::fit_issue;
 
 /// Localizes `r` with `policy` in `env`; `progress(done, total)` after each attempt.
 pub fn localize(
@@ -351,18 +268,35 @@ pub fn localize_episodes(
     }
     let started = Instant::now();
     let tasks = [task];
-    let model_attempts = if r.search == Search::Scripted { 0 } else { r.attempts };
+    let model_attempts = if r.search.needs_model() { r.attempts } else { 0 };
     let total = model_attempts + usize::from(r.search != Search::Model);
     let mut done = 0;
+    // The index search (`search`, `combined`): its ranking, no episode.
+    let searched = if matches!(r.search, Search::Index | Search::Combined) {
+        let (_, ranking) = rollout::search::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search)
+            .map_err(|e| anyhow::anyhow!("the search: {e}"))?;
+        done += 1;
+        progress(done, total);
+        Some(ranking)
+    } else {
+        None
+    };
+    if let (Search::Index, Some(ranking)) = (&r.search, &searched) {
+        let mut ranked = Localization::from_ranking(ranking.clone(), &[], "search");
+        // The search answered when it ranked a file (no "no attempt answered" note).
+        ranked.answered = usize::from(!ranked.files.is_empty());
+        ranked.issue_cut = cut;
+        return Ok((ranked.with_wall_seconds(started.elapsed().as_secs_f64()), Vec::new()));
+    }
     let mut tick = |_: &Episode| {
         done += 1;
         progress(done, total);
     };
     // The scripted search: one attempt, ~0.1 s, no model.
-    let scripted: Vec<Episode> = if r.search == Search::Model {
-        Vec::new()
-    } else {
+    let scripted: Vec<Episode> = if r.search == Search::Scripted {
         run_episodes_until(&mut ScriptedTeacher::default(), env, &tasks, 1, &cfg.episode, cancel, &mut tick)?
+    } else {
+        Vec::new()
     };
     if r.search == Search::Scripted {
         let mut ranked = Localization::of(&scripted, &snap, "scripted");
@@ -386,7 +320,7 @@ pub fn localize_episodes(
         None
     };
     let mut ranked = match (&r.search, winner) {
-        (Search::Combined, w) => Localization::combined(&scripted, &episodes, &snap, w),
+        (Search::Combined, w) => Localization::combined_with(searched.unwrap_or_default(), &episodes, &snap, w),
         (_, Some(w)) => Localization::of(&episodes, &snap, "model").with_winner(&episodes, w),
         (_, None) => Localization::of(&episodes, &snap, "model"),
     };
@@ -420,5 +354,9 @@ mod tests {
             let row = doc_row(&doc, label);
             assert_eq!((row[1].as_str(), row[5].as_str()), (format!("{f1:.3}").as_str(), format!("{at5:.3}").as_str()), "{label}: file F1 and acc@5");
         }
+        // The index search's own table (issue 62): file F1, file acc@5, function acc@5.
+        let row = doc_row(&doc, "| search (issue 62) |");
+        let (f1, at5, fat5) = MEASURED.search;
+        assert_eq!([row[1].as_str(), row[5].as_str(), row[9].as_str()], [format!("{f1:.3}"), format!("{at5:.3}"), format!("{fat5:.3}")], "search row");
     }
 }

@@ -12,6 +12,9 @@
 //! - [`entities`]: [`entities::Entity`] (`a/b.py`, `a/b.py:Class.method`).
 //! - [`spans`]: [`spans::FileSpans`], tree-sitter function spans (Python, Rust, Go,
 //!   JavaScript, TypeScript/TSX, Java, C, C++).
+//! - [`search`]: [`search::IndexCache::get`]`(&Snapshot)` -> an index of the
+//!   snapshot's files and entities (BM25F); [`search::search_snapshot`]`(cache,
+//!   snapshot, issue, cfg)` -> hits and a grounded [`ranking::Ranking`].
 //! - [`efficiency`]: [`efficiency::efficiency`]`(&[EntitySet])` -> e.
 //! - [`answer`]: [`answer::parse_answer`]`(text)` -> [`answer::Answer`], set F1.
 //! - [`reward`]: [`reward::score`]`(&Answer, &Gold, &RewardConfig, e)` ->
@@ -50,6 +53,7 @@ pub mod ranking;
 pub mod repo;
 pub mod reward;
 pub mod scaling;
+pub mod search;
 pub mod spans;
 pub mod synth;
 pub mod tasks;

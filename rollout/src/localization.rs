@@ -98,8 +98,9 @@ pub struct Localization {
     /// Set when the issue was over its token budget and was cut to fit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issue_cut: Option<IssueCut>,
-    /// Who searched: `model`, `scripted` (the scripted search) or
-    /// `combined` (the scripted search is attempt 1, the model's follow).
+    /// Who searched: `model`, `scripted` (the scripted search), `search`
+    /// (the index search, [`crate::search`]) or `combined` (the index
+    /// search first, the model's attempts after).
     pub policy: String,
     /// Named by an attempt but not in the repository (no such file; no
     /// such function or class in that file): never ranked.
@@ -134,6 +135,24 @@ impl Localization {
         if let Some(w) = winner.filter(|w| *w < attempts.len()) {
             out.selector = "tournament".into();
             out.winner = Some(scripted.len() + w + 1);
+        }
+        out
+    }
+
+    /// The index search's ranking (`search`, [`crate::search`]) and the
+    /// model's `attempts` together ([`combine`]: the search's entities
+    /// first, then what the model alone named); with `winner`, that model
+    /// attempt's (0-based) answer first among the model's.
+    pub fn combined_with(search: Ranking, attempts: &[Episode], snapshot: &Snapshot, winner: Option<usize>) -> Localization {
+        let m: Vec<&Episode> = attempts.iter().collect();
+        let mut model = rank(&m, snapshot);
+        if let Some(w) = winner.and_then(|w| attempts.get(w)) {
+            winner_first(&mut model, w);
+        }
+        let mut out = Localization::from_ranking(combine(&search, &model), attempts, "combined");
+        if let Some(w) = winner.filter(|w| *w < attempts.len()) {
+            out.selector = "tournament".into();
+            out.winner = Some(w + 1);
         }
         out
     }
@@ -199,7 +218,7 @@ impl Localization {
             );
         }
         if self.policy == "combined" {
-            out += &format!("ranked: the scripted search (attempt 1) and the model's {} attempt(s) together\n", self.cost.attempts.saturating_sub(1));
+            out += &format!("ranked: the index search first, then the model's {} attempt(s)\n", self.cost.attempts);
         }
         if let Some(w) = self.winner {
             out += &format!("tournament winner: attempt {w} of {}\n", self.cost.attempts);

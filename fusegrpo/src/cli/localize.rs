@@ -27,7 +27,7 @@ pub struct LocalizerArgs {
     /// The base model alone, whatever the config's [model] adapter says.
     #[arg(long)]
     pub no_adapter: bool,
-    /// combined (the scripted search once and the model's attempts, ranked together) | model | scripted (the scripted search alone, no model).
+    /// combined (the index search first, then the model's attempts) | model | scripted (the scripted search alone, no model) | search (the index search alone, no model).
     #[arg(long, default_value = "combined")]
     pub policy: Search,
 }

@@ -24,10 +24,10 @@ pub struct Args {
     /// writable, and not an input, before any episode runs).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// model | scripted | combined (the scripted search, one episode per task, and the model's episodes, ranked together) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
+    /// model | scripted | search (the index of each snapshot, no episode, `eval` only) | combined (the index search and the model's episodes, ranked together, the search first) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
     #[arg(long)]
     pub policy: Option<EvalPolicy>,
-    /// Each task's ranked, grounded answer (JSONL: files and functions ranked, those not in the repository apart, set F1, the rank of the first gold file and function) per policy (with combined: model, scripted and combined); `compare` reads it.
+    /// Each task's ranked, grounded answer (JSONL: files and functions ranked, those not in the repository apart, set F1, the rank of the first gold file and function) per policy (with combined: model, search and combined); `compare` reads it.
     #[arg(long)]
     pub ranked: Option<PathBuf>,
     /// The model's episodes from an earlier `eval --out` (on these tasks, this config) instead of running the model again (policy model or combined).
@@ -63,10 +63,12 @@ pub struct Args {
     pub tasks_check: super::common::TaskCheckArgs,
 }
 
-/// `--policy`: one policy, or the scripted search and the model combined.
+/// `--policy`: one policy, the index search, or the index search and the model combined.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EvalPolicy {
     One(PolicyChoice),
+    /// The index search alone ([`rollout::search`]): a ranking per task, no episode.
+    Search,
     Combined,
 }
 
@@ -75,13 +77,14 @@ impl std::str::FromStr for EvalPolicy {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "combined" => Ok(EvalPolicy::Combined),
-            other => other.parse().map(EvalPolicy::One).map_err(|_| format!("`{other}`: expected model, scripted, combined or an http(s):// URL")),
+            "search" => Ok(EvalPolicy::Search),
+            other => other.parse().map(EvalPolicy::One).map_err(|_| format!("`{other}`: expected model, scripted, combined or an http(s):// URL (or search)")),
         }
     }
 }
 
 /// The config, tasks and teacher options of `args`.
-fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
+fn inputs(args: &Args, eval: bool) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
     let mut cfg = args.set.load(&args.config)?;
     if let Some(model) = &args.model {
         cfg.model.path = model.to_string_lossy().into_owned();
@@ -104,7 +107,17 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
         trainer::run_config::check_flag("--group", g, trainer::run_config::MAX_GROUP)?;
     }
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
-    let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
+    // `eval` cuts an issue that leaves the model no turn (as `localize`
+    // does) instead of refusing it; `rollout` keeps the tasks as given.
+    let mut tasks = if eval {
+        let (tasks, cut) = trainer::rollouts::issue_cut::checked_tasks_cut(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
+        if cut > 0 {
+            eprintln!("eval: {cut} issue(s) over the episode's token budget cut to fit (their beginning and end kept)");
+        }
+        tasks
+    } else {
+        trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?
+    };
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }
@@ -116,11 +129,19 @@ fn inputs(args: &Args) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
 /// their selections), prints the table, writes what was asked.
 fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     check_paths(args)?;
-    let (cfg, tasks, teacher) = inputs(args)?;
+    let (cfg, tasks, teacher) = inputs(args, !out_required)?;
     let scaling = args.scaling.config(cfg.sampling.seed)?;
     // `rollout` and test-time scaling (`--attempts`) run the model by default.
     let default = if out_required || scaling.is_some() { EvalPolicy::One(PolicyChoice::Model) } else { EvalPolicy::Combined };
     let policy = args.policy.clone().unwrap_or(default);
+    if policy == EvalPolicy::Search {
+        anyhow::ensure!(!out_required, "--policy search runs no episodes: it is for `eval` (the ranking per task), not `rollout`");
+        anyhow::ensure!(
+            scaling.is_none() && args.out.is_none() && args.reuse.is_none() && args.group.is_none(),
+            "--policy search runs no episodes: --out, --reuse, --group and --attempts do not apply (--ranked writes its rankings)"
+        );
+        return search_table(&cfg, &tasks, args.ranked.as_deref());
+    }
     if let Some(sc) = scaling {
         let EvalPolicy::One(policy) = &policy else {
             anyhow::bail!("--attempts with --policy combined: give --policy model or scripted (or leave --attempts out)")
@@ -150,7 +171,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     let group = args.group.unwrap_or(cfg.rollout.group);
     let main = match &policy {
         EvalPolicy::One(p) => p.clone(),
-        EvalPolicy::Combined => PolicyChoice::Model,
+        EvalPolicy::Search | EvalPolicy::Combined => PolicyChoice::Model,
     };
     let episodes = match &args.reuse {
         Some(path) => {
@@ -159,25 +180,49 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         }
         None => run_policy(&cfg, &tasks, &main, group, &teacher)?,
     };
-    // The scripted search: one episode per task, ~0.1 s each.
-    let scripted = match policy {
-        EvalPolicy::Combined => Some(run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 1, &teacher)?),
-        EvalPolicy::One(_) => None,
+    // The index search (combined): a ranking per task, no episode.
+    let searched = match policy {
+        EvalPolicy::Combined => {
+            let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
+            Some(trainer::rollouts::ranked::rank_search(&store, &tasks, &cfg.search)?.0)
+        }
+        EvalPolicy::One(_) | EvalPolicy::Search => None,
     };
     if let Some(out) = &out {
         write_episodes_made_by(out, &episodes, &MadeBy::new(&cfg, &main, group))?;
     }
-    let mut table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
-    if let Some(s) = &scripted {
-        table += &format!("\n{}", Summary::of(s).row("scripted"));
-    }
-    let ranked = ranked_table(&cfg, &tasks, &main, &episodes, scripted.as_deref(), args.ranked.as_deref())?;
+    let table = format!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row(label));
+    let ranked = ranked_table(&cfg, &tasks, &main, &episodes, searched.as_deref(), args.ranked.as_deref())?;
     let table = format!("{table}\n\n{ranked}");
     if out_required {
         eprintln!("{table}");
     } else {
         println!("{table}");
     }
+    Ok(())
+}
+
+/// `eval --policy search`: each task's ranking by the index search, the
+/// table, the cost; the rows written to `ranked` when given.
+fn search_table(cfg: &RunConfig, tasks: &[Task], ranked: Option<&std::path::Path>) -> Result<()> {
+    use trainer::rollouts::ranked;
+    let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
+    let started = std::time::Instant::now();
+    let (rows, cost) = ranked::rank_search(&store, tasks, &cfg.search)?;
+    if let Some(path) = ranked {
+        trainer::files::write_json_lines(path, &rows)?;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    println!("{}", ranked::markdown(&[("search".into(), rows.as_slice())], &[]));
+    println!(
+        "search: {} tasks, {} indexes built, {:.3} s per task in all ({:.3} s searching, index builds included; {:.3} s loading snapshots); {} tasks with nothing to search for",
+        cost.tasks,
+        cost.indexes_built,
+        wall / cost.tasks.max(1) as f64,
+        cost.search_seconds / cost.tasks.max(1) as f64,
+        cost.snapshot_seconds / cost.tasks.max(1) as f64,
+        cost.empty_queries
+    );
     Ok(())
 }
 
@@ -235,24 +280,24 @@ fn reused(path: &std::path::Path, tasks: &[Task], want: &MadeBy) -> Result<Vec<r
     Ok(all.into_iter().filter(|e| ids.contains(e.task_id.as_str())).collect())
 }
 
-/// Each task's ranked, grounded answer per policy (with the scripted
-/// search's episodes: model, scripted and combined, paired), as Markdown;
+/// Each task's ranked, grounded answer per policy (with the index
+/// search's rankings: model, search and combined, paired), as Markdown;
 /// the rows written to `ranked` when given.
 fn ranked_table(
     cfg: &RunConfig,
     tasks: &[Task],
     policy: &PolicyChoice,
     episodes: &[rollout::episode::Episode],
-    scripted: Option<&[rollout::episode::Episode]>,
+    searched: Option<&[rollout::ranking::TaskRanking]>,
     ranked: Option<&std::path::Path>,
 ) -> Result<String> {
     use trainer::rollouts::ranked;
     let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
     let mut columns = vec![(policy_name(policy), ranked::rank_episodes(&store, tasks, episodes, &policy_name(policy))?)];
     let mut pairs = Vec::new();
-    if let Some(s) = scripted {
-        columns.push(("scripted".into(), ranked::rank_episodes(&store, tasks, s, "scripted")?));
-        columns.push(("combined".into(), ranked::rank_combined(&store, tasks, s, episodes)?));
+    if let Some(s) = searched {
+        columns.push(("search".into(), s.to_vec()));
+        columns.push(("combined".into(), ranked::rank_search_combined(&store, tasks, s, episodes)?));
         pairs = vec![(2, 1), (2, 0)];
     }
     if let Some(path) = ranked {

@@ -315,12 +315,13 @@ fn mcp_says_when_the_localizer_ends_without_an_answer() {
     assert!(child.wait().unwrap().success());
 }
 
-/// The default (`--policy combined`) runs the scripted search beside the
+/// The default (`--policy combined`) runs the index search beside the
 /// model: with a tiny random model that never answers, the ranking is the
 /// search's (it used to be empty: the model alone), every reported entity
-/// in the repository, the search counted as attempt 1.
+/// in the repository. `--policy search` alone finds the gold function
+/// first, with no model loaded.
 #[test]
-fn localize_by_default_combines_the_scripted_search_with_the_model() {
+fn localize_by_default_combines_the_index_search_with_the_model() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = shop_world(tmp.path());
     let repo = tmp.path().join("repos/acme__shop");
@@ -334,14 +335,16 @@ fn localize_by_default_combines_the_scripted_search_with_the_model() {
         }
         serde_json::from_str(&fusegrpo_ok(&args)).unwrap()
     };
-    let scripted = run(Some("scripted"));
+    let searched = run(Some("search"));
+    assert_eq!(searched["policy"], "search", "{searched}");
+    assert_eq!(entities(&searched, "files")[0], "shop/tax.py", "{searched}");
+    assert_eq!(entities(&searched, "functions")[0], "shop/tax.py:compute_tax", "{searched}");
     let combined = run(None);
     assert_eq!(combined["policy"], "combined", "{combined}");
-    assert_eq!(combined["cost"]["attempts"], 2, "{combined}");
-    assert!(!entities(&scripted, "files").is_empty(), "{scripted}");
-    let n = entities(&scripted, "files").len();
-    assert_eq!(entities(&combined, "files")[..n], entities(&scripted, "files")[..], "{combined}\n{scripted}");
+    assert_eq!(combined["cost"]["attempts"], 1, "the model's attempt: {combined}");
+    let n = entities(&searched, "files").len();
+    assert_eq!(entities(&combined, "files")[..n], entities(&searched, "files")[..], "{combined}\n{searched}");
     assert_eq!(combined["grounded_rate"], 1.0, "{combined}");
     let text = fusegrpo_ok(&["localize", "--config", cfg.to_str().unwrap(), "--repo", repo.to_str().unwrap(), "--issue", issue_file.to_str().unwrap()]);
-    assert!(text.contains("the scripted search (attempt 1) and the model's 1 attempt(s) together"), "{text}");
+    assert!(text.contains("the index search first, then the model's 1 attempt(s)"), "{text}");
 }

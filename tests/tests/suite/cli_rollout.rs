@@ -72,3 +72,46 @@ fn bad_configs_name_the_key() {
     let out = fusegrpo(&["eval", "--config", cfg.to_str().unwrap(), "--tasks", "x.jsonl", "--policy", "ftp://nope"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("ftp://nope"));
 }
+
+/// `eval --policy search` ranks each task by the index search (no model,
+/// no episode), and `eval` cuts an issue too long for the episode's token
+/// budget instead of refusing it (it used to need --skip-bad-tasks).
+#[test]
+fn eval_search_ranks_and_long_issues_are_cut_not_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let tasks = tmp.path().join("tasks.jsonl");
+    let ranked = tmp.path().join("search.ranked.jsonl");
+    let c = cfg.to_str().unwrap();
+    let table = fusegrpo_ok(&["eval", "--config", c, "--tasks", tasks.to_str().unwrap(), "--policy", "search", "--ranked", ranked.to_str().unwrap()]);
+    assert!(table.contains("| search | 2 |"), "{table}");
+    let rows = read_jsonl(&ranked);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["policy"], "search");
+        assert_eq!(r["score"]["first_gold_file"], 1, "{r}");
+        assert_eq!(r["score"]["first_gold_function"], 1, "{r}");
+    }
+    // With --out, --policy search is refused (it runs no episodes).
+    let out = tmp.path().join("e.jsonl");
+    let refused = fusegrpo(&["eval", "--config", c, "--tasks", tasks.to_str().unwrap(), "--policy", "search", "--out", out.to_str().unwrap()]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("runs no episodes"));
+
+    // An issue far over the budget ([episode] max_total_tokens, default).
+    let mut rows = read_jsonl(&tasks);
+    let long = format!("`compute_tax` uses a flat rate.\n{}\nIt must depend on the region.", "The tax is wrong for every region we sell in. ".repeat(2000));
+    rows[1]["problem_statement"] = long.into();
+    let long_tasks = tmp.path().join("long.jsonl");
+    std::fs::write(&long_tasks, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let eps = tmp.path().join("long-eps.jsonl");
+    let run = fusegrpo(&["eval", "--config", c, "--tasks", long_tasks.to_str().unwrap(), "--policy", "scripted", "--group", "1", "--out", eps.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("1 issue(s) over the episode's token budget cut to fit"), "{stderr}");
+    let episodes = read_jsonl(&eps);
+    assert_eq!(episodes.len(), 2, "both tasks ran, none skipped");
+    assert!(episodes.iter().any(|e| e["task_id"] == "shop-2"));
+    // `rollout` still refuses it (its episodes are training data).
+    let refused = fusegrpo(&["rollout", "--config", c, "--tasks", long_tasks.to_str().unwrap(), "--policy", "scripted", "--out", eps.to_str().unwrap()]);
+    assert!(!refused.status.success());
+}

@@ -4,6 +4,7 @@
 //! HTTP teacher), a checked task file, progress, and episode files.
 
 pub mod episodes;
+pub mod issue_cut;
 pub mod attempts;
 pub mod ranked;
 pub mod vllm;
@@ -198,7 +199,15 @@ pub fn checked_tasks(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result<Vec
         Ok(_) => None,
         Err(e) => Some(format!("rendering its prompt: {e}")),
     };
-    let checked = rollout::tasks::check::check_task_file(path, repos, &fits)?;
+    checked_with(path, cfg, skip_bad, &fits)
+}
+
+/// [`checked_tasks`] with its own test of whether a task's prompt fits
+/// (`fits`: `None`, or why not).
+pub(crate) fn checked_with(path: &Path, cfg: &RunConfig, skip_bad: bool, fits: &dyn Fn(&Task) -> Option<String>) -> Result<Vec<Task>> {
+    let repos = &cfg.env.repos_dir;
+    let limit = cfg.episode.max_total_tokens;
+    let checked = rollout::tasks::check::check_task_file(path, repos, fits)?;
     let total = checked.good.len() + checked.bad.len();
     anyhow::ensure!(total > 0, "{}: no tasks", path.display());
     if checked.bad.is_empty() {

@@ -62,6 +62,66 @@ pub fn rank_combined(store: &SnapshotStore, tasks: &[Task], scripted: &[Episode]
     rank_with(store, tasks, &[scripted, model], "combined", |r| combine(&r[0], &r[1]))
 }
 
+/// What [`rank_search`] spent: indexes built and the seconds of each part.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SearchCost {
+    pub tasks: usize,
+    /// Indexes built (one per commit; tasks on one commit share it).
+    pub indexes_built: usize,
+    /// Seconds loading snapshots (shared with any other policy's run).
+    pub snapshot_seconds: f64,
+    /// Seconds of the searches, index builds included.
+    pub search_seconds: f64,
+    /// Tasks whose issue had nothing to search for (an empty ranking).
+    pub empty_queries: usize,
+}
+
+/// The index search ([`rollout::search`]) on each task: its ranking and
+/// answer set, scored. A task whose issue gives no query (no name or word
+/// to search for) gets an empty ranking, counted in the cost.
+pub fn rank_search(store: &SnapshotStore, tasks: &[Task], cfg: &rollout::search::SearchConfig) -> Result<(Vec<TaskRanking>, SearchCost)> {
+    let cache = rollout::search::IndexCache::default();
+    let mut cost = SearchCost { tasks: tasks.len(), ..SearchCost::default() };
+    let mut rows = Vec::new();
+    for task in tasks {
+        let id = task.instance_id.as_str();
+        let t0 = std::time::Instant::now();
+        let snapshot = store.get(&task.repo, &task.base_commit).with_context(|| format!("task '{id}': its snapshot"))?;
+        let gold = task_gold(task, &snapshot).with_context(|| format!("task '{id}': its gold"))?;
+        let t1 = std::time::Instant::now();
+        let ranking = match rollout::search::search_snapshot(&cache, &snapshot, &task.problem_statement, cfg) {
+            Ok((_, r)) => r,
+            Err(rollout::search::SearchError::EmptyQuery) => {
+                cost.empty_queries += 1;
+                Ranking::default()
+            }
+            Err(e) => return Err(anyhow::anyhow!("task '{id}': the search: {e}")),
+        };
+        cost.snapshot_seconds += (t1 - t0).as_secs_f64();
+        cost.search_seconds += t1.elapsed().as_secs_f64();
+        rows.push(TaskRanking::new(id, "search", ranking, &gold, &snapshot));
+    }
+    cost.indexes_built = cache.builds();
+    Ok((rows, cost))
+}
+
+/// The index search's rows and the model's episodes, combined per task
+/// ([`combine`]: the search first, then what the model alone named).
+pub fn rank_search_combined(store: &SnapshotStore, tasks: &[Task], search: &[TaskRanking], model: &[Episode]) -> Result<Vec<TaskRanking>> {
+    let by_id: BTreeMap<&str, &TaskRanking> = search.iter().map(|r| (r.task_id.as_str(), r)).collect();
+    rank_with(store, tasks, &[model], "combined", |r| r[0].clone())?
+        .into_iter()
+        .map(|row| {
+            let id = row.task_id.clone();
+            let task = tasks.iter().find(|t| t.instance_id == id).context("a ranked task")?;
+            let snapshot = store.get(&task.repo, &task.base_commit)?;
+            let gold = task_gold(task, &snapshot)?;
+            let searched = by_id.get(id.as_str()).map(|r| r.ranking.clone()).unwrap_or_default();
+            Ok(TaskRanking::new(&id, "combined", combine(&searched, &row.ranking), &gold, &snapshot))
+        })
+        .collect()
+}
+
 /// Reads rows `write` wrote (`eval --ranked`); `None` when the file's first
 /// line is not one (an episode file).
 pub fn read(path: &Path) -> Result<Option<Vec<TaskRanking>>> {

@@ -77,6 +77,9 @@ pub struct RunConfig {
     /// `fusegrpo localize` and `fusegrpo mcp` on a user's issue.
     #[serde(default, skip_serializing_if = "LocalizeSection::is_default")]
     pub localize: LocalizeSection,
+    /// The index search (`--policy search`, `combined`): every signal's weight.
+    #[serde(default, skip_serializing_if = "::rollout::search::SearchConfig::is_default")]
+    pub search: ::rollout::search::SearchConfig,
 }
 
 /// A TOML syntax or type error as `file:line:column: message`, naming the
@@ -455,6 +458,9 @@ impl RunConfig {
             if let Err((key, message)) = l.validate() {
                 return bad(&format!("lora.{key}"), message);
             }
+        }
+        if let Err((key, message)) = self.search.validate() {
+            return bad(&format!("search.{key}"), message);
         }
         if let Err((key, message)) = self.localize.validate() {
             return bad(&format!("localize.{key}"), message);

@@ -108,6 +108,7 @@ fn the_configuration_reference_lists_every_key_with_its_default() {
     checked += section::<trainer::run_config::LoraSection>("lora", "r = 8", &rows, &mut problems);
     checked += section::<LogSection>("log", "", &rows, &mut problems);
     checked += section::<LocalizeSection>("localize", "", &rows, &mut problems);
+    checked += section::<rollout::search::SearchConfig>("search", "", &rows, &mut problems);
     // The top level: `name`, `extends` (read before the sections), and a
     // section heading for every other key.
     for k in fields::<RunConfig>() {
