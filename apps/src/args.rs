@@ -5,7 +5,7 @@
 use candle_core::Device;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use trainer::device::{DTypeKind, DeviceKind, Placement};
-use trainer::gpu_check::CudaKernels;
+use trainer::gpu_check::{Attention, CudaKernels};
 use trainer::Result;
 
 /// clap's parser of a trainer enum by its `names` (listed in `--help` and
@@ -31,12 +31,22 @@ pub struct RunOn {
     /// scripts/gpu-check has passed for this build), on or off.
     #[arg(long, value_parser = choice::<CudaKernels>(&CudaKernels::NAMES), default_value = "auto")]
     pub cuda_kernels: CudaKernels,
+    /// Attention on CUDA with the kernels on ([model] attention): auto
+    /// (cuDNN where it takes the call, else the fused kernel), cudnn or
+    /// kernel. FUSEGRPO_ATTENTION overrides it.
+    #[arg(long, value_parser = choice::<Attention>(&Attention::NAMES), default_value = "auto")]
+    pub attention: Attention,
 }
 
 impl RunOn {
-    /// The device, dtype and kernels these flags name.
+    /// The device, dtype, kernels and attention these flags name.
     pub fn placement(&self) -> Placement {
-        Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
+        Placement {
+            device: self.device,
+            dtype: self.dtype,
+            cuda_kernels: self.cuda_kernels,
+            attention: trainer::gpu_check::attention_settings(self.attention, true),
+        }
     }
 
     /// Opens the device, the CUDA kernels switched as `cuda_kernels` says.
@@ -63,6 +73,7 @@ mod tests {
         roundtrip::<DeviceKind>(&DeviceKind::NAMES);
         roundtrip::<DTypeKind>(&DTypeKind::NAMES);
         roundtrip::<CudaKernels>(&CudaKernels::NAMES);
+        roundtrip::<Attention>(&Attention::NAMES);
     }
 
     #[derive(clap::Parser)]

@@ -9,7 +9,7 @@
 //! - [`bench`]: `fusegrpo bench ...`, the benchmarks (ours beside a reference).
 //! - [`plot`]: a training run's curves and the test-time scaling plot (PNG).
 //! - [`dist_check`]: `fusegrpo dist-check`, data parallelism against one process.
-//! - [`selftest`] (with `cuda`): the CUDA path against the CPU.
+//! - [`selftest`]: the CUDA path against the CPU (without `cuda`, every case fails with the reason).
 //! - [`vllm_server`]: `fusegrpo engine vllm`, a vLLM server as a child process.
 //! - [`args`]: argument groups several commands share (`--device`, `--dtype`,
 //!   `--cuda-kernels`), and clap's parser of the trainer's enums.
@@ -24,7 +24,6 @@ pub mod dist_check;
 pub mod localize;
 pub mod mcp;
 pub mod plot;
-#[cfg(feature = "cuda")]
 pub mod selftest;
 pub mod serve;
 pub mod vllm_server;

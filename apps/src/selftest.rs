@@ -20,7 +20,48 @@ pub struct Report {
     pub failed: Vec<String>,
 }
 
+/// The self-test's groups, in the order they run: the cuBLAS log-prob head
+/// first, cuDNN last (`selftest --only <group>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// token_logprobs and weighted_logprob_sum (the cuBLAS head and row kernels).
+    Logprobs,
+    RmsNorm,
+    Rope,
+    Sampling,
+    /// The fused attention kernel.
+    Attention,
+    /// cuDNN's fused attention (feature `cudnn`).
+    Cudnn,
+}
+
+impl Group {
+    pub const ALL: [Group; 6] = [Group::Logprobs, Group::RmsNorm, Group::Rope, Group::Sampling, Group::Attention, Group::Cudnn];
+    pub const NAMES: [&'static str; 6] = ["logprobs", "rms_norm", "rope", "sampling", "attention", "cudnn"];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[Self::ALL.iter().position(|g| *g == self).expect("listed")]
+    }
+}
+
+impl std::str::FromStr for Group {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Group, String> {
+        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i]).ok_or_else(|| format!("{s:?}: expected one of {}", Self::NAMES.join(", ")))
+    }
+}
+
 impl Report {
+    /// Runs one case: an error (not a mismatch) is a FAIL line with its
+    /// message, and the self-test goes on with the next case.
+    pub fn case(&mut self, name: &str, run: impl FnOnce(&mut Report) -> Result<()>) {
+        if let Err(e) = run(self) {
+            println!("{name:<44} FAIL: {e:#}");
+            self.total += 1;
+            self.failed.push(name.to_string());
+        }
+    }
+
     /// Compares `got` (any device) with `want` (CPU reference): the max
     /// absolute difference relative to the reference's max magnitude.
     fn check(&mut self, name: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
@@ -55,35 +96,56 @@ fn random(rng: &mut rand_chacha::ChaCha8Rng, shape: &[usize], scale: f32) -> Res
 /// (dtype, name, forward tolerance, gradient tolerance).
 const DTYPES: [(DType, &str, f64, f64); 2] = [(DType::F32, "f32", 1e-4, 1e-4), (DType::BF16, "bf16", 2e-2, 3e-2)];
 
-pub fn check_all(dev: &Device, seed: u64, report: &mut Report) -> Result<()> {
+/// Every case of the groups in `only` (all when empty), in [`Group::ALL`]'s
+/// order; a case that errors is a FAIL line ([`Report::case`]), never the
+/// end of the self-test.
+pub fn check_all(dev: &Device, seed: u64, only: &[Group], report: &mut Report) {
+    let on = |g: Group| only.is_empty() || only.contains(&g);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let rng = &mut rng;
     for (dtype, dn, tf, tg) in DTYPES {
-        for (n, d, v, temp) in [(67, 80, 1037, 0.7), (1, 64, 151_936, 1.0), (300, 256, 151_936, 1.0)] {
-            let name = format!("token_logprobs {dn} N={n} d={d} V={v} T={temp}");
-            logprobs_case(dev, &mut rng, dtype, (n, d, v, temp), &name, (tf, tg), report)?;
+        if on(Group::Logprobs) {
+            for (n, d, v, temp) in [(67, 80, 1037, 0.7), (1, 64, 151_936, 1.0), (300, 256, 151_936, 1.0)] {
+                let name = format!("token_logprobs {dn} N={n} d={d} V={v} T={temp}");
+                report.case(&name, |r| logprobs_case(dev, rng, dtype, (n, d, v, temp), &name, (tf, tg), r));
+            }
+            for (n, d, v, temp) in [(67, 80, 1037, 0.7), (300, 256, 151_936, 1.0)] {
+                let name = format!("weighted_logprob_sum {dn} N={n} d={d} V={v} T={temp}");
+                report.case(&name, |r| folded_case(dev, rng, dtype, (n, d, v, temp), &name, (tf, tg), r));
+            }
         }
-        for (n, d, v, temp) in [(67, 80, 1037, 0.7), (300, 256, 151_936, 1.0)] {
-            let name = format!("weighted_logprob_sum {dn} N={n} d={d} V={v} T={temp}");
-            folded_case(dev, &mut rng, dtype, (n, d, v, temp), &name, (tf, tg), report)?;
+        if on(Group::RmsNorm) {
+            for shape in [vec![3, 5, 200], vec![2, 7, 128], vec![4, 2560]] {
+                let name = format!("rms_norm {dn} {shape:?}");
+                report.case(&name, |r| rms_case(dev, rng, dtype, &shape, &name, (tf, tg), r));
+            }
         }
-        for shape in [vec![3, 5, 200], vec![2, 7, 128], vec![4, 2560]] {
-            rms_case(dev, &mut rng, dtype, &shape, &format!("rms_norm {dn} {shape:?}"), (tf, tg), report)?;
-        }
-        for (b, h, t, hd) in [(2, 3, 7, 64), (1, 4, 33, 128)] {
-            rope_case(dev, &mut rng, dtype, (b, h, t, hd), &format!("rope {dn} [{b},{h},{t},{hd}]"), (tf, tg), report)?;
-        }
-    }
-    for (dtype, dn, _, _) in DTYPES {
-        for v in [1000, 151_936] {
-            sampling_case(dev, &mut rng, dtype, v, &format!("sample {dn} V={v}"), report)?;
-        }
-    }
-    for (dtype, dn, tf, tg) in ATTENTION_DTYPES {
-        for case in ATTENTION_CASES {
-            attention_case(dev, &mut rng, dtype, &case, &format!("attention {dn} {}", case.name), (tf, tg), report)?;
+        if on(Group::Rope) {
+            for (b, h, t, hd) in [(2, 3, 7, 64), (1, 4, 33, 128)] {
+                let name = format!("rope {dn} [{b},{h},{t},{hd}]");
+                report.case(&name, |r| rope_case(dev, rng, dtype, (b, h, t, hd), &name, (tf, tg), r));
+            }
         }
     }
-    cudnn_attention(dev, &mut rng, report)
+    if on(Group::Sampling) {
+        for (dtype, dn, _, _) in DTYPES {
+            for v in [1000, 151_936] {
+                let name = format!("sample {dn} V={v}");
+                report.case(&name, |r| sampling_case(dev, rng, dtype, v, &name, r));
+            }
+        }
+    }
+    if on(Group::Attention) {
+        for (dtype, dn, tf, tg) in ATTENTION_DTYPES {
+            for case in ATTENTION_CASES {
+                let name = format!("attention {dn} {}", case.name);
+                report.case(&name, |r| attention_case(dev, rng, dtype, &case, &name, (tf, tg), r));
+            }
+        }
+    }
+    if on(Group::Cudnn) {
+        cudnn_attention(dev, rng, report);
+    }
 }
 
 /// cuDNN attention tolerances, as the kernel's bf16 ones: (dtype, name,
@@ -91,39 +153,35 @@ pub fn check_all(dev: &Device, seed: u64, report: &mut Report) -> Result<()> {
 #[cfg(feature = "cudnn")]
 const CUDNN_DTYPES: [(DType, &str, f64, f64); 2] = [(DType::BF16, "bf16", 2e-2, 3e-2), (DType::F16, "f16", 1e-2, 2e-2)];
 
-/// With feature `cudnn`: cuDNN's fused attention (forced, whatever
-/// `FUSEGRPO_ATTENTION` says) against the CPU attention op on every
-/// attention case (padded, packed, a KV-cache view, decoding) plus one at
-/// Qwen3-4B's heads (32/8, d = 128), forward and the three gradients, the
+/// With feature `cudnn`: cuDNN's fused attention (forced) against the CPU
+/// attention op on every attention case (padded, packed, a KV-cache view,
+/// decoding) plus one at Qwen3-4B's heads (32/8, d = 128) and one with
+/// token-major operands (as the model passes them, read without a copy)
+/// whose rows are longer than their sequences' length bucket (a layout
+/// refusal shows there first), forward and the three gradients, the
 /// upstream gradient zero at padding queries and their outputs left out
 /// (cuDNN writes 0 there, ours the mean of every value: never used); then
 /// a second run bitwise equal to the first (the deterministic backward).
 /// A cuDNN that declines (no libcudnn, an older GPU) fails each case with
 /// the reason. Without the feature: one line saying so.
 #[cfg(feature = "cudnn")]
-fn cudnn_attention(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, report: &mut Report) -> Result<()> {
+fn cudnn_attention(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, report: &mut Report) {
     match kernels::attention::cudnn_library() {
         Ok(lib) => println!("attention cudnn: libcudnn {} at {}", lib.version, lib.path.display()),
         Err(e) => println!("attention cudnn: {e}"),
     }
-    let qwen = AttentionCase { name: "qwen3-4b heads b=1 h=32/8 t=s=300 d=128", b: 1, heads: 32, kv_heads: 8, t: 300, s: 300, d: 128, slots: Slots::Packed, extra: 0 };
+    let qwen = AttentionCase { name: "qwen3-4b heads b=1 h=32/8 t=s=300 d=128", b: 1, heads: 32, kv_heads: 8, t: 300, s: 300, d: 128, slots: Slots::Packed, extra: 0, token_major: false };
     for (dtype, dn, tf, tg) in CUDNN_DTYPES {
-        for case in ATTENTION_CASES.iter().chain([&qwen]) {
+        for case in ATTENTION_CASES.iter().chain([&qwen, &TOKEN_MAJOR_CASE]) {
             let name = format!("attention cudnn {dn} {}", case.name);
-            if let Err(e) = cudnn_case(dev, rng, dtype, case, &name, (tf, tg), report) {
-                println!("{name:<44} FAIL: {e}");
-                report.total += 1;
-                report.failed.push(name);
-            }
+            report.case(&name, |r| cudnn_case(dev, rng, dtype, case, &name, (tf, tg), r));
         }
     }
-    Ok(())
 }
 
 #[cfg(not(feature = "cudnn"))]
-fn cudnn_attention(_: &Device, _: &mut rand_chacha::ChaCha8Rng, _: &mut Report) -> Result<()> {
+fn cudnn_attention(_: &Device, _: &mut rand_chacha::ChaCha8Rng, _: &mut Report) {
     println!("attention cudnn: not built (cargo build --features cuda,cudnn)");
-    Ok(())
 }
 
 /// One cuDNN case: see [`cudnn_attention`].
@@ -134,9 +192,7 @@ fn cudnn_case(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, c: 
     let scale = 1.0 / (c.d as f64).sqrt();
     let live: Vec<f32> = (0..c.b).flat_map(|r| (0..c.t).map(move |i| (r, i))).map(|(r, i)| if vis.is_padding_query(r, i) { 0.0 } else { 1.0 }).collect();
     let live = Tensor::from_vec(live, (c.b, c.t, 1), &Device::Cpu)?;
-    let q = random(rng, &[c.b, c.heads, c.t, c.d], 1.0)?.to_dtype(dtype)?;
-    let cache_k = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
-    let cache_v = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+    let (q, cache_k, cache_v) = case_inputs(rng, c, dtype)?;
     let g = random(rng, &[c.b, c.t, c.heads * c.d], 1.0)?.broadcast_mul(&live)?.to_dtype(dtype)?;
     let f32s = |x: &Tensor| x.to_dtype(DType::F32);
     let want = kernels::attention::forward_backward(&f32s(&q)?, &f32s(&cache_k)?.narrow(2, 0, c.s)?, &f32s(&cache_v)?.narrow(2, 0, c.s)?, &vis, scale, &f32s(&g)?)?;
@@ -215,6 +271,10 @@ enum Slots {
     Packed,
     /// The t queries follow s - t cached keys; row 1's first 3 keys are padding.
     Cache,
+    /// Row r is one sequence of `[60, 45, 20][r % 3]` tokens after left
+    /// padding (s = t, rows longer than the sequences' length bucket).
+    #[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
+    Short,
 }
 
 /// An attention parity case; k and v are views of a `[b, kv_heads, s +
@@ -229,13 +289,30 @@ struct AttentionCase {
     d: usize,
     slots: Slots,
     extra: usize,
+    /// q, k, v as token-major views (`[b, len, heads, d]` transposed), as
+    /// the model passes them; else head-major (`[b, heads, len, d]`).
+    token_major: bool,
+}
+
+/// The token-major case with rows longer than their sequences' bucket (cuDNN only).
+#[cfg(feature = "cudnn")]
+const TOKEN_MAJOR_CASE: AttentionCase =
+    AttentionCase { name: "token-major short rows b=3 h=8/2 t=s=200 d=128", b: 3, heads: 8, kv_heads: 2, t: 200, s: 200, d: 128, slots: Slots::Short, extra: 0, token_major: true };
+
+/// q `[b, heads, t, d]` and the k, v caches `[b, kv_heads, s + extra, d]`
+/// (head-major, or token-major views) in `dtype`.
+fn case_inputs(rng: &mut rand_chacha::ChaCha8Rng, c: &AttentionCase, dtype: DType) -> Result<(Tensor, Tensor, Tensor)> {
+    let make = |rng: &mut rand_chacha::ChaCha8Rng, h: usize, len: usize| -> Result<Tensor> {
+        Ok(if c.token_major { random(rng, &[c.b, len, h, c.d], 1.0)?.to_dtype(dtype)?.transpose(1, 2)? } else { random(rng, &[c.b, h, len, c.d], 1.0)?.to_dtype(dtype)? })
+    };
+    Ok((make(rng, c.heads, c.t)?, make(rng, c.kv_heads, c.s + c.extra)?, make(rng, c.kv_heads, c.s + c.extra)?))
 }
 
 const ATTENTION_CASES: [AttentionCase; 4] = [
-    AttentionCase { name: "padded b=2 h=4/4 t=s=45 d=64", b: 2, heads: 4, kv_heads: 4, t: 45, s: 45, d: 64, slots: Slots::Padded, extra: 0 },
-    AttentionCase { name: "packed b=2 h=8/2 t=s=70 d=128", b: 2, heads: 8, kv_heads: 2, t: 70, s: 70, d: 128, slots: Slots::Packed, extra: 0 },
-    AttentionCase { name: "cache view b=2 h=4/2 t=3 s=70 d=128", b: 2, heads: 4, kv_heads: 2, t: 3, s: 70, d: 128, slots: Slots::Cache, extra: 10 },
-    AttentionCase { name: "decode b=1 h=8/2 t=1 s=37 d=64", b: 1, heads: 8, kv_heads: 2, t: 1, s: 37, d: 64, slots: Slots::Cache, extra: 5 },
+    AttentionCase { name: "padded b=2 h=4/4 t=s=45 d=64", b: 2, heads: 4, kv_heads: 4, t: 45, s: 45, d: 64, slots: Slots::Padded, extra: 0, token_major: false },
+    AttentionCase { name: "packed b=2 h=8/2 t=s=70 d=128", b: 2, heads: 8, kv_heads: 2, t: 70, s: 70, d: 128, slots: Slots::Packed, extra: 0, token_major: false },
+    AttentionCase { name: "cache view b=2 h=4/2 t=3 s=70 d=128", b: 2, heads: 4, kv_heads: 2, t: 3, s: 70, d: 128, slots: Slots::Cache, extra: 10, token_major: false },
+    AttentionCase { name: "decode b=1 h=8/2 t=1 s=37 d=64", b: 1, heads: 8, kv_heads: 2, t: 1, s: 37, d: 64, slots: Slots::Cache, extra: 5, token_major: false },
 ];
 
 /// The case's visibility: positions (-1 padding) and, for packed rows, segments.
@@ -256,6 +333,10 @@ fn attention_visibility(c: &AttentionCase) -> Result<kernels::attention::Visibil
                 }
                 qpos.extend([-1, -1]);
                 qseg.extend([3, 3]);
+            }
+            Slots::Short => {
+                let n = [60, 45, 20][r % 3].min(c.t);
+                qpos.extend((0..c.t - n).map(|_| -1).chain(0..n as i64));
             }
             Slots::Cache => {
                 let pad = if r == 1 { 3 } else { 0 };
@@ -291,9 +372,7 @@ fn attention_case(
 ) -> Result<()> {
     let vis = std::sync::Arc::new(attention_visibility(c)?);
     let scale = 1.0 / (c.d as f64).sqrt();
-    let q = random(rng, &[c.b, c.heads, c.t, c.d], 1.0)?.to_dtype(dtype)?;
-    let cache_k = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
-    let cache_v = random(rng, &[c.b, c.kv_heads, c.s + c.extra, c.d], 1.0)?.to_dtype(dtype)?;
+    let (q, cache_k, cache_v) = case_inputs(rng, c, dtype)?;
     let g = random(rng, &[c.b, c.t, c.heads * c.d], 1.0)?.to_dtype(dtype)?;
     let f32s = |x: &Tensor| x.to_dtype(DType::F32);
     let want = kernels::attention::forward_backward(
@@ -305,7 +384,9 @@ fn attention_case(
         &f32s(&g)?,
     )?;
     let (qc, kc, vc, gc) = (q.to_device(dev)?, cache_k.to_device(dev)?, cache_v.to_device(dev)?, g.to_device(dev)?);
-    let got = kernels::cuda_ops::attention_forward_backward(&qc, &kc.narrow(2, 0, c.s)?, &vc.narrow(2, 0, c.s)?, &vis, scale, &gc)?;
+    let kernel = kernels::attention::Settings { backend: kernels::attention::Backend::Kernel, ..Default::default() };
+    let got = kernels::cuda_ops::attention_forward_backward(&qc, &kc.narrow(2, 0, c.s)?, &vc.narrow(2, 0, c.s)?, &vis, scale, &gc, kernel)?;
+    anyhow::ensure!(got.4 == kernels::attention::Ran::Kernel, "{name}: {} ran, not the fused kernel", got.4.name());
     anyhow::ensure!(got.0.dtype() == dtype && got.1.dtype() == dtype, "{name}: CUDA outputs are {:?}, expected {dtype:?}", got.0.dtype());
     report.check_scaled(&format!("{name} out"), &got.0, &want.0, tf, 1.0)?;
     report.check_scaled(&format!("{name} grad_q"), &got.1, &want.1, tg, 1.0)?;
@@ -470,4 +551,34 @@ pub fn bench_logprobs(dev: &Device, seed: u64) -> Result<()> {
         println!("bench logprob {mode:<8} bf16 N={n} d={d} V={v} fwd+bwd: {secs:.4} s  (logprob_sum {sum:.3})");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error in one case (here: no CUDA device for the kernel) is that
+    /// case's FAIL line; every later case of the group still runs.
+    #[test]
+    fn an_erroring_case_fails_alone_and_the_self_test_goes_on() {
+        let mut report = Report::default();
+        check_all(&Device::Cpu, 0, &[Group::Rope], &mut report);
+        assert_eq!(report.total, 4, "2 shapes x 2 dtypes: {:?}", report.failed);
+        assert_eq!(report.failed.len(), 4);
+        assert!(report.failed[0].starts_with("rope f32") && report.failed[3].starts_with("rope bf16"), "{:?}", report.failed);
+        let mut report = Report::default();
+        check_all(&Device::Cpu, 0, &[Group::Sampling, Group::RmsNorm], &mut report);
+        assert_eq!(report.total, 6 + 4, "{:?}", report.failed);
+    }
+
+    #[test]
+    fn groups_are_named_in_order_cublas_first_cudnn_last() {
+        for (g, n) in Group::ALL.iter().zip(Group::NAMES) {
+            assert_eq!(n.parse::<Group>(), Ok(*g));
+            assert_eq!(g.name(), n);
+        }
+        assert_eq!(Group::ALL[0], Group::Logprobs);
+        assert_eq!(Group::ALL[5], Group::Cudnn);
+        assert!("flash".parse::<Group>().unwrap_err().contains("expected one of logprobs"));
+    }
 }

@@ -125,6 +125,12 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
+    // FUSEGRPO_ATTENTION, read here once: it overrides [model] attention and
+    // --attention wherever they are read (trainer::gpu_check::set_attention_env).
+    match kernels::attention::Backend::parse_env(std::env::var(kernels::attention::cudnn_map::BACKEND_ENV).ok().as_deref()) {
+        Ok(value) => trainer::gpu_check::set_attention_env(value),
+        Err(e) => return report(&anyhow::anyhow!(e)),
+    }
     let launch = match trainer::dist::launch::init() {
         Ok(launch) => launch,
         Err(e) => return report(&e.into()),

@@ -8,14 +8,22 @@
 // One call: `slots` sequences (ragged offsets and lengths, see
 // kernels/src/attention/cudnn_map.rs), causal bottom-right, padding mask
 // from the lengths, GQA by K/V with fewer heads, the deterministic
-// backward. Graphs are built once per FgSdpaKey (every field, bucketed
-// lengths included) and cached, as llm.c's llmc/cudnn_att.cpp does.
+// backward unless the key says otherwise. Operands are token-major (THD:
+// head stride d, token stride heads * d), lengths INT32, ragged offsets
+// INT64 with entry n the past-the-end of the data, every int array 16-byte
+// aligned in one buffer (`starts`). The forward's implementation is pinned
+// to COMPOSITE (the path the first GPU run verifies, not the UNIFIED one
+// cuDNN >= 9.21 would pick), plans from heuristics A then FALLBACK, the SM
+// version set from the key (not read through cudart). Graphs are built
+// once per FgSdpaKey (every field, bucketed lengths included) and cached,
+// as llm.c's llmc/cudnn_att.cpp does.
 // Every entry point returns 0, or non-zero with a message in `err`; none
 // throws or exits.
 
 #include <cudnn_frontend.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <map>
@@ -41,17 +49,24 @@ struct FgSdpaKey {
     int64_t strides[12];  // head, token strides of q, k, v, o, dq, dkv
     uint32_t scale_bits;
     int32_t deterministic;
+    int32_t sm_version;  // 90 for compute capability 9.0; 0: let the frontend read it
+    int32_t reserved;
 };
 
 // Device pointers of one call (mirrors `Pointers` in cudnn.rs). `ints` holds
-// seq_q, seq_kv (slots each), then the ragged offsets of q, k, v, o, dq,
-// dkv (slots + 1 each), int32.
+// seq_q, seq_kv (slots each, int32), then the ragged offsets of q, k, v, o,
+// dq, dkv (slots + 1 each, int64), each starting `starts[i]` bytes in
+// (multiples of 16: cudnn_map.rs `Ragged::packed`).
 struct FgSdpaPtrs {
     void *q, *k, *v, *o, *stats, *d_o, *dq, *dk, *dv;
-    int32_t *ints;
+    char *ints;
+    uint64_t starts[8];
     void *workspace;
 };
 }
+
+static_assert(sizeof(FgSdpaKey) == 168, "FgSdpaKey mirrors GraphKey in cudnn_map.rs (no padding)");
+static_assert(sizeof(FgSdpaPtrs) == 152, "FgSdpaPtrs mirrors Pointers in cudnn.rs");
 
 namespace {
 
@@ -82,30 +97,31 @@ T operand(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n, int64_t
     return g.tensor(a);
 }
 
-T ints(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n) {
+T ints(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n, fe::DataType_t type) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
                         .set_uid(uid)
                         .set_dim({n, 1, 1, 1})
                         .set_stride({1, 1, 1, 1})
-                        .set_data_type(fe::DataType_t::INT32));
+                        .set_data_type(type));
 }
 
 std::string check(fe::error_object e, const char *step) {
     return e.is_good() ? std::string() : std::string(step) + ": " + e.get_message();
 }
 
-// Builds the graph of `k` (validate, operation graph, heuristics A, support
-// check, plans); "" or why it failed.
+// Builds the graph of `k` (validate, operation graph, heuristics A then
+// FALLBACK, support check, plans); "" or why it failed.
 std::string build(const FgSdpaKey &k, cudnnHandle_t handle, std::shared_ptr<fe::graph::Graph> &out) {
     auto g = std::make_shared<fe::graph::Graph>();
     auto io = k.io == 1 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
     g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+    if (k.sm_version > 0) g->set_sm_version(k.sm_version);
     const int64_t n = k.slots, h = k.heads, hk = k.kv_heads, d = k.head_dim, sq = k.max_q, sk = k.max_kv;
     float scale;
     std::memcpy(&scale, &k.scale_bits, sizeof scale);
-    auto seq_q = ints(*g, "seq_q", SEQ_Q, n), seq_kv = ints(*g, "seq_kv", SEQ_KV, n);
-    auto off = [&](const char *name, int64_t uid) { return ints(*g, name, uid, n + 1); };
+    auto seq_q = ints(*g, "seq_q", SEQ_Q, n, fe::DataType_t::INT32), seq_kv = ints(*g, "seq_kv", SEQ_KV, n, fe::DataType_t::INT32);
+    auto off = [&](const char *name, int64_t uid) { return ints(*g, name, uid, n + 1, fe::DataType_t::INT64); };
     auto off_q = off("off_q", OFF_Q), off_k = off("off_k", OFF_K), off_v = off("off_v", OFF_V), off_o = off("off_o", OFF_O);
     auto q = operand(*g, "Q", Q, n, h, sq, d, k.strides + 0, off_q);
     auto kk = operand(*g, "K", K, n, hk, sk, d, k.strides + 2, off_k);
@@ -118,7 +134,8 @@ std::string build(const FgSdpaKey &k, cudnnHandle_t handle, std::shared_ptr<fe::
                        .set_causal_mask_bottom_right(true)
                        .set_padding_mask(true)
                        .set_seq_len_q(seq_q)
-                       .set_seq_len_kv(seq_kv);
+                       .set_seq_len_kv(seq_kv)
+                       .set_implementation(fe::AttentionImplementation_t::COMPOSITE);
         auto [o, stats] = g->sdpa(q, kk, v, opt);
         o->set_output(true).set_uid(O).set_dim({n, h, sq, d}).set_stride({h * sq * d, k.strides[6], k.strides[7], 1});
         o->set_ragged_offset(off_o);
@@ -153,7 +170,7 @@ std::string build(const FgSdpaKey &k, cudnnHandle_t handle, std::shared_ptr<fe::
     std::string e;
     if (!(e = check(g->validate(), "validate")).empty()) return e;
     if (!(e = check(g->build_operation_graph(handle), "build_operation_graph")).empty()) return e;
-    if (!(e = check(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans")).empty()) return e;
+    if (!(e = check(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans")).empty()) return e;
     if (!(e = check(g->check_support(handle), "check_support")).empty()) return e;
     if (!(e = check(g->build_plans(handle), "build_plans")).empty()) return e;
     out = g;
@@ -252,20 +269,25 @@ int fg_cudnn_execute(const FgSdpaKey *key, int ordinal, const FgSdpaPtrs *p, voi
             set_err(err, n, std::string("cudnnSetStream: ") + fe::detail::get_error_string(status));
             return 1;
         }
-        const int64_t s = key->slots;
-        int32_t *i = p->ints;
+        auto at = [&](int which) -> void * { return p->ints + p->starts[which]; };
+        for (int which = 0; which < 8; ++which) {
+            if (p->starts[which] % 16 != 0) {
+                set_err(err, n, "int array " + std::to_string(which) + " is not 16-byte aligned");
+                return 1;
+            }
+        }
         std::unordered_map<int64_t, void *> pack = {
             {Q, p->q}, {K, p->k}, {V, p->v}, {O, p->o}, {STATS, p->stats},
-            {SEQ_Q, i}, {SEQ_KV, i + s}, {OFF_Q, i + 2 * s}, {OFF_K, i + 3 * s + 1},
-            {OFF_V, i + 4 * s + 2}, {OFF_O, i + 5 * s + 3},
+            {SEQ_Q, at(0)}, {SEQ_KV, at(1)}, {OFF_Q, at(2)}, {OFF_K, at(3)},
+            {OFF_V, at(4)}, {OFF_O, at(5)},
         };
         if (key->backward) {
             pack[DO] = p->d_o;
             pack[DQ] = p->dq;
             pack[DK] = p->dk;
             pack[DV] = p->dv;
-            pack[OFF_DQ] = i + 6 * s + 4;
-            pack[OFF_DKV] = i + 7 * s + 5;
+            pack[OFF_DQ] = at(6);
+            pack[OFF_DKV] = at(7);
         }
         e = check(g->execute(handle, pack, p->workspace), "execute");
         if (!e.empty()) {
@@ -292,6 +314,25 @@ int fg_dlopen_global(const char *path, char *err, size_t n) {
         return 1;
     }
     return 0;
+}
+
+// Tells the frontend which libcudart to open (CUDNN_FRONTEND_CUDART_LIB_NAME):
+// the one the Rust side opened, so that it never finds both .12 and .13.
+// Before the first graph build, under the shim's lock; an explicit setting
+// in the environment is kept.
+void fg_cudnn_set_cudart(const char *name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", name, 0);
+}
+
+// Caps the deterministic backward's dP workspace (CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT,
+// bytes): on Hopper with cuDNN >= 9.25 the frontend (1.32) then serves a
+// deterministic backward whose workspace is linear in the sequence instead
+// of the quadratic dP one where that would exceed the cap. An explicit
+// setting in the environment is kept.
+void fg_cudnn_set_dp_limit(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", std::to_string(bytes).c_str(), 0);
 }
 
 // The number of graphs built so far (for the log and tests on a GPU).

@@ -112,14 +112,22 @@ pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> 
 /// CUDA backward for the output gradient `grad_out` `[b, t, heads * d]`,
 /// outside autograd (q `[b, heads, t, d]`, k, v `[b, kv_heads, s, d]`, any
 /// strides with a contiguous last dimension; all f32 or all bf16; head dim
-/// 64 or 128). Runs the kernels whatever `has_native_path` says.
-pub fn attention_forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
-    crate::attention::forward_backward_cuda(q, k, v, vis, scale, grad_out)
+/// 64 or 128). Runs the kernels whatever `has_native_path` says, cuDNN or
+/// the fused kernel as `settings` say; with which one ran.
+pub fn attention_forward_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    vis: &Arc<Visibility>,
+    scale: f64,
+    grad_out: &Tensor,
+    settings: crate::attention::Settings,
+) -> Result<(Tensor, Tensor, Tensor, Tensor, crate::attention::Ran)> {
+    crate::attention::forward_backward_cuda(q, k, v, vis, scale, grad_out, settings)
 }
 
 /// `(out, dq, dk, dv)` of the attention op on cuDNN's fused attention
-/// (feature `cudnn`): an error says why cuDNN declined (bf16/f16 only),
-/// whatever `FUSEGRPO_ATTENTION` says.
+/// (feature `cudnn`): an error says why cuDNN declined (bf16/f16 only).
 #[cfg(feature = "cudnn")]
 pub fn attention_cudnn_forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     crate::attention::forward_backward_cudnn(q, k, v, vis, scale, grad_out)

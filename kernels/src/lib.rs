@@ -101,6 +101,10 @@ mod cuda_util;
 
 #[cfg(feature = "cuda")]
 pub mod cuda_ops;
+/// Without `cuda`: the same entry points, each an error (the self-test's dry run).
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_ops_none.rs"]
+pub mod cuda_ops;
 
 // Each op's CUDA launchers are its child module `cuda` (`<op>/cuda.rs`,
 // beside its CPU code); the op's `cuda_fwd` is one call into them. With the

@@ -151,6 +151,8 @@ pub struct Placement {
     pub device: DeviceKind,
     pub dtype: DTypeKind,
     pub cuda_kernels: crate::gpu_check::CudaKernels,
+    /// How attention runs on CUDA; the models loaded here carry it.
+    pub attention: kernels::attention::Settings,
 }
 
 impl Placement {

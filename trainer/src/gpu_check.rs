@@ -94,30 +94,101 @@ impl std::fmt::Display for Choice {
     }
 }
 
-/// Which attention runs on CUDA with the kernels `on` (or off), in words:
-/// the quadratic reference when they are off; else, in a build with
-/// `--features cudnn`, cuDNN's fused attention where it takes the call
-/// (bf16/f16, a Hopper or newer GPU, libcudnn.so.9 found) and the fused
-/// kernel elsewhere, as `FUSEGRPO_ATTENTION` (auto, cudnn, kernel) says;
-/// in a build without it, the fused kernel. `probe` opens libcudnn to say
-/// where it is (`kernels status`); the planner does not.
-pub fn attention_line(on: bool, probe: bool) -> String {
-    use kernels::attention::cudnn_map::Backend;
+/// `[model] attention`: which attention runs on CUDA with the kernels on
+/// (cuDNN's fused attention, the fused kernel, or cuDNN where it takes the
+/// call). Carried with the model to every call (`kernels::attention::
+/// Settings`) and in the run's config hash; `FUSEGRPO_ATTENTION`, read once
+/// by the binary's `main`, overrides it ([`set_attention_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// cuDNN where it takes the call (bf16/f16, Hopper or newer, libcudnn
+    /// found, its backward's workspace within budget), else the fused
+    /// kernel, said once in the log.
+    #[default]
+    Auto,
+    /// cuDNN's fused attention, an error where it declines (benchmarks).
+    Cudnn,
+    /// The fused kernel, never cuDNN.
+    Kernel,
+}
+
+impl Attention {
+    /// Every name, as configs and `--attention` spell them.
+    pub const NAMES: [&'static str; 3] = kernels::attention::Backend::NAMES;
+
+    pub fn is_auto(&self) -> bool {
+        *self == Attention::Auto
+    }
+
+    pub fn backend(self) -> kernels::attention::Backend {
+        use kernels::attention::Backend;
+        match self {
+            Attention::Auto => Backend::Auto,
+            Attention::Cudnn => Backend::Cudnn,
+            Attention::Kernel => Backend::Kernel,
+        }
+    }
+
+    fn of(b: kernels::attention::Backend) -> Attention {
+        use kernels::attention::Backend;
+        match b {
+            Backend::Auto => Attention::Auto,
+            Backend::Cudnn => Attention::Cudnn,
+            Backend::Kernel => Attention::Kernel,
+        }
+    }
+
+    /// This setting, or `FUSEGRPO_ATTENTION` where `main` found it set.
+    pub fn with_env(self) -> Attention {
+        ATTENTION_ENV.get().copied().flatten().map_or(self, Attention::of)
+    }
+}
+
+impl std::str::FromStr for Attention {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        s.parse::<kernels::attention::Backend>().map(Attention::of)
+    }
+}
+
+/// `FUSEGRPO_ATTENTION` as `main` read it, once.
+static ATTENTION_ENV: std::sync::OnceLock<Option<kernels::attention::Backend>> = std::sync::OnceLock::new();
+
+/// Called once by the binary's `main` with the value of
+/// `FUSEGRPO_ATTENTION` (`kernels::attention::Backend::parse_env`): it
+/// overrides `[model] attention` and `--attention` where configs and flags
+/// are read (so the config hash records what runs). Libraries never read
+/// the variable.
+pub fn set_attention_env(value: Option<kernels::attention::Backend>) {
+    let _ = ATTENTION_ENV.set(value);
+}
+
+/// The attention settings a model carries, from `[model] attention` and
+/// `attention_deterministic` (the environment's override applied).
+pub fn attention_settings(attention: Attention, deterministic: bool) -> kernels::attention::Settings {
+    kernels::attention::Settings { backend: attention.with_env().backend(), deterministic }
+}
+
+/// Which attention runs on CUDA with the kernels `on` (or off) and these
+/// settings, in words: the quadratic reference when they are off; else, in
+/// a build with `--features cudnn`, as the backend says; in a build without
+/// it, the fused kernel. `plan` and `kernels status` print this one line.
+/// `probe` opens libcudnn to say where it is (`kernels status`); the
+/// planner does not.
+pub fn attention_line(on: bool, probe: bool, settings: kernels::attention::Settings) -> String {
+    use kernels::attention::Backend;
     if !on {
         return "attention on CUDA: the quadratic reference (the CUDA kernels are off)".into();
     }
-    if !cfg!(feature = "cudnn") {
-        return "attention on CUDA: the fused kernel (this build has no cuDNN attention: cargo build --features cuda,cudnn)".into();
-    }
-    let backend = match Backend::from_env() {
-        Ok(b) => b,
-        Err(e) => return format!("attention on CUDA: {e}"),
-    };
-    match backend {
-        Backend::Kernel => "attention on CUDA: the fused kernel (FUSEGRPO_ATTENTION=kernel)".into(),
-        Backend::Cudnn => format!("attention on CUDA: cuDNN's fused attention, an error where it declines (FUSEGRPO_ATTENTION=cudnn){}", cudnn_found(probe)),
+    let det = if settings.deterministic { "" } else { ", non-deterministic backward" };
+    match settings.backend {
+        Backend::Kernel => "attention on CUDA: the fused kernel ([model] attention = \"kernel\")".into(),
+        _ if !cfg!(feature = "cudnn") => "attention on CUDA: the fused kernel (this build has no cuDNN attention: cargo build --features cuda,cudnn)".into(),
+        Backend::Cudnn => format!("attention on CUDA: cuDNN's fused attention, an error where it declines ([model] attention = \"cudnn\"{det}){}", cudnn_found(probe)),
         Backend::Auto => format!(
-            "attention on CUDA: cuDNN's fused attention where it takes the call (bf16/f16, Hopper or newer), else the fused kernel, said once in the log (FUSEGRPO_ATTENTION=auto){}",
+            "attention on CUDA: cuDNN's fused attention where it takes the call (bf16/f16, Hopper or newer, backward workspace <= {} MiB), else the fused kernel, said once in the log ([model] attention = \"auto\"{det}){}",
+            kernels::attention::cudnn_map::WORKSPACE_BUDGET >> 20,
             cudnn_found(probe)
         ),
     }

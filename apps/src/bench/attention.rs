@@ -7,13 +7,14 @@
 //! peak over the inputs and outputs is the op's own working memory.
 //! `--device cuda --dtype bf16` runs it on the GPU (the fused op where the
 //! CUDA kernels are on, else the reference composition: `kernel` in the
-//! JSON says which ran); the clock is read after synchronizing the device,
-//! and the checksums are taken after the clock.
+//! JSON says which was asked for and `backend` which ran: `cudnn`, `kernel`
+//! (the fused CUDA kernel), `cpu` or `reference`); the clock is read after
+//! synchronizing the device, and the checksums are taken after the clock.
 
 use super::{median, reset_peak_rss, rss_kib, set_threads, Clock};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, Var};
-use kernels::attention::{attention, attention_reference, Visibility};
+use kernels::attention::{attention_ran, attention_reference, Ran, Visibility};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -100,22 +101,27 @@ pub fn run(a: Args) -> Result<()> {
     // q, k, v, the upstream gradient, and (direct) the output and 3 gradients.
     let input_bytes = 4 * (2 * a.heads + 2 * a.kv_heads) * t * d;
     let sum = |x: &Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? as f64) };
+    let settings = a.on.placement().attention;
+    // Which implementation ran (the last run's; every run takes the same path).
+    let ran = std::cell::Cell::new(None::<Ran>);
     let once = || -> Result<(f64, f64)> {
         let clock = Clock::start(&device)?;
         let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
         if a.direct {
             let (out, dq, dk, dv) = kernels::attention::forward_backward(qt, kt, vt, &vis, scale, &g)?;
             let secs = clock.seconds()?;
+            ran.set(Some(Ran::Cpu));
             let mut checksum = 0.0;
             for x in [&out, &dq, &dk, &dv] {
                 checksum += sum(x)?;
             }
             return Ok((secs, checksum));
         }
-        let out = match a.mode {
-            Mode::Fused => attention(qt, kt, vt, &vis, scale)?,
-            Mode::Unfused => attention_reference(qt, kt, vt, &vis, scale)?,
+        let (out, which) = match a.mode {
+            Mode::Fused => attention_ran(qt, kt, vt, &vis, scale, settings)?,
+            Mode::Unfused => (attention_reference(qt, kt, vt, &vis, scale)?, Ran::Reference),
         };
+        ran.set(Some(which));
         if !a.backward {
             let secs = clock.seconds()?;
             return Ok((secs, sum(&out)?));
@@ -148,6 +154,7 @@ pub fn run(a: Args) -> Result<()> {
         "checksum": checksum,
         "mode": format!("{:?}", a.mode).to_lowercase(),
         "kernel": kernel,
+        "backend": ran.get().map(Ran::name),
         "device": a.on.device.name(),
         "dtype": format!("{dtype:?}").to_lowercase(),
         "backward": a.backward,

@@ -70,7 +70,7 @@ pub fn run(a: Args) -> Result<()> {
         None => {
             let cfg = a.shape.config(a.prompt_len + a.new)?;
             let w = lm::init::random_weights(&cfg, a.seed, DType::from(a.on.dtype), &a.on.open()?)?;
-            CausalLm::new(&cfg, &w)?
+            CausalLm::new(&cfg, &w)?.with_attention(a.on.placement().attention)
         }
     };
     let vocab = model.config().vocab_size;

@@ -78,7 +78,8 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.rows > 0 && a.tokens >= 2 && a.reps > 0, "--rows and --reps must be positive, --tokens at least 2");
     set_threads(a.threads)?;
-    let cfg = a.shape.config(a.tokens)?;
+    let mut cfg = a.shape.config(a.tokens)?;
+    cfg.attention = a.on.placement().attention;
     let dev = a.on.open()?;
     let dtype = DType::from(a.on.dtype);
     let w = lm::init::random_weights(&cfg, a.seed, dtype, &dev)?;

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use std::path::PathBuf;
-use trainer::gpu_check::{self, CudaKernels};
+use trainer::gpu_check::{self, Attention, CudaKernels};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -13,6 +13,12 @@ pub enum Command {
         /// The setting to resolve ([model] cuda_kernels).
         #[arg(long, value_parser = apps::args::choice::<CudaKernels>(&CudaKernels::NAMES), default_value = "auto")]
         cuda_kernels: CudaKernels,
+        /// Which attention runs on CUDA ([model] attention; FUSEGRPO_ATTENTION overrides it).
+        #[arg(long, value_parser = apps::args::choice::<Attention>(&Attention::NAMES), default_value = "auto")]
+        attention: Attention,
+        /// cuDNN's deterministic backward ([model] attention_deterministic).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        attention_deterministic: bool,
     },
     /// Record that scripts/gpu-check passed for this binary (gpu-check runs it).
     Record {
@@ -30,7 +36,7 @@ pub enum Command {
 
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Status { cuda_kernels } => {
+        Command::Status { cuda_kernels, attention, attention_deterministic } => {
             println!("build {} (fusegrpo {})", gpu_check::build_id()?, env!("CARGO_PKG_VERSION"));
             match gpu_check::passed() {
                 Some(r) => println!("gpu-check: passed on {} ({}), report {}", r.passed_at, r.gpu, r.report),
@@ -38,7 +44,7 @@ pub fn run(cmd: Command) -> Result<()> {
             }
             let choice = cuda_kernels.resolve();
             println!("{choice}");
-            println!("{}", gpu_check::attention_line(choice.on, true));
+            println!("{}", gpu_check::attention_line(choice.on, true, gpu_check::attention_settings(attention, attention_deterministic)));
         }
         Command::Record { gpu, report, at } => {
             anyhow::ensure!(report.is_file(), "--report {}: no such file", report.display());

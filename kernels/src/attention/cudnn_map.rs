@@ -1,30 +1,34 @@
 //! How cuDNN's fused attention (feature `cudnn`, `cudnn.rs`) sees one call,
 //! in plain Rust so that the CPU tests check it: which backend runs
-//! ([`Backend`], `FUSEGRPO_ATTENTION`), our [`Visibility`] as cuDNN's
-//! sequences ([`sequences`]: per (row, segment) one run of queries and the
-//! run of keys it sees, bottom-right causal), their lengths and ragged
-//! offsets ([`Ragged`]), the graph-cache key ([`GraphKey`]) with its
-//! length buckets, and where `libcudnn.so.9` is looked for
-//! ([`library_candidates`]).
+//! ([`Backend`], carried with the model in [`Settings`]), our
+//! [`Visibility`] as cuDNN's sequences ([`sequences`]: per (row, segment)
+//! one run of queries and the run of keys it sees, bottom-right causal),
+//! the token-major strides cuDNN reads and writes ([`Layouts`]), the
+//! sequences' lengths and ragged offsets ([`Ragged`], packed 16-byte
+//! aligned), the graph-cache key ([`GraphKey`]) with its length buckets,
+//! and where `libcudnn.so.9` is looked for ([`library_candidates`]).
 //!
 //! cuDNN's view: a "batch" of `n` sequences, sequence `i` with `seq_q[i]`
 //! queries and `seq_kv[i]` keys, its first query and key at element
-//! offsets `q_off[i]`, `k_off[i]` (ragged offsets, `n + 1` entries) of
-//! tensors laid out `[n, heads, max_len, d]` with the head and token
-//! strides of ours; query `a` of a sequence sees keys `0 ..= a + seq_kv -
-//! seq_q` (causal, bottom-right aligned: a KV prefix in front of the
-//! queries). Padding queries (ours see every key; their output is never
-//! used) are in no sequence: cuDNN leaves their output and gradients at
-//! the zeros they start as.
+//! offsets `q_off[i]`, `k_off[i]` (INT64 ragged offsets, `n + 1` entries,
+//! the last and the padding sequences' the past-the-end of the data) of
+//! tensors `[n, heads, bucket, d]` with token-major strides (head `d`,
+//! token `heads * d`: THD); query `a` of a sequence sees keys `0 ..= a +
+//! seq_kv - seq_q` (causal, bottom-right aligned: a KV prefix in front of
+//! the queries). Padding queries (ours see every key; their output is
+//! never used) are in no sequence: cuDNN leaves their output and gradients
+//! at the zeros they start as.
 
 use super::Visibility;
 use std::path::{Path, PathBuf};
 
-/// Which attention runs on CUDA: `FUSEGRPO_ATTENTION=auto|cudnn|kernel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which attention runs on CUDA (`[model] attention`): a value carried
+/// with the model to every call ([`Settings`]), never read from a global.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
     /// cuDNN where it takes the call, else the fused kernel (logged once per
     /// reason). The default.
+    #[default]
     Auto,
     /// cuDNN or an error saying why it declined (for benchmarks).
     Cudnn,
@@ -32,24 +36,21 @@ pub enum Backend {
     Kernel,
 }
 
-/// The environment variable that forces a backend.
+/// The environment variable that overrides `[model] attention` (read once,
+/// by the binary's `main`, never by a library).
 pub const BACKEND_ENV: &str = "FUSEGRPO_ATTENTION";
 
 impl Backend {
-    /// Parses a value of [`BACKEND_ENV`] (unset or empty: auto).
-    pub fn parse(value: Option<&str>) -> Result<Backend, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("auto") => Ok(Backend::Auto),
-            Some("cudnn") => Ok(Backend::Cudnn),
-            Some("kernel") => Ok(Backend::Kernel),
-            Some(other) => Err(format!("{BACKEND_ENV}={other:?}: expected \"auto\", \"cudnn\" or \"kernel\"")),
-        }
-    }
+    /// Every value, as configs and flags spell it.
+    pub const NAMES: [&'static str; 3] = ["auto", "cudnn", "kernel"];
 
-    /// [`BACKEND_ENV`] of this process (read once).
-    pub fn from_env() -> Result<Backend, String> {
-        static B: std::sync::OnceLock<Result<Backend, String>> = std::sync::OnceLock::new();
-        B.get_or_init(|| Backend::parse(std::env::var(BACKEND_ENV).ok().as_deref())).clone()
+    /// Parses a value of [`BACKEND_ENV`] (unset or empty: none), naming the
+    /// variable in the error.
+    pub fn parse_env(value: Option<&str>) -> Result<Option<Backend>, String> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| format!("{BACKEND_ENV}={v:?}: expected \"auto\", \"cudnn\" or \"kernel\"")),
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -60,6 +61,44 @@ impl Backend {
         }
     }
 }
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s.trim() {
+            "auto" => Ok(Backend::Auto),
+            "cudnn" => Ok(Backend::Cudnn),
+            "kernel" => Ok(Backend::Kernel),
+            other => Err(format!("{other:?}: expected one of \"auto\", \"cudnn\", \"kernel\"")),
+        }
+    }
+}
+
+/// How attention runs on CUDA, carried with the model to each call
+/// (`lm`'s `ModelConfig::attention`, from `[model] attention` and
+/// `attention_deterministic`): which backend, and whether cuDNN's backward
+/// is the deterministic one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Settings {
+    pub backend: Backend,
+    /// cuDNN's deterministic backward (bitwise reruns). On Hopper with
+    /// cuDNN older than 9.25 it takes a workspace quadratic in the sequence
+    /// (`slots * heads * max_q * max_kv * 2` bytes: 16 GiB for one 16K row
+    /// at 32 heads); in Auto a backward over [`WORKSPACE_BUDGET`] declines
+    /// cuDNN for the call (the fused kernel runs, which is deterministic).
+    pub deterministic: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings { backend: Backend::Auto, deterministic: true }
+    }
+}
+
+/// The most workspace (bytes) cuDNN's backward may take before Auto
+/// declines cuDNN for the call at the forward (4 GiB). The planner counts it
+/// where cuDNN may run.
+pub const WORKSPACE_BUDGET: u64 = 4 << 30;
 
 /// One cuDNN sequence: queries `q_start .. q_start + q_len` of row `row`
 /// and the keys `k_start .. k_start + k_len` they see, query `a` seeing
@@ -158,7 +197,48 @@ pub fn note_once(message: &str) {
 /// Strides (in elements) of a `[b, heads, len, d]` operand: row, head, token.
 pub type Strides = [i64; 3];
 
-/// The strides of each operand as cuDNN reads or writes them.
+/// The strides of a token-major buffer `[b, len, heads, d]` seen as
+/// `[b, heads, len, d]` (cuDNN's THD/BSHD layout): head stride `d`, token
+/// stride `heads * d`, neither depending on `len`.
+pub fn token_major(heads: usize, len: usize, d: usize) -> Strides {
+    let (h, len, d) = (heads as i64, len as i64, d as i64);
+    [len * h * d, d, h * d]
+}
+
+/// Whether cuDNN reads an operand with these strides as it is: token-major
+/// (the heads of one token side by side, then the next token), so that a
+/// descriptor `[heads, bucket, d]` never overlaps whatever the length
+/// bucket, and the strides (part of the graph key) do not depend on the row
+/// length. A head-major operand (`[b, heads, t, d]` contiguous, or a KV
+/// cache `[b, heads, capacity, d]`) is copied token-major first.
+pub fn takes_as_is(st: &Strides, heads: usize, d: usize) -> bool {
+    let (hs, ts, h, d) = (st[1], st[2], heads as i64, d as i64);
+    (h <= 1 || hs >= d) && ts >= (h - 1).max(0) * hs + d && (h <= 1 || hs < ts)
+}
+
+/// Whether a `[heads, len, d]` descriptor with head stride `hs` and token
+/// stride `ts` (last dimension contiguous) addresses one element twice.
+pub fn overlaps(heads: i64, len: i64, d: i64, hs: i64, ts: i64) -> bool {
+    let mut dims = [(heads, hs), (len, ts)];
+    dims.sort_by_key(|&(n, st)| (st, n));
+    let mut extent = d; // elements spanned by the dimensions below
+    for (n, st) in dims {
+        if n <= 1 {
+            continue;
+        }
+        if st < extent {
+            return true;
+        }
+        extent = st * (n - 1) + extent;
+    }
+    false
+}
+
+/// The strides of each operand as cuDNN reads or writes them: all
+/// token-major (inputs as given when [`takes_as_is`], else as the
+/// token-major copy made for cuDNN), so that no descriptor overlaps for a
+/// row shorter than its bucket and the graph key is the same for every row
+/// length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layouts {
     pub q: Strides,
@@ -166,37 +246,55 @@ pub struct Layouts {
     pub v: Strides,
     /// The output and its gradient (`[b, t, heads * d]`).
     pub o: Strides,
-    /// dQ, dK, dV (contiguous `[b, heads, len, d]`; dK and dV alike).
+    /// dQ (`[b, t, heads, d]`), dK and dV (`[b, s, kv_heads, d]`), returned
+    /// as `[b, heads, len, d]` views.
     pub dq: Strides,
     pub dkv: Strides,
+    /// Which of q, k, v cuDNN reads from a token-major copy.
+    pub copied: [bool; 3],
 }
 
 impl Layouts {
-    /// The output `[b, t, heads, d]` viewed as `[b, heads, t, d]`, and the
-    /// contiguous gradients, beside the inputs' strides.
+    /// From the strides of q `[b, heads, t, d]` and k, v `[b, kv_heads, s, d]`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(q: Strides, k: Strides, v: Strides, heads: usize, kv_heads: usize, t: usize, s: usize, d: usize) -> Layouts {
-        let (h, hk, t, s, d) = (heads as i64, kv_heads as i64, t as i64, s as i64, d as i64);
-        Layouts { q, k, v, o: [t * h * d, d, h * d], dq: [h * t * d, t * d, d], dkv: [hk * s * d, s * d, d] }
+        // One head: its head stride addresses nothing; `d` keeps the key free of the length.
+        let pick = |st: Strides, h: usize, len: usize| match takes_as_is(&st, h, d) {
+            true if h <= 1 => ([st[0], d as i64, st[2]], false),
+            true => (st, false),
+            false => (token_major(h, len, d), true),
+        };
+        let ((q, cq), (k, ck), (v, cv)) = (pick(q, heads, t), pick(k, kv_heads, s), pick(v, kv_heads, s));
+        Layouts { q, k, v, o: token_major(heads, t, d), dq: token_major(heads, t, d), dkv: token_major(kv_heads, s, d), copied: [cq, ck, cv] }
     }
 }
 
 /// cuDNN's per-sequence inputs for `n` sequences (padded to the bucket
-/// with empty sequences): lengths and the ragged offsets (`n + 1` entries,
-/// in elements) of each operand.
+/// with empty sequences): lengths (INT32) and the ragged offsets (INT64,
+/// `n + 1` entries, in elements) of each operand. Entry `i < n` is the
+/// first element of sequence `i`; entry `n` and those of the empty padding
+/// sequences are the past-the-end of the last sequence's data (as NVIDIA's
+/// docs and TransformerEngine have it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ragged {
     pub seq_q: Vec<i32>,
     pub seq_kv: Vec<i32>,
-    pub q: Vec<i32>,
-    pub k: Vec<i32>,
-    pub v: Vec<i32>,
-    pub o: Vec<i32>,
-    pub dq: Vec<i32>,
-    pub dkv: Vec<i32>,
+    pub q: Vec<i64>,
+    pub k: Vec<i64>,
+    pub v: Vec<i64>,
+    pub o: Vec<i64>,
+    pub dq: Vec<i64>,
+    pub dkv: Vec<i64>,
     /// The longest sequence's queries and keys.
     pub max_q: usize,
     pub max_kv: usize,
 }
+
+/// Where each array of [`Ragged::packed`] starts, in bytes: seq_q, seq_kv,
+/// then the offsets of q, k, v, o, dq, dkv (the order of `FgSdpaPtrs` in
+/// the shim). Every start is a multiple of 16 (cuDNN's tensors are
+/// declared 16-byte aligned).
+pub type PackedStarts = [u64; 8];
 
 impl Ragged {
     /// From the sequences, padded to `slots` (>= their count) entries.
@@ -204,41 +302,54 @@ impl Ragged {
         if slots < seqs.len() {
             return Err(format!("{} sequences for {slots} slots", seqs.len()));
         }
-        let i32_of = |x: i64, what: &str| i32::try_from(x).map_err(|_| format!("{what} {x} does not fit cuDNN's 32-bit ragged offsets"));
-        let offsets = |st: &Strides, q_side: bool, what: &str| -> Result<Vec<i32>, String> {
-            let mut v = Vec::with_capacity(slots + 1);
-            for sq in seqs {
-                let start = if q_side { sq.q_start } else { sq.k_start };
-                v.push(i32_of(sq.row as i64 * st[0] + start as i64 * st[2], what)?);
-            }
-            let last = v.last().copied().unwrap_or(0);
-            v.resize(slots + 1, last);
-            Ok(v)
+        let offsets = |st: &Strides, q_side: bool| -> Vec<i64> {
+            let place = |sq: &Sequence, end: bool| {
+                let (start, len) = if q_side { (sq.q_start, sq.q_len) } else { (sq.k_start, sq.k_len) };
+                sq.row as i64 * st[0] + (start + if end { len } else { 0 }) as i64 * st[2]
+            };
+            let mut v: Vec<i64> = seqs.iter().map(|sq| place(sq, false)).collect();
+            let end = seqs.last().map_or(0, |sq| place(sq, true));
+            v.resize(slots + 1, end);
+            v
         };
         let lens = |f: fn(&Sequence) -> usize| -> Result<Vec<i32>, String> {
-            let mut v = seqs.iter().map(|s| i32_of(f(s) as i64, "sequence length")).collect::<Result<Vec<_>, _>>()?;
+            let mut v = seqs.iter().map(|s| i32::try_from(f(s)).map_err(|_| format!("sequence length {} does not fit cuDNN's INT32 lengths", f(s)))).collect::<Result<Vec<_>, _>>()?;
             v.resize(slots, 0);
             Ok(v)
         };
         Ok(Ragged {
             seq_q: lens(|s| s.q_len)?,
             seq_kv: lens(|s| s.k_len)?,
-            q: offsets(&layouts.q, true, "q offset")?,
-            k: offsets(&layouts.k, false, "k offset")?,
-            v: offsets(&layouts.v, false, "v offset")?,
-            o: offsets(&layouts.o, true, "output offset")?,
-            dq: offsets(&layouts.dq, true, "dq offset")?,
-            dkv: offsets(&layouts.dkv, false, "dk/dv offset")?,
+            q: offsets(&layouts.q, true),
+            k: offsets(&layouts.k, false),
+            v: offsets(&layouts.v, false),
+            o: offsets(&layouts.o, true),
+            dq: offsets(&layouts.dq, true),
+            dkv: offsets(&layouts.dkv, false),
             max_q: seqs.iter().map(|s| s.q_len).max().unwrap_or(0),
             max_kv: seqs.iter().map(|s| s.k_len).max().unwrap_or(0),
         })
     }
 
-    /// Every array in the order the shim reads them from one device buffer:
-    /// seq_q, seq_kv (`slots` each), then the offsets of q, k, v, o, dq,
-    /// dkv (`slots + 1` each).
-    pub fn packed(&self) -> Vec<i32> {
-        [&self.seq_q, &self.seq_kv, &self.q, &self.k, &self.v, &self.o, &self.dq, &self.dkv].into_iter().flatten().copied().collect()
+    /// Every array in one little-endian buffer for the device, each padded
+    /// to 16 bytes, and where each starts ([`PackedStarts`]).
+    pub fn packed(&self) -> (Vec<u8>, PackedStarts) {
+        fn pad(out: &mut Vec<u8>) {
+            out.resize(out.len().next_multiple_of(16), 0);
+        }
+        let mut out = Vec::new();
+        let mut starts = [0u64; 8];
+        for (i, lens) in [&self.seq_q, &self.seq_kv].into_iter().enumerate() {
+            starts[i] = out.len() as u64;
+            out.extend(lens.iter().flat_map(|x| x.to_le_bytes()));
+            pad(&mut out);
+        }
+        for (i, offs) in [&self.q, &self.k, &self.v, &self.o, &self.dq, &self.dkv].into_iter().enumerate() {
+            starts[2 + i] = out.len() as u64;
+            out.extend(offs.iter().flat_map(|x| x.to_le_bytes()));
+            pad(&mut out);
+        }
+        (out, starts)
     }
 }
 
@@ -263,9 +374,9 @@ pub enum IoType {
 }
 
 /// What identifies one cuDNN graph: built once (the slow part) and cached.
-/// Lengths and the sequence count are bucketed; strides are the
-/// operands' own (a layout whose head stride depends on the row length is
-/// a new graph per length). Passed to the shim as is (`#[repr(C)]`,
+/// Lengths and the sequence count are bucketed; strides are the head and
+/// token strides cuDNN sees ([`Layouts`]: token-major, so the same for every
+/// row length). Passed to the shim as is (`#[repr(C)]`, no padding bytes,
 /// mirrored by `FgSdpaKey` in `kernels/cudnn/sdpa.cpp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]
@@ -283,8 +394,13 @@ pub struct GraphKey {
     pub strides: [i64; 12],
     /// The softmax scale's bits (f32), part of the graph.
     pub scale_bits: u32,
-    /// 1: the deterministic backward (always on).
+    /// 1: the deterministic backward ([`Settings::deterministic`]).
     pub deterministic: i32,
+    /// The GPU's compute capability as cuDNN's SM version (`90` for 9.0),
+    /// set on the graph rather than read through cudart; 0: unknown.
+    pub sm_version: i32,
+    /// Zero (keeps the struct free of padding: the shim hashes its bytes).
+    pub reserved: i32,
 }
 
 impl GraphKey {
@@ -309,12 +425,30 @@ impl GraphKey {
             strides,
             scale_bits: scale.to_bits(),
             deterministic: 1,
+            sm_version: 0,
+            reserved: 0,
         }
+    }
+
+    /// The same key with `settings`' backward and the GPU's SM version.
+    pub fn with(self, settings: &Settings, sm_version: i32) -> GraphKey {
+        GraphKey { deterministic: settings.deterministic as i32, sm_version, ..self }
     }
 
     /// f32 elements of the forward's statistics (`[slots, heads, max_q]`).
     pub fn stats_len(&self) -> usize {
         (self.slots * self.heads * self.max_q) as usize
+    }
+
+    /// The first operand (q, k, v, o, dq, dkv) whose descriptor
+    /// `[heads, bucket, d]` addresses an element twice, if any (cuDNN's
+    /// outputs must not overlap; an input that does reads wrong rows).
+    pub fn overlapping(&self) -> Option<&'static str> {
+        let names = ["q", "k", "v", "o", "dq", "dk/dv"];
+        (0..6).find_map(|i| {
+            let (h, len) = if matches!(i, 1 | 2 | 5) { (self.kv_heads, self.max_kv) } else { (self.heads, self.max_q) };
+            overlaps(h, len, self.head_dim, self.strides[2 * i], self.strides[2 * i + 1]).then_some(names[i])
+        })
     }
 }
 
@@ -464,31 +598,127 @@ mod tests {
 
     #[test]
     fn ragged_offsets_follow_each_operands_strides_and_pad_to_the_bucket() {
-        // Rows of t = 7 slots, 4 query heads, 2 kv heads, d = 8; q contiguous
-        // [b, h, t, d], k a view of a cache of 10 slots, v token-major.
+        // Rows of t = 7 slots, 4 query heads, 2 kv heads, d = 8; q the
+        // token-major view of a projection [b, t, h, d], k a view of a
+        // token-major buffer of 10 slots, v head-major (copied token-major).
         let (h, hk, t, s, d) = (4usize, 2usize, 7usize, 7usize, 8usize);
-        let q: Strides = [(h * t * d) as i64, (t * d) as i64, d as i64];
-        let k: Strides = [(hk * 10 * d) as i64, (10 * d) as i64, d as i64];
-        let v: Strides = [(s * hk * d) as i64, d as i64, (hk * d) as i64];
+        let q = token_major(h, t, d);
+        let k: Strides = [(10 * hk * d) as i64, d as i64, (hk * d) as i64];
+        let v: Strides = [(hk * s * d) as i64, (s * d) as i64, d as i64];
         let lay = Layouts::new(q, k, v, h, hk, t, s, d);
+        assert_eq!(lay.copied, [false, false, true]);
+        assert_eq!(lay.v, token_major(hk, s, d));
         let seqs = [Sequence { row: 0, q_start: 0, q_len: 3, k_start: 0, k_len: 3 }, Sequence { row: 1, q_start: 2, q_len: 5, k_start: 2, k_len: 5 }];
         let r = Ragged::new(&seqs, &lay, count_bucket(seqs.len() + 1)).expect("fits");
         assert_eq!(r.seq_q, vec![3, 5, 0, 0]);
         assert_eq!(r.seq_kv, vec![3, 5, 0, 0]);
-        assert_eq!(r.q, vec![0, (h * t * d + 2 * d) as i32, 240, 240, 240]);
-        assert_eq!(r.k, vec![0, (hk * 10 * d + 2 * d) as i32, 176, 176, 176]);
-        assert_eq!(r.v, vec![0, (s * hk * d + 2 * hk * d) as i32, 144, 144, 144]);
-        assert_eq!(r.o, vec![0, (t * h * d + 2 * h * d) as i32, 288, 288, 288]);
-        assert_eq!(r.dkv[1], (hk * s * d + 2 * d) as i32);
+        // Entry n and the padding slots: the past-the-end of the last
+        // sequence (row 1, slots 2..7), not its start.
+        let qd = (h * d) as i64;
+        assert_eq!(r.q, vec![0, 7 * qd + 2 * qd, 7 * qd + 7 * qd, 14 * qd, 14 * qd]);
+        let kd = (hk * d) as i64;
+        assert_eq!(r.k, vec![0, 10 * kd + 2 * kd, 10 * kd + 7 * kd, 17 * kd, 17 * kd]);
+        assert_eq!(r.v, vec![0, 7 * kd + 2 * kd, 14 * kd, 14 * kd, 14 * kd]);
+        assert_eq!(r.o, r.q);
+        assert_eq!(r.dq, r.q);
+        assert_eq!(r.dkv, r.v);
         assert_eq!((r.max_q, r.max_kv), (5, 5));
-        assert_eq!(r.packed().len(), 4 * 2 + 5 * 6);
-        let huge = [Sequence { row: 10_000_000, q_start: 0, q_len: 1, k_start: 0, k_len: 1 }];
-        assert!(Ragged::new(&huge, &lay, 1).unwrap_err().contains("32-bit"));
+        // No sequence at all: every offset 0.
+        assert_eq!(Ragged::new(&[], &lay, 1).expect("empty").q, vec![0, 0]);
+        // INT64 offsets: 8 rows x 64K tokens x 32 heads x 128 pass 2^31.
+        let big = Layouts::new(token_major(32, 65536, 128), token_major(8, 65536, 128), token_major(8, 65536, 128), 32, 8, 65536, 65536, 128);
+        let huge = [Sequence { row: 7, q_start: 0, q_len: 65536, k_start: 0, k_len: 65536 }];
+        let r = Ragged::new(&huge, &big, 1).expect("INT64 offsets");
+        assert_eq!(r.q, vec![7 * 65536 * 32 * 128, 8 * 65536 * 32 * 128]);
+        assert!(r.q[1] > i32::MAX as i64);
+    }
+
+    #[test]
+    fn the_packed_arrays_each_start_16_byte_aligned_and_read_back() {
+        let lay = Layouts::new(token_major(4, 7, 8), token_major(2, 7, 8), token_major(2, 7, 8), 4, 2, 7, 7, 8);
+        let seqs = [Sequence { row: 0, q_start: 0, q_len: 3, k_start: 0, k_len: 3 }, Sequence { row: 1, q_start: 2, q_len: 5, k_start: 2, k_len: 5 }];
+        for slots in [2, 4, 8] {
+            let r = Ragged::new(&seqs, &lay, slots).expect("fits");
+            let (bytes, starts) = r.packed();
+            let ints = |at: u64, n: usize| (0..n).map(|i| i32::from_le_bytes(bytes[at as usize + 4 * i..][..4].try_into().unwrap())).collect::<Vec<_>>();
+            let longs = |at: u64, n: usize| (0..n).map(|i| i64::from_le_bytes(bytes[at as usize + 8 * i..][..8].try_into().unwrap())).collect::<Vec<_>>();
+            for (i, &st) in starts.iter().enumerate() {
+                assert_eq!(st % 16, 0, "array {i} of {slots} slots starts at byte {st}");
+            }
+            assert_eq!(ints(starts[0], slots), r.seq_q);
+            assert_eq!(ints(starts[1], slots), r.seq_kv);
+            for (i, want) in [&r.q, &r.k, &r.v, &r.o, &r.dq, &r.dkv].into_iter().enumerate() {
+                assert_eq!(&longs(starts[2 + i], slots + 1), want, "offsets {i}");
+                let end = starts[2 + i] + 8 * (slots as u64 + 1);
+                assert!(i == 5 || end <= starts[3 + i], "offsets {i} run into the next array");
+            }
+            assert_eq!(bytes.len() % 16, 0);
+        }
+    }
+
+    /// The model's operands (q head-major as `.contiguous()` on [b, h, t, d]
+    /// leaves it, k, v token-major views) for rows of `t` slots.
+    fn model_layouts(t: usize) -> Layouts {
+        let (h, hk, d) = (32usize, 8usize, 128usize);
+        let head_major = [(h * t * d) as i64, (t * d) as i64, d as i64];
+        Layouts::new(head_major, token_major(hk, t, d), token_major(hk, t, d), h, hk, t, t, d)
+    }
+
+    /// Whether any operand's `[heads, bucket, d]` box in the key addresses
+    /// an element twice (computed here from the key's fields alone).
+    fn any_overlap(k: &GraphKey) -> Vec<usize> {
+        (0..6)
+            .filter(|&i| {
+                let (h, len) = if matches!(i, 1 | 2 | 5) { (k.kv_heads, k.max_kv) } else { (k.heads, k.max_q) };
+                let (hs, ts) = (k.strides[2 * i], k.strides[2 * i + 1]);
+                // Two elements (h1, t1, e1) != (h2, t2, e2) at one address: some
+                // head/token pair maps to overlapping [d] runs.
+                (0..h).any(|a| (0..len).any(|b| (0..h).any(|c| (0..len).any(|e| (a, b) != (c, e) && (a * hs + b * ts - c * hs - e * ts).abs() < k.head_dim))))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_descriptor_overlaps_for_rows_shorter_than_their_bucket() {
+        // Decode-like rows of 1 and 5 slots, a row of 100 (bucket 128).
+        for t in [1usize, 5, 100] {
+            let lay = model_layouts(t);
+            let seqs: Vec<Sequence> = (0..2).map(|row| Sequence { row, q_start: 0, q_len: t, k_start: 0, k_len: t }).collect();
+            let r = Ragged::new(&seqs, &lay, 2).expect("fits");
+            let mut key = GraphKey::new(true, IoType::Bf16, &r, 32, 8, 128, &lay, 0.088);
+            // A small copy of the same strides (the brute force is quadratic).
+            key.heads = 4;
+            key.kv_heads = 2;
+            key.max_q = key.max_q.min(70);
+            key.max_kv = key.max_kv.min(70);
+            assert_eq!(any_overlap(&key), Vec::<usize>::new(), "t = {t}: {key:?}");
+            assert_eq!(GraphKey::new(true, IoType::Bf16, &r, 32, 8, 128, &lay, 0.088).overlapping(), None, "t = {t}");
+        }
+        // The closed form agrees with the brute force on a head-major box.
+        assert!(overlaps(4, 64, 8, 5 * 8, 8));
+        assert!(!overlaps(4, 64, 8, 64 * 8, 8));
+        assert!(!overlaps(4, 64, 8, 8, 32));
+        assert!(overlaps(4, 64, 8, 8, 24));
+    }
+
+    #[test]
+    fn the_graph_key_does_not_depend_on_the_row_length() {
+        let key = |t: usize, lens: &[usize]| {
+            let lay = model_layouts(t);
+            let seqs: Vec<Sequence> = lens.iter().enumerate().map(|(row, &n)| Sequence { row, q_start: t - n, q_len: n, k_start: t - n, k_len: n }).collect();
+            let r = Ragged::new(&seqs, &lay, count_bucket(seqs.len())).expect("fits");
+            (GraphKey::new(false, IoType::Bf16, &r, 32, 8, 128, &lay, 0.088), GraphKey::new(true, IoType::Bf16, &r, 32, 8, 128, &lay, 0.088))
+        };
+        // Micro-batches of 300, 400 and 512 slots whose sequences share a bucket.
+        let a = key(300, &[300, 290]);
+        assert_eq!(a, key(400, &[400, 100]));
+        assert_eq!(a, key(512, &[257, 3]));
+        assert_eq!(a.0.strides, [128, 32 * 128, 128, 8 * 128, 128, 8 * 128, 128, 32 * 128, 128, 32 * 128, 128, 8 * 128]);
     }
 
     #[test]
     fn graph_keys_share_a_bucket_and_differ_in_what_changes_the_graph() {
-        let lay = Layouts::new([0, 4096, 128], [0, 4096, 128], [0, 4096, 128], 32, 8, 4096, 4096, 128);
+        let lay = Layouts::new(token_major(32, 4096, 128), token_major(8, 4096, 128), token_major(8, 4096, 128), 32, 8, 4096, 4096, 128);
         let seqs = |lens: &[usize]| lens.iter().enumerate().map(|(row, &n)| Sequence { row, q_start: 0, q_len: n, k_start: 0, k_len: n }).collect::<Vec<_>>();
         let key = |lens: &[usize], bwd: bool, io: IoType, heads: usize, d: usize, lay: &Layouts| {
             let s = seqs(lens);
@@ -499,6 +729,8 @@ mod tests {
         // Same buckets (4 slots, longest in 2049..=4096): the same graph.
         assert_eq!(a, key(&[4000, 2500, 1, 9], false, IoType::Bf16, 32, 128, &lay));
         assert_eq!((a.slots, a.max_q, a.max_kv), (4, 4096, 4096));
+        // q a view of a fused projection (another token stride).
+        let fused: Strides = [4096 * 6144, 128, 6144];
         for other in [
             key(&[5000, 100, 7], false, IoType::Bf16, 32, 128, &lay),
             key(&[3000, 100, 7, 1, 1], false, IoType::Bf16, 32, 128, &lay),
@@ -506,23 +738,34 @@ mod tests {
             key(&[3000, 100, 7], false, IoType::F16, 32, 128, &lay),
             key(&[3000, 100, 7], false, IoType::Bf16, 16, 128, &lay),
             key(&[3000, 100, 7], false, IoType::Bf16, 32, 64, &lay),
-            key(&[3000, 100, 7], false, IoType::Bf16, 32, 128, &Layouts::new([0, 8192, 128], [0, 4096, 128], [0, 4096, 128], 32, 8, 4096, 4096, 128)),
+            key(&[3000, 100, 7], false, IoType::Bf16, 32, 128, &Layouts::new(fused, token_major(8, 4096, 128), token_major(8, 4096, 128), 32, 8, 4096, 4096, 128)),
+            a.with(&Settings { deterministic: false, ..Settings::default() }, 0),
+            a.with(&Settings::default(), 90),
         ] {
             assert_ne!(a, other);
         }
+        assert_eq!(a.with(&Settings::default(), 0), a);
         assert_eq!(length_bucket(1), 64);
         assert_eq!(length_bucket(65), 128);
         assert_eq!(count_bucket(0), 1);
         assert_eq!(a.stats_len(), 4 * 32 * 4096);
+        assert_eq!(std::mem::size_of::<GraphKey>(), 168, "FgSdpaKey in sdpa.cpp mirrors it");
     }
 
     #[test]
-    fn the_backend_comes_from_the_environment_value() {
-        assert_eq!(Backend::parse(None), Ok(Backend::Auto));
-        assert_eq!(Backend::parse(Some("cudnn")), Ok(Backend::Cudnn));
-        assert_eq!(Backend::parse(Some(" kernel ")), Ok(Backend::Kernel));
-        let e = Backend::parse(Some("flash")).unwrap_err();
+    fn the_backend_is_read_by_name_and_the_environment_value_names_its_variable() {
+        assert_eq!("cudnn".parse::<Backend>(), Ok(Backend::Cudnn));
+        assert_eq!(" kernel ".parse::<Backend>(), Ok(Backend::Kernel));
+        for name in Backend::NAMES {
+            assert_eq!(name.parse::<Backend>().map(Backend::name), Ok(name));
+        }
+        assert!("flash".parse::<Backend>().unwrap_err().contains("expected one of"));
+        assert_eq!(Backend::parse_env(None), Ok(None));
+        assert_eq!(Backend::parse_env(Some("")), Ok(None));
+        assert_eq!(Backend::parse_env(Some("kernel")), Ok(Some(Backend::Kernel)));
+        let e = Backend::parse_env(Some("flash")).unwrap_err();
         assert!(e.contains("FUSEGRPO_ATTENTION=\"flash\"") && e.contains("\"cudnn\""), "{e}");
+        assert_eq!(Settings::default(), Settings { backend: Backend::Auto, deterministic: true });
     }
 
     #[test]

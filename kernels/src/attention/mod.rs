@@ -31,7 +31,7 @@ pub mod cudnn_map;
 
 use crate::storage::f32_slice;
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
-use cudnn_map::Backend;
+pub use cudnn_map::{Backend, Settings};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which keys each query sees, for a batch of `batch` rows with `queries`
@@ -195,20 +195,56 @@ impl Dims {
     }
 }
 
+/// Which implementation ran an attention call's forward (the backward
+/// follows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// The plain-tensor composition ([`attention_reference`]).
+    Reference,
+    /// The fused op on the CPU.
+    Cpu,
+    /// The fused CUDA kernel (`kernels/cuda/attention.cu`).
+    Kernel,
+    /// cuDNN's fused attention (feature `cudnn`).
+    Cudnn,
+}
+
+impl Ran {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ran::Reference => "reference",
+            Ran::Cpu => "cpu",
+            Ran::Kernel => "kernel",
+            Ran::Cudnn => "cudnn",
+        }
+    }
+}
+
 /// Attention of `q` `[b, heads, t, d]` over `k`, `v` `[b, kv_heads, s, d]`
 /// (any strides with a contiguous last dimension, e.g. views of a KV
-/// cache), scores scaled by `scale`; returns `[b, t, heads * d]`.
-/// Differentiable in `q`, `k` and `v`. The fused op runs where the kernels
-/// run natively ([`crate::has_native_path`]) for a dtype they take
-/// ([`fused_dtype`]), the reference elsewhere.
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64) -> Result<Tensor> {
+/// cache; token-major views `[b, t, heads, d]` transposed are what cuDNN
+/// reads without a copy), scores scaled by `scale`; returns `[b, t, heads *
+/// d]`. Differentiable in `q`, `k` and `v`. The fused op runs where the
+/// kernels run natively ([`crate::has_native_path`]) for a dtype they take
+/// ([`fused_dtype`]), the reference elsewhere; on CUDA `settings` (carried
+/// with the model) pick cuDNN or the fused kernel.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, settings: Settings) -> Result<Tensor> {
+    attention_ran(q, k, v, vis, scale, settings).map(|(out, _)| out)
+}
+
+/// [`attention`] and which implementation ran it (benchmarks report it).
+pub fn attention_ran(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, settings: Settings) -> Result<(Tensor, Ran)> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
     let native = crate::has_native_path(q.device()) && fused_dtype(q.device(), q.dtype()) && [k, v].iter().all(|x| x.dtype() == q.dtype());
-    if !native || !f16_admitted(q.device(), q.dtype(), dims.head_dim) {
-        return attention_reference(q, k, v, vis, scale);
+    if !native || !f16_admitted(q.device(), q.dtype(), dims.head_dim, settings.backend) {
+        return Ok((attention_reference(q, k, v, vis, scale)?, Ran::Reference));
     }
-    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, force: None, lse: Mutex::new(None) };
-    q.apply_op3(k, v, op)
+    let grads = [q, k, v].iter().any(|x| x.track_op());
+    let op = AttentionOp::new(vis, scale, dims, settings, grads);
+    let ran = op.ran.clone();
+    let out = q.apply_op3(k, v, op)?;
+    let ran = ran.lock().expect("attention ran lock").unwrap_or(Ran::Cpu);
+    Ok((out, ran))
 }
 
 /// Whether the fused op has kernels for `dtype` on `device`: f32 on the CPU,
@@ -225,13 +261,13 @@ pub fn fused_dtype(device: &Device, dtype: DType) -> bool {
 
 /// f16 runs on cuDNN alone (the fused kernel has none): where cuDNN cannot
 /// take it (said once), the reference runs; other dtypes pass.
-fn f16_admitted(device: &Device, dtype: DType, head_dim: usize) -> bool {
+fn f16_admitted(device: &Device, dtype: DType, head_dim: usize, backend: Backend) -> bool {
     if dtype != DType::F16 {
         return true;
     }
     #[cfg(feature = "cudnn")]
     if let Device::Cuda(dev) = device {
-        if Backend::from_env() == Ok(Backend::Kernel) {
+        if backend == Backend::Kernel {
             return false;
         }
         return match cudnn::admits(dev, dtype, head_dim) {
@@ -242,7 +278,7 @@ fn f16_admitted(device: &Device, dtype: DType, head_dim: usize) -> bool {
             }
         };
     }
-    let _ = (device, head_dim);
+    let _ = (device, head_dim, backend);
     false
 }
 
@@ -262,46 +298,44 @@ pub fn forward_backward(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility
     if !q.device().is_cpu() || [q, k, v].iter().any(|x| x.dtype() != DType::F32) {
         candle_core::bail!("attention forward_backward: f32 on the CPU only");
     }
-    run_op(q, k, v, vis, scale, grad_out, dims)
+    run_op(q, k, v, vis, scale, grad_out, dims, Settings::default()).map(|(o, dq, dk, dv, _)| (o, dq, dk, dv))
 }
 
 /// [`forward_backward`] on CUDA, f32 or bf16 (`grad_out` in the inputs'
 /// dtype): the op's `cuda_fwd` and CUDA backward whatever
-/// [`crate::has_native_path`] says, for the GPU self-test.
+/// [`crate::has_native_path`] says, the backend as `settings` say, for the
+/// GPU self-test; with which implementation ran.
 #[cfg(feature = "cuda")]
-pub(crate) fn forward_backward_cuda(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+pub(crate) fn forward_backward_cuda(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, settings: Settings) -> Result<(Tensor, Tensor, Tensor, Tensor, Ran)> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
     if !q.device().is_cuda() || !fused_dtype(q.device(), q.dtype()) || [k, v].iter().any(|x| x.dtype() != q.dtype()) {
         candle_core::bail!("attention forward_backward_cuda: q, k, v on a CUDA device, all f32 or all bf16");
     }
-    run_op(q, k, v, vis, scale, grad_out, dims)
+    run_op(q, k, v, vis, scale, grad_out, dims, settings)
 }
 
 /// [`forward_backward_cuda`] on cuDNN's fused attention only (bf16 or
-/// f16): an error says why cuDNN declined, whatever `FUSEGRPO_ATTENTION`
-/// says; for the GPU self-test.
+/// f16): an error says why cuDNN declined; for the GPU self-test.
 #[cfg(feature = "cudnn")]
 pub(crate) fn forward_backward_cudnn(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let dims = Dims::of(q.dims(), k.dims(), v.dims(), vis)?;
     if !q.device().is_cuda() || [k, v].iter().any(|x| x.dtype() != q.dtype()) {
         candle_core::bail!("attention forward_backward_cudnn: q, k, v on a CUDA device, one dtype");
     }
-    run_op_with(q, k, v, vis, scale, grad_out, dims, Some(Backend::Cudnn))
+    let settings = Settings { backend: Backend::Cudnn, ..Settings::default() };
+    run_op(q, k, v, vis, scale, grad_out, dims, settings).map(|(o, dq, dk, dv, _)| (o, dq, dk, dv))
 }
 
 /// The op's forward then its backward, outside autograd.
-fn run_op(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
-    run_op_with(q, k, v, vis, scale, grad_out, dims, None)
-}
-
 #[allow(clippy::too_many_arguments)]
-fn run_op_with(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims, force: Option<Backend>) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
-    let op = AttentionOp { vis: vis.clone(), scale: scale as f32, dims, force, lse: Mutex::new(None) };
+fn run_op(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, scale: f64, grad_out: &Tensor, dims: Dims, settings: Settings) -> Result<(Tensor, Tensor, Tensor, Tensor, Ran)> {
+    let op = AttentionOp::new(vis, scale, dims, settings, true);
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
     let out = q.apply_op3_no_bwd(&k, &v, &op)?;
     let (dq, dk, dv) = op.bwd(&q, &k, &v, &out, grad_out)?;
     let missing = || candle_core::Error::Msg("attention backward returned no gradient".into());
-    Ok((out, dq.ok_or_else(missing)?, dk.ok_or_else(missing)?, dv.ok_or_else(missing)?))
+    let ran = op.ran.lock().expect("attention ran lock").unwrap_or(Ran::Cpu);
+    Ok((out, dq.ok_or_else(missing)?, dk.ok_or_else(missing)?, dv.ok_or_else(missing)?, ran))
 }
 
 /// [`attention`] from stock ops (any dtype, any device): scores in f32 with
@@ -329,10 +363,25 @@ pub struct AttentionOp {
     vis: Arc<Visibility>,
     scale: f32,
     dims: Dims,
-    /// The CUDA backend whatever `FUSEGRPO_ATTENTION` says (self-test).
+    /// The CUDA backend and cuDNN's backward (carried with the model).
     #[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
-    force: Option<Backend>,
+    settings: Settings,
+    /// Whether the backward will run (cuDNN prepares its graph up front).
+    #[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
+    grads: bool,
     lse: Mutex<Option<Lse>>,
+    /// Which implementation the forward ran.
+    ran: Arc<Mutex<Option<Ran>>>,
+}
+
+impl AttentionOp {
+    fn new(vis: &Arc<Visibility>, scale: f64, dims: Dims, settings: Settings, grads: bool) -> AttentionOp {
+        AttentionOp { vis: vis.clone(), scale: scale as f32, dims, settings, grads, lse: Mutex::new(None), ran: Arc::new(Mutex::new(None)) }
+    }
+
+    fn record(&self, ran: Ran) {
+        *self.ran.lock().expect("attention ran lock") = Some(ran);
+    }
 }
 
 /// The forward's log-sum-exp, where the forward ran.
@@ -388,6 +437,7 @@ impl CustomOp3 for AttentionOp {
         };
         let (out, lse) = cpu::forward(&p);
         *self.lse.lock().expect("attention lse lock") = Some(Lse::Cpu(lse));
+        self.record(Ran::Cpu);
         let Dims { batch, queries, heads, head_dim, .. } = self.dims;
         Ok((CpuStorage::F32(out), Shape::from((batch, queries, heads * head_dim))))
     }
@@ -403,8 +453,9 @@ impl CustomOp3 for AttentionOp {
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         #[cfg(feature = "cudnn")]
-        if let Some((out, saved)) = cudnn::try_forward(self.dims, self.scale, &self.vis, self.force, (s1, l1), (s2, l2), (s3, l3))? {
+        if let Some((out, saved)) = cudnn::try_forward(self.dims, self.scale, &self.vis, self.settings, self.grads, (s1, l1), (s2, l2), (s3, l3))? {
             *self.lse.lock().expect("attention lse lock") = Some(Lse::Cudnn(Arc::new(saved)));
+            self.record(Ran::Cudnn);
             let Dims { batch, queries, heads, head_dim, .. } = self.dims;
             return Ok((out, Shape::from((batch, queries, heads * head_dim))));
         }
@@ -412,6 +463,7 @@ impl CustomOp3 for AttentionOp {
         let Dims { batch, queries, heads, head_dim, .. } = self.dims;
         let lse = candle_core::Tensor::from_storage(candle_core::Storage::Cuda(lse), (batch, heads, queries), candle_core::op::BackpropOp::none(), false);
         *self.lse.lock().expect("attention lse lock") = Some(Lse::Cuda(lse));
+        self.record(Ran::Kernel);
         Ok((out, Shape::from((batch, queries, heads * head_dim))))
     }
 
@@ -500,11 +552,12 @@ impl AttentionOp {
         };
         let [dq, dk, dv] = cudnn::backward(self.dims, saved, (cq, lq), (ck, lk), (cv, lv), (co, lo), (cg, lg))?;
         let Dims { batch, heads, kv_heads, queries, keys, head_dim } = self.dims;
-        let tensor = |s, shape: (usize, usize, usize, usize)| Tensor::from_storage(Cuda(s), shape, candle_core::op::BackpropOp::none(), false);
+        // Token-major [b, len, heads, d] as cuDNN wrote them, viewed [b, heads, len, d].
+        let tensor = |s, shape: (usize, usize, usize, usize)| Tensor::from_storage(Cuda(s), shape, candle_core::op::BackpropOp::none(), false).transpose(1, 2);
         Ok((
-            Some(tensor(dq, (batch, heads, queries, head_dim))),
-            Some(tensor(dk, (batch, kv_heads, keys, head_dim))),
-            Some(tensor(dv, (batch, kv_heads, keys, head_dim))),
+            Some(tensor(dq, (batch, queries, heads, head_dim))?),
+            Some(tensor(dk, (batch, keys, kv_heads, head_dim))?),
+            Some(tensor(dv, (batch, keys, kv_heads, head_dim))?),
         ))
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::common::{assert_close, tensor};
 use candle_core::{DType, Device, Tensor, Var};
-use kernels::attention::{attention, attention_reference, forward_backward, fused_dtype, Visibility};
+use kernels::attention::{attention, attention_reference, forward_backward, fused_dtype, Settings, Visibility};
 use std::sync::Arc;
 
 /// Relative tolerance (of `max(1, max |ref|)`) of outputs and gradients.
@@ -84,7 +84,7 @@ fn inputs(c: &Case, seed: u64) -> (Var, Var, Var) {
 fn run(fused: bool, q: &Var, k: &Var, v: &Var, vis: &Arc<Visibility>, g: &Tensor) -> [Tensor; 4] {
     let scale = 1.0 / (q.dim(3).unwrap() as f64).sqrt();
     let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
-    let out = if fused { attention(qt, kt, vt, vis, scale) } else { attention_reference(qt, kt, vt, vis, scale) }.unwrap();
+    let out = if fused { attention(qt, kt, vt, vis, scale, Settings::default()) } else { attention_reference(qt, kt, vt, vis, scale) }.unwrap();
     let grads = (&out * g).unwrap().sum_all().unwrap().backward().unwrap();
     let get = |x: &Tensor| grads.get(x).expect("gradient").clone();
     [out.clone(), get(qt), get(kt), get(vt)]
@@ -135,7 +135,7 @@ fn attention_reads_strided_cache_views() {
     let (k, v) = (kb.narrow(2, 0, s).unwrap(), vb.narrow(2, 0, s).unwrap());
     assert!(!k.is_contiguous());
     let scale = 0.125;
-    let fused = attention(&q, &k, &v, &vis, scale).unwrap();
+    let fused = attention(&q, &k, &v, &vis, scale, Settings::default()).unwrap();
     let reference = attention_reference(&q, &k.contiguous().unwrap(), &v.contiguous().unwrap(), &vis, scale).unwrap();
     assert_close("strided cache view", &fused, &reference, REL);
 }
@@ -149,7 +149,7 @@ fn only_f32_takes_the_fused_op_on_the_cpu() {
     let vis = Arc::new(visibility(&c));
     let (q, k, v) = inputs(&c, 3);
     let [q, k, v] = [q, k, v].map(|x| x.as_tensor().to_dtype(DType::BF16).unwrap());
-    let fused = attention(&q, &k, &v, &vis, 0.125).unwrap();
+    let fused = attention(&q, &k, &v, &vis, 0.125, Settings::default()).unwrap();
     let reference = attention_reference(&q, &k, &v, &vis, 0.125).unwrap();
     assert_eq!(fused.dtype(), DType::BF16);
     let bits = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
@@ -205,10 +205,10 @@ fn attention_rejects_mismatched_shapes() {
     let dev = Device::Cpu;
     let q = Tensor::zeros((1, 3, 2, 8), candle_core::DType::F32, &dev).unwrap();
     let k = Tensor::zeros((1, 2, 2, 8), candle_core::DType::F32, &dev).unwrap();
-    let err = attention(&q, &k, &k, &vis, 1.0).unwrap_err().to_string();
+    let err = attention(&q, &k, &k, &vis, 1.0, Settings::default()).unwrap_err().to_string();
     assert!(err.contains("multiple of kv_heads"), "{err}");
     let k3 = Tensor::zeros((1, 3, 3, 8), candle_core::DType::F32, &dev).unwrap();
-    let err = attention(&q, &k3, &k3, &vis, 1.0).unwrap_err().to_string();
+    let err = attention(&q, &k3, &k3, &vis, 1.0, Settings::default()).unwrap_err().to_string();
     assert!(err.contains("visibility is for 1 rows x 2 queries x 2 keys"), "{err}");
     assert!(Visibility::new(2, vec![0, 1, 2], vec![0]).is_err());
 }

@@ -34,6 +34,10 @@ pub struct ModelConfig {
     /// false for Qwen2, whose q/k/v biases are fixed ([`ModelConfig::qkv_bias`]).
     pub attention_bias: bool,
     pub max_position_embeddings: usize,
+    /// How attention runs on CUDA (cuDNN or the fused kernel, cuDNN's
+    /// deterministic backward): a run setting (`[model] attention`), not a
+    /// key of config.json; carried with the model to every attention call.
+    pub attention: kernels::attention::Settings,
     /// Every key of config.json, as read (written back on save).
     pub raw: Map<String, Value>,
 }
@@ -82,6 +86,7 @@ impl ModelConfig {
                 _ => r.bool_or("attention_bias", false)?,
             },
             max_position_embeddings: r.usize_or("max_position_embeddings", architecture.default_max_positions())?,
+            attention: Default::default(),
             raw: raw.clone(),
         };
         cfg.check(path)?;
@@ -147,6 +152,7 @@ impl ModelConfig {
             tie_word_embeddings,
             attention_bias: false,
             max_position_embeddings: 40960,
+            attention: Default::default(),
             raw: Map::new(),
         };
         cfg.raw = cfg.to_raw();

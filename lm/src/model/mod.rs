@@ -172,6 +172,13 @@ impl CausalLm {
         out
     }
 
+    /// The same model with attention run as `settings` say (`[model]
+    /// attention`); the weights are shared.
+    pub fn with_attention(mut self, settings: kernels::attention::Settings) -> CausalLm {
+        self.cfg.attention = settings;
+        self
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
@@ -337,22 +344,33 @@ impl CausalLm {
         let c = &self.cfg;
         let a = &layer.attn;
         let (b, t, _) = x.dims3()?;
-        let heads = |w: &Tensor, bias: &Option<Tensor>, target: Target, n: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+        // q, k, v are token-major ([b, t, heads, d] as the projections
+        // leave them) and go to attention as transposed views [b, heads, t,
+        // d]: the fused op (CPU, CUDA kernel, cuDNN) reads their strides as
+        // they are, and cuDNN's descriptors for them neither overlap for a
+        // row shorter than its length bucket nor depend on t (one graph per
+        // bucket); the reference (kernels off) gets copies.
+        let native = kernels::has_native_path(x.device());
+        let heads = |w: &Tensor, bias: &Option<Tensor>, target: Target, n: usize, norm: Option<&Tensor>, rope: Option<&RopeTables>| -> Result<Tensor> {
             let y = profile::op(Phase::Matmul, [x], |[x]| ops::lora_linear(&x, w, bias.as_ref(), layer.lora(target)))?.reshape((b, t, n, c.head_dim))?;
             let y = match norm {
                 Some(nw) => profile::op(Phase::NormRopeElementwise, [&y], |[y]| ops::rms_norm(&y, nw, c.rms_norm_eps))?,
                 None => y,
             };
-            Ok(y.transpose(1, 2)?)
+            let y = match rope {
+                // Rotated token-major: [b * t, n, 1, d] against tables [b * t, 1, 1, d].
+                Some(rope) => {
+                    let y = y.contiguous()?.reshape((b * t, n, 1, c.head_dim))?;
+                    profile::op(Phase::NormRopeElementwise, [&y], |[y]| rope.apply_token_major(&y, b, t))?.reshape((b, t, n, c.head_dim))?
+                }
+                None => y,
+            };
+            let y = y.transpose(1, 2)?;
+            Ok(if native { y } else { y.contiguous()? })
         };
-        let rotate = |x: Tensor| profile::op(Phase::NormRopeElementwise, [&x], |[x]| rope.apply(&x));
-        let q = rotate(heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref())?.contiguous()?)?;
-        let k = rotate(heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref())?.contiguous()?)?;
-        // v goes to attention as the transposed view of the projection: the
-        // fused op (CPU, CUDA kernel, cuDNN) reads its strides as they are,
-        // with no copy; the reference (kernels off on CUDA) gets a copy.
-        let v = heads(&a.v, &a.v_bias, Target::VProj, c.num_key_value_heads, None)?;
-        let v = if kernels::has_native_path(x.device()) { v } else { v.contiguous()? };
+        let q = heads(&a.q, &a.q_bias, Target::QProj, c.num_attention_heads, a.q_norm.as_ref(), Some(rope))?;
+        let k = heads(&a.k, &a.k_bias, Target::KProj, c.num_key_value_heads, a.k_norm.as_ref(), Some(rope))?;
+        let v = heads(&a.v, &a.v_bias, Target::VProj, c.num_key_value_heads, None, None)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(l, &k, &v)?,
             None => (k, v),
@@ -362,14 +380,14 @@ impl CausalLm {
         // heads merged as the output projection takes them.
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         let out = if step_vis.is_empty() {
-            profile::op(Phase::Attention, [&q, &k, &v], |[q, k, v]| kernels::attention::attention(&q, &k, &v, vis, scale))?
+            profile::op(Phase::Attention, [&q, &k, &v], |[q, k, v]| kernels::attention::attention(&q, &k, &v, vis, scale, c.attention))?
         } else {
             let steps = step_vis
                 .iter()
                 .enumerate()
                 .map(|(i, sv)| {
                     let (k, v) = (k.narrow(2, 0, sv.keys())?, v.narrow(2, 0, sv.keys())?);
-                    kernels::attention::attention(&q.narrow(2, i, 1)?.contiguous()?, &k, &v, sv, scale)
+                    kernels::attention::attention(&q.narrow(2, i, 1)?, &k, &v, sv, scale, c.attention)
                 })
                 .collect::<candle_core::Result<Vec<_>>>()?;
             Tensor::cat(&steps, 1)?

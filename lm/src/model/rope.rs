@@ -46,6 +46,15 @@ impl RopeTables {
         self.apply_composed(x)
     }
 
+    /// [`RopeTables::apply`] for a token-major `x` `[b * t, heads, 1,
+    /// head_dim]` (the projection's `[b, t, heads, head_dim]` reshaped), the
+    /// tables viewed `[b * t, 1, 1, head_dim]`: the same values, no transpose.
+    pub fn apply_token_major(&self, x: &Tensor, b: usize, t: usize) -> Result<Tensor> {
+        let d = self.cos.dim(D::Minus1)?;
+        let view = |tab: &Tensor| tab.reshape((b * t, 1, 1, d));
+        RopeTables { cos: view(&self.cos)?, sin: view(&self.sin)? }.apply(x)
+    }
+
     /// [`RopeTables::apply`] from stock ops (any dtype): the reference of the fused kernel.
     pub fn apply_composed(&self, x: &Tensor) -> Result<Tensor> {
         let d = x.dim(D::Minus1)?;

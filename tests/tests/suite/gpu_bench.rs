@@ -93,3 +93,18 @@ fn gpu_bench_dry_run_reports_every_section_and_skips_a_section_out_of_time() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(!missing.status.success() && err.contains("no executable fusegrpo binary at /nonexistent/fusegrpo"), "{err}");
 }
+
+/// `bench attention` says which implementation ran (issue 61, B11): the
+/// fused op's CPU path, or the reference composition; never just "fused".
+#[test]
+fn bench_attention_reports_the_backend_that_ran() {
+    let run = |mode: &str| -> Value {
+        let out = e2e::fusegrpo_ok(&["bench", "attention", "--tokens", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--mode", mode, "--backward", "--reps", "1", "--warmup", "0", "--attention", "kernel"]);
+        serde_json::from_str(out.lines().last().expect("a JSON line")).expect("JSON")
+    };
+    let fused = run("fused");
+    assert_eq!(fused["backend"], "cpu", "{fused}");
+    let unfused = run("unfused");
+    assert_eq!(unfused["backend"], "reference", "{unfused}");
+    assert_eq!(fused["checksum"].as_f64().map(|c| c.is_finite()), Some(true));
+}

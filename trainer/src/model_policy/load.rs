@@ -14,7 +14,7 @@ pub fn load_model(spec: &str, adapter: Option<&Path>, on: &Placement) -> Result<
     let device = on.open()?;
     let spec = lm::lora::resolve(spec, adapter)?;
     let t0 = std::time::Instant::now();
-    let model = lm::model::load::load_model(&spec, on.dtype.into(), &device)?;
+    let model = lm::model::load::load_model(&spec, on.dtype.into(), &device)?.with_attention(on.attention);
     let adapter = spec.adapter.as_ref().map_or("none".to_string(), |a| a.display().to_string());
     tracing::info!(model = %spec.base.display(), %adapter, params = lm::params::parameter_count(model.config()), secs = t0.elapsed().as_secs_f64(), "loaded");
     Ok((model, device))

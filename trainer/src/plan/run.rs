@@ -313,7 +313,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     ];
     if cfg.model.device == DeviceKind::Cuda {
         notes.push(if fused_attention {
-            format!("{}; memory linear in the sequence ([model] cuda_kernels)", crate::gpu_check::attention_line(true, false).replacen("attention on CUDA: ", "attention: ", 1))
+            format!("{}; memory linear in the sequence ([model] cuda_kernels)", crate::gpu_check::attention_line(true, false, cfg.model.placement().attention).replacen("attention on CUDA: ", "attention: ", 1))
         } else {
             let why = match cfg.model.cuda_kernels {
                 crate::gpu_check::CudaKernels::Auto if kernels::cuda_kernels_in_env() == Some(false) => "\"auto\" with FUSEGRPO_CUDA_KERNELS=0",
@@ -548,5 +548,31 @@ mod tests {
         cfg.model.device = DeviceKind::Cpu;
         cfg.model.cuda_kernels = crate::gpu_check::CudaKernels::Off;
         assert_eq!(part(&for_run(&cfg, &model, 2, 1).unwrap(), PhaseKind::GrpoUpdate, "attention_scores"), 0);
+    }
+
+    /// `[model] attention` is a setting (issue 61): read by name, carried
+    /// in the placement the models are loaded with, in the config's
+    /// serialization (its hash), and printed by the plan from the same line
+    /// `kernels status` prints.
+    #[test]
+    fn the_attention_backend_is_a_model_setting() {
+        use kernels::attention::Backend;
+        let base = "name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\ndevice = \"cuda\"\ncuda_kernels = \"on\"\n";
+        let default: RunConfig = toml::from_str(&format!("{base}[env]\nrepos_dir = \"r\"\n")).unwrap();
+        assert_eq!(default.model.placement().attention, kernels::attention::Settings::default());
+        let cfg: RunConfig = toml::from_str(&format!("{base}attention = \"kernel\"\nattention_deterministic = false\n[env]\nrepos_dir = \"r\"\n")).unwrap();
+        let settings = cfg.model.placement().attention;
+        assert_eq!((settings.backend, settings.deterministic), (Backend::Kernel, false));
+        let (a, b) = (serde_json::to_value(&default).unwrap(), serde_json::to_value(&cfg).unwrap());
+        assert_eq!(b["model"]["attention"], "kernel");
+        assert!(a["model"].get("attention").is_none(), "auto is left out, so older runs keep their hash");
+        assert_ne!(crate::checkpoint::config_hash(&a), crate::checkpoint::config_hash(&b));
+        let e = toml::from_str::<RunConfig>(&format!("{base}attention = \"flash\"\n[env]\nrepos_dir = \"r\"\n")).unwrap_err().to_string();
+        assert!(e.contains("flash") && e.contains("cudnn"), "{e}");
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let plan = for_run(&cfg, &model, 2, 1).unwrap();
+        let note = plan.notes.iter().find(|n| n.starts_with("attention:")).expect("an attention note");
+        assert!(note.contains("[model] attention = \"kernel\""), "{note}");
+        assert_eq!(note.replacen("attention: ", "attention on CUDA: ", 1), format!("{}; memory linear in the sequence ([model] cuda_kernels)", crate::gpu_check::attention_line(true, false, settings)));
     }
 }

@@ -211,7 +211,9 @@ impl Run {
             (Some(ckpt), None) => ckpt.clone(),
             _ => base_dir.clone(),
         };
-        let model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
+        let mut model_cfg = ModelConfig::from_file(&model_dir.join("config.json"))?;
+        // How attention runs on CUDA ([model] attention): carried with the model.
+        model_cfg.attention = cfg.model.placement().attention;
         // The checkpoint against this run's model and config, before anything large loads.
         if let (Some(ckpt), Some(state)) = (&resume_dir, &resume_state) {
             checkpoint::check_compatible(ckpt, state, &model_cfg.arch_hash(), &cfg_json, opts.allow_config_change)?;

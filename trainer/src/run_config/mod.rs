@@ -263,6 +263,9 @@ impl RunConfig {
         } else {
             toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?
         };
+        // FUSEGRPO_ATTENTION (read once by main) overrides [model] attention,
+        // here, so that the config hash records what runs.
+        cfg.model.attention = cfg.model.attention.with_env();
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.resolve_paths(base);
         cfg.validate(path).map_err(|e| overrides::blame(e, overrides))?;

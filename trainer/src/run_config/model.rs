@@ -31,11 +31,34 @@ pub struct ModelSection {
     /// has passed for this build), `on` or `off` (`crate::gpu_check`).
     #[serde(default, skip_serializing_if = "crate::gpu_check::CudaKernels::is_auto")]
     pub cuda_kernels: crate::gpu_check::CudaKernels,
+    /// Which attention runs on CUDA with the kernels on: `auto` (cuDNN
+    /// where it takes the call, else the fused kernel), `cudnn` or `kernel`
+    /// (`crate::gpu_check::Attention`). `FUSEGRPO_ATTENTION` overrides it.
+    #[serde(default, skip_serializing_if = "crate::gpu_check::Attention::is_auto")]
+    pub attention: crate::gpu_check::Attention,
+    /// cuDNN's deterministic backward (bitwise reruns; on Hopper with
+    /// cuDNN < 9.25 its workspace is quadratic in the sequence, and `auto`
+    /// falls back to the fused kernel over the budget: docs/gpu.md).
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub attention_deterministic: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl ModelSection {
-    /// Where the model runs: `device`, `dtype`, `cuda_kernels`.
+    /// Where the model runs: `device`, `dtype`, `cuda_kernels`, attention.
     pub fn placement(&self) -> crate::device::Placement {
-        crate::device::Placement { device: self.device, dtype: self.dtype, cuda_kernels: self.cuda_kernels }
+        crate::device::Placement {
+            device: self.device,
+            dtype: self.dtype,
+            cuda_kernels: self.cuda_kernels,
+            attention: crate::gpu_check::attention_settings(self.attention, self.attention_deterministic),
+        }
     }
 }
