@@ -147,17 +147,26 @@ pub fn read_made_by(path: &Path) -> Result<Vec<Option<MadeBy>>> {
         #[serde(default)]
         made_by: Option<MadeBy>,
     }
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
+    each_line(path, |n, line| {
+        let row: Row = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{}:{n}: made_by: {e}", path.display()))?;
+        out.push(row.made_by);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f(number, line)` for each non-blank line of the JSONL file
+/// `path` (numbers from 1); a read error names the file and line.
+pub fn each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
-        if line.trim().is_empty() {
-            continue;
+        if !line.trim().is_empty() {
+            f(n + 1, &line)?;
         }
-        let row: Row = serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{}:{}: made_by: {e}", path.display(), n + 1))?;
-        out.push(row.made_by);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Episodes of `policy` on `tasks` (`group` each) into `out`, resumable:
@@ -349,28 +358,23 @@ fn read_whole_chunks(partial: &Path, tasks: &[Task], group: usize, chunk: usize)
 
 /// Episodes from a JSONL file; errors name the file and line.
 pub fn read(path: &Path) -> Result<Vec<Episode>> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{}:{}: reading", path.display(), n + 1))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let e: Episode = serde_json::from_str(&line).map_err(|err| anyhow::anyhow!("{}:{}: {}", path.display(), n + 1, why_not_an_episode(&line, &err)))?;
+    each_line(path, |n, line| {
+        let e: Episode = serde_json::from_str(line).map_err(|err| anyhow::anyhow!("{}:{n}: {}", path.display(), why_not_an_episode(line, &err)))?;
         if let Some((field, value, range)) = e.score.as_ref().and_then(|s| s.out_of_range()) {
             // As JSON writes it (1e300, not 300 digits).
-            anyhow::bail!("{}:{}: score.{field} is {}: expected {range}", path.display(), n + 1, serde_json::json!(value));
+            anyhow::bail!("{}:{n}: score.{field} is {}: expected {range}", path.display(), serde_json::json!(value));
         }
         anyhow::ensure!(
             e.tokens.len() == e.loss_mask.len(),
-            "{}:{}: {} tokens but {} loss-mask entries",
+            "{}:{n}: {} tokens but {} loss-mask entries",
             path.display(),
-            n + 1,
             e.tokens.len(),
             e.loss_mask.len()
         );
         out.push(e);
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 

@@ -57,18 +57,8 @@ pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Optio
     }
     let n_whole = n_whole.unwrap_or(n);
     let offsets = encoding.get_offsets();
-    let floor = |mut i: usize| {
-        while !issue.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let ceil = |mut i: usize| {
-        while !issue.is_char_boundary(i) {
-            i += 1;
-        }
-        i
-    };
+    let floor = |i| floor_boundary(issue, i);
+    let ceil = |i| ceil_boundary(issue, i);
     // The marker's own tokens come out of the budget; a cut that still
     // tokenizes over it (merges across the seams) gives up a few more.
     let mut keep = budget.saturating_sub(24);
@@ -88,24 +78,30 @@ pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Optio
     bail!("the issue ({n_whole} tokens) could not be cut to {budget} tokens: raise --max-issue-tokens")
 }
 
+/// The char boundary of `s` at or before `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The char boundary of `s` at or after `i`.
+fn ceil_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
 /// Issues longer than this (bytes) are cut from a view of their two ends ([`head_and_tail`]).
 const LONG_ISSUE_BYTES: usize = 256 << 10;
 
 /// The beginning and the end of `text`, each at least `tokens` tokens long
 /// (or half of the text), joined: what [`fit_issue`] cuts a long issue from.
 fn head_and_tail(tok: &ChatTokenizer, text: &str, tokens: usize) -> Result<String> {
-    let floor = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let ceil = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i += 1;
-        }
-        i
-    };
+    let floor = |i| floor_boundary(text, i);
+    let ceil = |i| ceil_boundary(text, i);
     let half = text.len() / 2;
     let mut bytes = (tokens * 8).max(4096);
     loop {
