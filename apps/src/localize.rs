@@ -44,7 +44,7 @@ pub enum Search {
 
 /// The search indexes of this process, kept per snapshot (the MCP server
 /// answers every call on one commit from one index).
-pub static INDEXES: std::sync::LazyLock<rollout::search::IndexCache> = std::sync::LazyLock::new(Default::default);
+pub static INDEXES: std::sync::LazyLock<std::sync::Arc<rollout::search::IndexCache>> = std::sync::LazyLock::new(rollout::search::IndexCache::shared);
 
 impl std::str::FromStr for Search {
     type Err = String;
@@ -258,7 +258,7 @@ pub fn localize_episodes(
     task.problem_statement = issue;
     // A prompt that fills the episode's token budget leaves the model no
     // turn: said here, instead of an attempt that ends with no answer.
-    let (_, prompt) = prompt_tokens(env.tokenizer, &task, &cfg.episode)?;
+    let (_, prompt) = prompt_tokens(env.tokenizer, &task, &cfg.episode, &env.tools.config)?;
     let limit = cfg.episode.max_total_tokens;
     if prompt.len() >= limit {
         bail!(

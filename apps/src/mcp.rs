@@ -475,7 +475,7 @@ pub fn localize_description() -> String {
 /// without `repo` searches `default_repo`.
 pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: Option<PathBuf>) -> Result<()> {
     let policy = search.loads();
-    let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()));
+    let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()).with_search(cfg.search.clone(), rollout::search::IndexCache::shared()));
     let (jobs, jobs_rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();
     let worker = std::thread::spawn(move || {

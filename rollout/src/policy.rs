@@ -21,6 +21,10 @@ pub struct TurnRequest<'a> {
     pub messages: &'a [Value],
     /// The tools declared to the model (JSON schemas).
     pub tools: &'a [Value],
+    /// The repository snapshot the episode's tools run on, where the
+    /// driver has one. Only a scripted teacher consults it (the guided
+    /// teacher asks its search index); a model policy never does.
+    pub snapshot: Option<&'a crate::repo::Snapshot>,
     /// Upper bound on new tokens for this turn.
     pub max_new_tokens: usize,
 }

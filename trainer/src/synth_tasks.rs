@@ -21,6 +21,7 @@ use rollout::synth::summary::RecallSummary;
 use rollout::synth::writer::IssueWriter;
 use rollout::synth::{synthesize, SynthConfig, SynthReport, SynthTask};
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
+use rollout::teacher::guided::Guide;
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::Path;
@@ -103,6 +104,7 @@ pub fn make_tasks(job: &SynthRun<'_>) -> Result<SynthReport> {
 fn writer_of(teacher: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<Box<dyn IssueWriter>> {
     Ok(match teacher {
         PolicyChoice::Scripted => Box::new(ScriptedIssueWriter),
+        PolicyChoice::Guided => bail!("--teacher: \"guided\" localizes but writes no issues: expected scripted or an http(s):// URL"),
         PolicyChoice::Http(url) => Box::new(HttpIssueWriter::new(http.config(url, seed), http.max_tokens).with_context(|| format!("teacher {url}"))?),
         PolicyChoice::Model => bail!("--teacher: expected scripted or an http(s):// URL (serve a model with `fusegrpo serve`)"),
     })
@@ -111,6 +113,7 @@ fn writer_of(teacher: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<Box<d
 fn localizer_of(localizer: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<Box<dyn Policy>> {
     Ok(match localizer {
         PolicyChoice::Scripted => Box::new(ScriptedTeacher::default()),
+        PolicyChoice::Guided => Box::new(ScriptedTeacher::default().guided(Guide::default())),
         PolicyChoice::Http(url) => Box::new(HttpTeacher::new(http.config(url, seed)).with_context(|| format!("localizer {url}"))?),
         PolicyChoice::Model => bail!("--localizer: expected scripted or an http(s):// URL (serve a model with `fusegrpo serve`)"),
     })

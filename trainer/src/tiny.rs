@@ -104,7 +104,7 @@ fn corpus_of(repo: &str, repos_dir: &std::path::Path) -> Result<Vec<String>> {
     let mut docs: Vec<String> =
         snap.files().iter().filter_map(|f| f.text()).map(|t| String::from_utf8_lossy(t).into_owned()).collect();
     docs.push(rollout::episode::prompt::SYSTEM_PROMPT.to_string());
-    for schema in rollout::episode::prompt::tool_schemas() {
+    for schema in rollout::episode::prompt::tool_schemas(&rollout::tools::ToolConfig::default()) {
         docs.push(serde_json::to_string(&schema)?);
     }
     docs.push(CHAT_TEMPLATE_PROSE.to_string());

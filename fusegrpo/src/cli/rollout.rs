@@ -24,7 +24,7 @@ pub struct Args {
     /// writable, and not an input, before any episode runs).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// model | scripted | search (the index of each snapshot, no episode, `eval` only) | combined (the index search and the model's episodes, ranked together, the search first) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
+    /// model | scripted | guided (the scripted teacher guided by the search index) | search (the index of each snapshot, no episode, `eval` only) | combined (the index search and the model's episodes, ranked together, the search first) | http://host:port (OpenAI-compatible teacher). Default: combined for `eval`, model for `rollout` and with --attempts.
     #[arg(long)]
     pub policy: Option<EvalPolicy>,
     /// Each task's ranked, grounded answer (JSONL: files and functions ranked, those not in the repository apart, set F1, the rank of the first gold file and function) per policy (with combined: model, search and combined); `compare` reads it.
@@ -325,11 +325,7 @@ fn check_paths(args: &Args) -> Result<()> {
 }
 
 fn policy_name(p: &PolicyChoice) -> String {
-    match p {
-        PolicyChoice::Model => "model".into(),
-        PolicyChoice::Scripted => "scripted".into(),
-        PolicyChoice::Http(url) => url.clone(),
-    }
+    String::from(p.clone())
 }
 
 pub fn run_rollout(args: Args) -> Result<()> {

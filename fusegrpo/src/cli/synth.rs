@@ -1,5 +1,5 @@
 //! `fusegrpo synth`: K teacher episodes per task (the scripted teacher,
-//! varied per episode, or an OpenAI-compatible endpoint queried in parallel
+//! guided by the search index or not, varied per episode, or an OpenAI-compatible endpoint queried in parallel
 //! with retries and a rate limit), each scored: F1_file, F1_func, e, R and
 //! calls per turn. The output feeds `fusegrpo sft`.
 
@@ -23,7 +23,7 @@ pub struct Args {
     /// Tasks (JSONL).
     #[arg(long)]
     pub tasks: PathBuf,
-    /// scripted | http://host:port (OpenAI-compatible chat completions).
+    /// scripted | guided (the scripted teacher guided by the search index; it calls `search` when `[env.tools] search` is on) | http://host:port (OpenAI-compatible chat completions).
     #[arg(long, default_value = "scripted")]
     pub teacher: PolicyChoice,
     /// Episodes per task (K).
@@ -44,7 +44,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     trainer::files::check_outputs(&[("--config", &args.config), ("--tasks", &args.tasks)], &[("--out", &args.out)])?;
     trainer::files::check_writable("--out", &args.out)?;
-    anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted or an http(s):// URL (use `fusegrpo rollout` for our own model)");
+    anyhow::ensure!(args.teacher != PolicyChoice::Model, "--teacher: expected scripted, guided or an http(s):// URL (use `fusegrpo rollout` for our own model)");
     anyhow::ensure!(args.samples >= 1, "--samples must be at least 1");
     trainer::run_config::check_flag("--samples", args.samples, trainer::run_config::MAX_GROUP)?;
     let cfg = args.set.load(&args.config)?;

@@ -419,7 +419,7 @@ mod tests {
     }
 
     fn request<'a>(episode: u64, tokens: &'a [u32], messages: &'a [Value]) -> TurnRequest<'a> {
-        TurnRequest { episode, tokens, messages, tools: &[], max_new_tokens: 8 }
+        TurnRequest { episode, tokens, messages, tools: &[], snapshot: None, max_new_tokens: 8 }
     }
 
     /// A completion that echoes the prompt's length: ids [len, len+1, 2]

@@ -12,7 +12,7 @@ use crate::repo::{Snapshot, SnapshotStore};
 use crate::reward::{score, Gold, RewardConfig};
 use crate::tasks::Task;
 use crate::toolcall::{parse_tool_calls, ToolCall, ToolCallError};
-use crate::tools::ToolRunner;
+use crate::tools::{ToolConfig, ToolRunner};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,17 +75,17 @@ pub fn snapshot_and_gold(env: &Env<'_>, task: &Task) -> Result<(Arc<Snapshot>, G
     Ok((snapshot, gold))
 }
 
-/// The prompt tokens of a task's episode.
-pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
-    issue_prompt_tokens(tok, &task.problem_statement, cfg)
+/// The prompt tokens of a task's episode with the tools of `tools`.
+pub fn prompt_tokens(tok: &ChatTokenizer, task: &Task, cfg: &EpisodeConfig, tools: &ToolConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
+    issue_prompt_tokens(tok, &task.problem_statement, cfg, tools)
 }
 
 /// The prompt tokens of an episode on the issue text `issue`.
-fn issue_prompt_tokens(tok: &ChatTokenizer, issue: &str, cfg: &EpisodeConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
-    let messages = opening_messages(issue);
+fn issue_prompt_tokens(tok: &ChatTokenizer, issue: &str, cfg: &EpisodeConfig, tools: &ToolConfig) -> Result<(Vec<Value>, Vec<u32>), RolloutError> {
+    let messages = opening_messages(issue, tools);
     let req = ChatRequest {
         messages: messages.clone(),
-        tools: Some(tool_schemas()),
+        tools: Some(tool_schemas(tools)),
         add_generation_prompt: true,
         enable_thinking: Some(cfg.thinking == Thinking::On),
     };
@@ -99,11 +99,11 @@ fn issue_prompt_tokens(tok: &ChatTokenizer, issue: &str, cfg: &EpisodeConfig) ->
 /// model policy prefills it once and shares its KV cache. A prompt whose
 /// tokens do not start with it (the issue's first characters merged with
 /// the fixed text's last ones) is prefilled whole.
-pub fn fixed_prefix(tok: &ChatTokenizer, cfg: &EpisodeConfig) -> Result<Vec<u32>, RolloutError> {
+pub fn fixed_prefix(tok: &ChatTokenizer, cfg: &EpisodeConfig, tools: &ToolConfig) -> Result<Vec<u32>, RolloutError> {
     const PROBES: [&str; 6] = ["A", "b", " x", "\n", "1", "{"];
     let mut prefix: Option<Vec<u32>> = None;
     for probe in PROBES {
-        let (_, ids) = issue_prompt_tokens(tok, probe, cfg)?;
+        let (_, ids) = issue_prompt_tokens(tok, probe, cfg, tools)?;
         prefix = Some(match prefix {
             None => ids,
             Some(p) => p.iter().zip(&ids).take_while(|(a, b)| a == b).map(|(a, _)| *a).collect(),
@@ -191,7 +191,7 @@ fn drive(
 ) -> Result<Vec<Episode>, RolloutError> {
     let cancelled = || cancel.load(Ordering::Relaxed);
     let mut live = start(env, tasks, group, cfg)?;
-    let tools = tool_schemas();
+    let tools = tool_schemas(&env.tools.config);
     let group = group.max(1);
     let cap = policy.max_live().map_or(usize::MAX, |n| (n / group).max(1).saturating_mul(group));
     // Episodes [0, started) have started; the rest wait for room.
@@ -228,6 +228,7 @@ fn drive(
                 tokens: &live[i].ep.tokens,
                 messages: &live[i].messages,
                 tools: &tools,
+                snapshot: Some(&live[i].snapshot),
                 max_new_tokens: cfg.max_turn_tokens.min(cfg.max_total_tokens.saturating_sub(live[i].ep.tokens.len())),
             })
             .collect();
@@ -280,7 +281,7 @@ fn start(env: &Env<'_>, tasks: &[Task], group: usize, cfg: &EpisodeConfig) -> Re
     let mut live = Vec::with_capacity(tasks.len() * group);
     for task in tasks {
         let (snapshot, gold) = snapshot_and_gold(env, task)?;
-        let (messages, ids) = prompt_tokens(env.tokenizer, task, cfg)?;
+        let (messages, ids) = prompt_tokens(env.tokenizer, task, cfg, &env.tools.config)?;
         for sample in 0..group {
             live.push(Live {
                 ep: Episode {

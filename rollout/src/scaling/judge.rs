@@ -289,7 +289,7 @@ impl PolicyJudge<'_> {
         let requests: Vec<TurnRequest<'_>> = prompts
             .iter()
             .zip(&keys)
-            .map(|(&(messages, tokens), &key)| TurnRequest { episode: key, tokens, messages, tools: &[], max_new_tokens: max_tokens })
+            .map(|(&(messages, tokens), &key)| TurnRequest { episode: key, tokens, messages, tools: &[], snapshot: None, max_new_tokens: max_tokens })
             .collect();
         let outputs = self.policy.next_turns(&requests);
         for key in &keys {

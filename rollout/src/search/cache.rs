@@ -40,7 +40,17 @@ pub fn content_key(snapshot: &Snapshot) -> String {
     format!("content-{:016x}", h.finish())
 }
 
+/// The process's shared cache ([`IndexCache::shared`]).
+static SHARED: std::sync::LazyLock<Arc<IndexCache>> = std::sync::LazyLock::new(Arc::default);
+
 impl IndexCache {
+    /// The one cache of this process (default settings): the `search`
+    /// tool, `--policy search` and the guided teacher build a snapshot's
+    /// index once between them.
+    pub fn shared() -> Arc<IndexCache> {
+        Arc::clone(&SHARED)
+    }
+
     /// A cache of at most `capacity` (at least 1) indexes built under `config`.
     pub fn new(config: IndexConfig, capacity: usize) -> IndexCache {
         IndexCache { config, capacity: capacity.max(1), slots: Mutex::new((HashMap::new(), 0)), builds: AtomicUsize::new(0) }

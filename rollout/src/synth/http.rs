@@ -52,7 +52,7 @@ impl IssueWriter for HttpIssueWriter {
 
     fn write(&self, request: &IssueRequest<'_>) -> Result<String, String> {
         let messages = writer_messages(request);
-        let turn = TurnRequest { episode: request.seed, tokens: &[], messages: &messages, tools: &[], max_new_tokens: self.max_tokens };
+        let turn = TurnRequest { episode: request.seed, tokens: &[], messages: &messages, tools: &[], snapshot: None, max_new_tokens: self.max_tokens };
         self.teacher.turn(&turn).map_err(|e| e.to_string())
     }
 }

@@ -65,14 +65,14 @@ struct Live {
 /// error; the others go on. An episode that runs out of turns without
 /// answering has recall 0.
 pub fn verify(policy: &mut dyn Policy, snapshot: &Arc<Snapshot>, tools: &ToolRunner, items: &[(String, Gold)], config: &VerifyConfig) -> Vec<Result<Recall, String>> {
-    let mut live: Vec<Live> = items.iter().map(|(issue, _)| Live { messages: opening_messages(issue), outcome: None }).collect();
-    let schemas = tool_schemas();
+    let mut live: Vec<Live> = items.iter().map(|(issue, _)| Live { messages: opening_messages(issue, &tools.config), outcome: None }).collect();
+    let schemas = tool_schemas(&tools.config);
     for turn in 0..config.max_turns {
         let active: Vec<usize> = (0..live.len()).filter(|&i| live[i].outcome.is_none()).collect();
         if active.is_empty() {
             break;
         }
-        let outputs = next_turns(policy, &live, &active, &schemas, config.max_turn_tokens);
+        let outputs = next_turns(policy, &live, &active, &schemas, snapshot, config.max_turn_tokens);
         for (&i, output) in active.iter().zip(outputs) {
             let text = match output {
                 Ok(TurnOutput::Text(text)) => text,
@@ -103,8 +103,8 @@ pub fn verify(policy: &mut dyn Policy, snapshot: &Arc<Snapshot>, tools: &ToolRun
 
 /// The next turn of each active episode: one batch, or (when the batch
 /// fails) one request at a time, so a failure stays with its episode.
-fn next_turns(policy: &mut dyn Policy, live: &[Live], active: &[usize], tools: &[Value], max_new_tokens: usize) -> Vec<Result<TurnOutput, String>> {
-    let request = |i: usize| TurnRequest { episode: i as u64, tokens: &[], messages: &live[i].messages, tools, max_new_tokens };
+fn next_turns(policy: &mut dyn Policy, live: &[Live], active: &[usize], tools: &[Value], snapshot: &Snapshot, max_new_tokens: usize) -> Vec<Result<TurnOutput, String>> {
+    let request = |i: usize| TurnRequest { episode: i as u64, tokens: &[], messages: &live[i].messages, tools, snapshot: Some(snapshot), max_new_tokens };
     let requests: Vec<TurnRequest<'_>> = active.iter().map(|&i| request(i)).collect();
     match policy.next_turns(&requests) {
         Ok(outputs) if outputs.len() == requests.len() => outputs.into_iter().map(Ok).collect(),

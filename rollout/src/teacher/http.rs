@@ -382,6 +382,7 @@ mod tests {
             tokens: &[],
             messages: &messages,
             tools: &tools,
+            snapshot: None,
             max_new_tokens,
         };
         let body = t.request_body(&req(3, 50)).unwrap();
@@ -419,6 +420,7 @@ mod tests {
             tokens: &[],
             messages: &messages,
             tools: &[],
+            snapshot: None,
             max_new_tokens: 8,
         };
         let out = t.next_turns(&[req]).unwrap();
@@ -445,6 +447,7 @@ mod tests {
             tokens: &[],
             messages: &messages,
             tools: &[],
+            snapshot: None,
             max_new_tokens: 8,
         };
         let err = t.next_turns(&[req]).unwrap_err().message;

@@ -2,6 +2,7 @@
 //! way a careful engineer would (for SFT data and CI), and [`http::HttpTeacher`],
 //! a client for OpenAI-compatible teachers ([`openai`]: the format conversions).
 
+pub mod guided;
 pub mod http;
 pub mod openai;
 pub mod scripted;

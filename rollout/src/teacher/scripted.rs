@@ -8,6 +8,7 @@
 //! with those files and the functions (`def`, within their `class`) that
 //! enclose the hits in what it read.
 
+use super::guided::Guide;
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use crate::toolcall::{render_tool_calls, ToolCall};
 use regex::Regex;
@@ -57,12 +58,20 @@ pub struct ScriptedTeacher {
     /// With a seed, each episode gets its own [`ScriptedConfig::varied`]
     /// (several distinct trajectories per task for `fusegrpo synth`).
     pub variation: Option<u64>,
+    /// With a guide, the teacher is the guided one ([`super::guided`]):
+    /// its reads and answer follow the search index.
+    pub guide: Option<Guide>,
 }
 
 impl ScriptedTeacher {
     /// A teacher whose episodes vary with `seed` (see [`ScriptedConfig::varied`]).
     pub fn varied(seed: u64) -> ScriptedTeacher {
-        ScriptedTeacher { config: ScriptedConfig::default(), variation: Some(seed) }
+        ScriptedTeacher { config: ScriptedConfig::default(), variation: Some(seed), guide: None }
+    }
+
+    /// The same teacher guided by the search index ([`super::guided`]).
+    pub fn guided(self, guide: Guide) -> ScriptedTeacher {
+        ScriptedTeacher { guide: Some(guide), ..self }
     }
 
     fn config_for(&self, episode: u64) -> ScriptedConfig {
@@ -72,11 +81,21 @@ impl ScriptedTeacher {
 
 impl Policy for ScriptedTeacher {
     fn name(&self) -> String {
-        "scripted".into()
+        if self.guide.is_some() { "guided" } else { "scripted" }.into()
     }
 
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        Ok(requests.iter().map(|r| TurnOutput::Text(turn(&self.config_for(r.episode), r.messages))).collect())
+        Ok(requests
+            .iter()
+            .map(|r| {
+                let config = self.config_for(r.episode);
+                let guided = self.guide.as_ref().and_then(|g| {
+                    let issue = r.messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+                    super::guided::turn(g, &config, r.messages, r.tools, r.snapshot, split_refine(issue).0)
+                });
+                TurnOutput::Text(guided.unwrap_or_else(|| turn(&config, r.messages)))
+            })
+            .collect())
     }
 }
 
@@ -86,7 +105,7 @@ static BACKTICK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`\n]{3,80})
 static QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#""([^"\n]{12,80})"|'([^'\n]{12,80})'"#).expect("valid regex"));
 static SHORT_QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#""([^"\s]{4,40})"|'([^'\s]{4,40})'"#).expect("valid regex"));
 /// Outline pattern: every def/class line (grep'd per file to name functions).
-const OUTLINE: &str = r"^\s*(async\s+)?(def|class)\s";
+pub(super) const OUTLINE: &str = r"^\s*(async\s+)?(def|class)\s";
 static FILE_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b([\w/]+\.(?:py|rs|go|js|ts|java))\b").expect("valid regex"));
 static GREP_LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^([^:\n]+):(\d+):").expect("valid regex"));
 static READ_LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^(\d+)\t(.*)$").expect("valid regex"));
@@ -260,7 +279,7 @@ pub fn keywords(issue: &str) -> Vec<String> {
     v.into_iter().map(|(k, _)| k).collect()
 }
 
-fn format_calls(preamble: &str, calls: &[Value]) -> String {
+pub(super) fn format_calls(preamble: &str, calls: &[Value]) -> String {
     let calls: Vec<ToolCall> = calls
         .iter()
         .map(|c| ToolCall {
@@ -272,7 +291,7 @@ fn format_calls(preamble: &str, calls: &[Value]) -> String {
 }
 
 /// (call arguments, output) of every tool response, in order.
-fn tool_exchanges(messages: &[Value]) -> Vec<(Value, String)> {
+pub(super) fn tool_exchanges(messages: &[Value]) -> Vec<(Value, String)> {
     let mut calls = Vec::new();
     let mut outputs = Vec::new();
     for m in messages {

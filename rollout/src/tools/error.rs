@@ -8,8 +8,13 @@ use crate::repo::path::PathError;
 #[derive(Debug, Error)]
 pub enum ToolError {
     /// No tool has this name.
-    #[error("unknown tool '{0}'; the tools are grep, glob and read_file")]
-    UnknownTool(String),
+    #[error("unknown tool '{name}'; the tools are {tools}")]
+    UnknownTool {
+        /// The name called.
+        name: String,
+        /// The tools of this episode, comma-separated.
+        tools: String,
+    },
     /// A required argument is absent.
     #[error("{tool}: missing required argument '{arg}'")]
     MissingArgument {
@@ -132,6 +137,17 @@ pub enum ToolError {
         /// Lines in the file.
         lines: usize,
     },
+    /// A `search` query longer than the cap.
+    #[error("search: the query is {len} characters long; the limit is {max}")]
+    QueryTooLong {
+        /// Characters given.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A `search` query with nothing to search for, or not text.
+    #[error("search: {0}")]
+    BadQuery(String),
     /// A bug caught at the boundary (a panic inside the tool).
     #[error("internal error while running '{0}'")]
     Internal(String),

@@ -1,5 +1,7 @@
 //! The three read-only tools (`grep`, `glob`, `read_file`) over a
-//! [`Snapshot`](crate::repo::Snapshot): deterministic (sorted), bounded by
+//! [`Snapshot`](crate::repo::Snapshot), and the optional fourth, `search`
+//! (the snapshot's [search index](crate::search), on with
+//! [`ToolConfig::search`]): deterministic (sorted), bounded by
 //! [`ToolConfig`] caps with a visible truncation note, and total: every
 //! failure becomes an error text for the model with an empty entity set.
 
@@ -9,17 +11,20 @@ mod glob;
 mod grep;
 mod output;
 mod read_file;
+pub mod search;
 
 pub use error::ToolError;
 pub use grep::{grep_matches, GrepQuery};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::entities::EntitySet;
 use crate::repo::Snapshot;
+use crate::search::{IndexCache, SearchConfig};
 use crate::toolcall::{ToolCall, ToolCallError};
 
 /// Default [`ToolConfig::max_grep_matches`].
@@ -38,6 +43,10 @@ pub const MAX_PATTERN_CHARS: usize = 1000;
 pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Default [`ToolConfig::regex_dfa_size_limit`]: lazy DFA cache bytes.
 pub const REGEX_DFA_SIZE_LIMIT: usize = 1 << 20;
+/// Default [`ToolConfig::max_search_results`].
+pub const MAX_SEARCH_RESULTS: usize = 10;
+/// Default [`ToolConfig::max_query_chars`].
+pub const MAX_QUERY_CHARS: usize = 1000;
 
 /// Caps of the tools; defaults are the constants above.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,6 +68,13 @@ pub struct ToolConfig {
     pub regex_size_limit: usize,
     /// Size limit of the regex's lazy DFA cache.
     pub regex_dfa_size_limit: usize,
+    /// Declare the fourth tool, `search` (the index, issue 62), to the
+    /// model; off by default, so the three-tool recipe is unchanged.
+    pub search: bool,
+    /// Functions and files shown by one `search` (each).
+    pub max_search_results: usize,
+    /// Characters of a `search` query.
+    pub max_query_chars: usize,
 }
 
 impl Default for ToolConfig {
@@ -72,6 +88,9 @@ impl Default for ToolConfig {
             max_pattern_chars: MAX_PATTERN_CHARS,
             regex_size_limit: REGEX_SIZE_LIMIT,
             regex_dfa_size_limit: REGEX_DFA_SIZE_LIMIT,
+            search: false,
+            max_search_results: MAX_SEARCH_RESULTS,
+            max_query_chars: MAX_QUERY_CHARS,
         }
     }
 }
@@ -95,6 +114,8 @@ impl ToolConfig {
             ("max_pattern_chars", self.max_pattern_chars),
             ("regex_size_limit", self.regex_size_limit),
             ("regex_dfa_size_limit", self.regex_dfa_size_limit),
+            ("max_search_results", self.max_search_results),
+            ("max_query_chars", self.max_query_chars),
         ] {
             if value == 0 {
                 return Err((field, "must be at least 1 (a cap of 0 makes every call of its tool fail or show nothing)".into()));
@@ -104,6 +125,16 @@ impl ToolConfig {
             }
         }
         Ok(())
+    }
+
+    /// The tools declared to the model, in order: the three, then `search`
+    /// when on.
+    pub fn kinds(&self) -> Vec<ToolKind> {
+        let mut kinds = ToolKind::ALL.to_vec();
+        if self.search {
+            kinds.push(ToolKind::Search);
+        }
+        kinds
     }
 }
 
@@ -116,10 +147,12 @@ pub enum ToolKind {
     Glob,
     /// `read_file(path, start_line?, end_line?)`: numbered lines of a file.
     ReadFile,
+    /// `search(query)`: the index's ranked functions and files (optional).
+    Search,
 }
 
 impl ToolKind {
-    /// Every tool, in the order they are declared to the model.
+    /// The three tools every episode has, in the order they are declared.
     pub const ALL: [ToolKind; 3] = [ToolKind::Grep, ToolKind::Glob, ToolKind::ReadFile];
 
     /// The name the model calls it by.
@@ -128,12 +161,13 @@ impl ToolKind {
             ToolKind::Grep => "grep",
             ToolKind::Glob => "glob",
             ToolKind::ReadFile => "read_file",
+            ToolKind::Search => "search",
         }
     }
 
-    /// The tool called `name`, if any.
+    /// The tool called `name`, if any (of all four).
     pub fn from_name(name: &str) -> Option<ToolKind> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Self::ALL.into_iter().chain([ToolKind::Search]).find(|k| k.name() == name)
     }
 }
 
@@ -156,16 +190,33 @@ impl ToolResult {
 }
 
 /// Runs tool calls against snapshots.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ToolRunner {
-    /// The caps.
+    /// The caps, and whether `search` is on.
     pub config: ToolConfig,
+    /// How `search` ranks (a run config's `[search]`).
+    pub search: SearchConfig,
+    /// The indexes `search` asks, one per snapshot, built on first use.
+    pub indexes: Arc<IndexCache>,
+}
+
+impl std::fmt::Debug for ToolRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRunner").field("config", &self.config).field("search", &self.search).finish_non_exhaustive()
+    }
 }
 
 impl ToolRunner {
-    /// A runner with the given caps.
+    /// A runner with the given caps (`search`, when on, ranks by the
+    /// default [`SearchConfig`] with its own index cache).
     pub fn new(config: ToolConfig) -> Self {
-        Self { config }
+        Self { config, search: SearchConfig::default(), indexes: Arc::default() }
+    }
+
+    /// The same runner whose `search` ranks by `search` over `indexes`
+    /// (shared with the other users of the index in one process).
+    pub fn with_search(self, search: SearchConfig, indexes: Arc<IndexCache>) -> Self {
+        Self { search, indexes, ..self }
     }
 
     /// Runs one call; never panics and never fails (errors are texts).
@@ -195,13 +246,17 @@ impl ToolRunner {
     }
 
     fn dispatch(&self, snapshot: &Snapshot, call: &ToolCall) -> Result<ToolResult, ToolError> {
-        let kind = ToolKind::from_name(&call.name)
-            .ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
+        let unknown = || {
+            let names: Vec<&str> = self.config.kinds().iter().map(|k| k.name()).collect();
+            ToolError::UnknownTool { name: call.name.clone(), tools: names.join(", ") }
+        };
+        let kind = ToolKind::from_name(&call.name).filter(|k| self.config.kinds().contains(k)).ok_or_else(unknown)?;
         let args = args::Args::new(kind, &call.arguments);
         match kind {
             ToolKind::Grep => grep::run(snapshot, &args, &self.config),
             ToolKind::Glob => glob::run(snapshot, &args, &self.config),
             ToolKind::ReadFile => read_file::run(snapshot, &args, &self.config),
+            ToolKind::Search => search::run(snapshot, &args, &self.config, &self.search, &self.indexes),
         }
     }
 }

@@ -107,7 +107,7 @@ fn replay_through_the_chat_template_agrees_except_past_empty_think_blocks() {
     // The full conversation: the messages the policy saw before its last
     // turn, plus that last turn (the answer).
     messages.push(json!({"role": "assistant", "content": ep.turns.last().unwrap().text}));
-    let req = ChatRequest { messages, tools: Some(tool_schemas()), add_generation_prompt: false, enable_thinking: Some(false) };
+    let req = ChatRequest { messages, tools: Some(tool_schemas(&Default::default())), add_generation_prompt: false, enable_thinking: Some(false) };
     let (_, rendered) = tok.render_ids(&req).unwrap();
     // Why they differ: every assistant turn was generated after an
     // `enable_thinking=False` prompt, so our sequence holds an empty
@@ -177,7 +177,7 @@ fn malformed_calls_cost_a_call_and_limits_stop_episodes() {
     let ep = run(vec!["<tool_call>\n{\"name\": \"glob\", \"arguments\": {\"pattern\": \"**/*.py\"}}\n</tool_call>"], cfg);
     assert_eq!((ep.stop_reason(), ep.turns.len()), (Some(StopReason::MaxTurns), 3));
     // A context too small for the tool responses stops with ContextFull.
-    let prompt = rollout::episode::driver::prompt_tokens(&tok, &task(&commit), &EpisodeConfig::default()).unwrap().1.len();
+    let prompt = rollout::episode::driver::prompt_tokens(&tok, &task(&commit), &EpisodeConfig::default(), &Default::default()).unwrap().1.len();
     let cfg = EpisodeConfig { max_total_tokens: prompt + 40, ..Default::default() };
     let ep = run(vec!["<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"webby/http.py\"}}\n</tool_call>"], cfg);
     assert_eq!(ep.stop_reason(), Some(StopReason::ContextFull));
@@ -284,4 +284,92 @@ fn a_cancelled_run_stops_at_the_next_turn_boundary() {
     let mut p = Counting { inner: ScriptedTeacher::default(), turns: 0, cancel_after: None, flag: None, finished: Vec::new() };
     let eps = run_episodes_until(&mut p, &env, &[task(&commit)], 2, &EpisodeConfig::default(), &Arc::new(AtomicBool::new(false)), |_| {}).unwrap();
     assert!(eps.iter().all(|e| e.stop_reason() == Some(StopReason::Answer)));
+}
+
+/// `search` on (issue 62, item 4c): declared to the model, named in the
+/// system prompt; off, the prompt is the three-tool one, unchanged.
+#[test]
+fn the_search_tool_is_declared_only_when_on() {
+    use rollout::episode::prompt::{opening_messages, SYSTEM_PROMPT};
+    use rollout::tools::ToolConfig;
+    let off = ToolConfig::default();
+    let on = ToolConfig { search: true, ..Default::default() };
+    let names = |c: &ToolConfig| tool_schemas(c).iter().map(|s| s["function"]["name"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(names(&off), ["grep", "glob", "read_file"]);
+    assert_eq!(names(&on), ["grep", "glob", "read_file", "search"]);
+    assert_eq!(opening_messages("x", &off)[0]["content"], SYSTEM_PROMPT);
+    assert!(opening_messages("x", &on)[0]["content"].as_str().unwrap().contains("search, grep, glob and read_file"));
+    let (_repo, commit, _tok_dir, tok) = setup();
+    let cfg = EpisodeConfig::default();
+    let (_, with) = rollout::episode::driver::prompt_tokens(&tok, &task(&commit), &cfg, &on).unwrap();
+    let (_, without) = rollout::episode::driver::prompt_tokens(&tok, &task(&commit), &cfg, &off).unwrap();
+    assert!(tok.decode(&with).unwrap().contains("\"name\": \"search\""));
+    assert!(!tok.decode(&without).unwrap().contains("\"name\": \"search\""));
+}
+
+/// A policy that answers in tokens, as a model does: its first turn calls
+/// `search`, its second answers the file `search` ranked first.
+struct TokenSearcher<'t>(&'t ChatTokenizer);
+impl Policy for TokenSearcher<'_> {
+    fn name(&self) -> String {
+        "token-searcher".into()
+    }
+    fn next_turns(&mut self, r: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        Ok(r.iter()
+            .map(|r| {
+                let tool = r.messages.iter().rev().find(|m| m["role"] == "tool").and_then(|m| m["content"].as_str());
+                let text = match tool {
+                    None => "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"send_request pool full\"}}\n</tool_call>".to_string(),
+                    Some(out) => out.lines().next().and_then(|l| l.rsplit_once(' ')).map_or("", |(p, _)| p).to_string(),
+                };
+                let mut ids = self.0.encode(&text).unwrap();
+                ids.push(self.0.special().end_of_turn);
+                let n = ids.len();
+                TurnOutput::Tokens { ids, logprobs: vec![-0.5; n] }
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn an_episode_uses_search_through_a_token_policy_and_the_guided_teacher() {
+    use rollout::teacher::guided::Guide;
+    use rollout::tools::ToolConfig;
+    let (repo, commit, _tok_dir, tok) = setup();
+    let store = repo.store();
+    let reward = RewardConfig::default();
+    let tools = ToolRunner::new(ToolConfig { search: true, ..Default::default() });
+    let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &reward };
+    let ep = run_episodes(&mut TokenSearcher(&tok), &env, &[task(&commit)], 1, &EpisodeConfig::default(), |_| {}).unwrap().remove(0);
+    assert_eq!(ep.stop_reason(), Some(StopReason::Answer), "{:#?}", ep.turns);
+    let call = &ep.turns[0].calls[0];
+    assert!(!call.error && call.output.starts_with("webby/http.py "), "{}", call.output);
+    assert!(call.output.contains("  Adapter.send_request 10-13 "), "{}", call.output);
+    assert_eq!(ep.score.unwrap().f1_file, 1.0);
+    assert_eq!(ep.score.unwrap().e, 1.0, "search surfaced the gold file: the call counts as useful");
+
+    // The guided teacher calls `search` when it is declared, reads what it
+    // ranked first and answers from that.
+    let mut guided = ScriptedTeacher::default().guided(Guide::default());
+    let eps = run_episodes(&mut guided, &env, &[task(&commit)], 2, &EpisodeConfig::default(), |_| {}).unwrap();
+    for ep in &eps {
+        assert_eq!(ep.stop_reason(), Some(StopReason::Answer), "{:#?}", ep.turns);
+        assert_eq!(ep.turns[0].calls[0].name.as_deref(), Some("search"), "{:#?}", ep.turns[0]);
+        assert!(ep.turns[0].calls.len() >= 2, "search and a grep in parallel");
+        assert!(ep.turns[1].calls.iter().all(|c| c.name.as_deref() == Some("read_file")) && ep.turns[1].calls.len() >= 2, "{:#?}", ep.turns[1]);
+        let s = ep.score.unwrap();
+        assert_eq!((s.f1_file, s.f1_func), (1.0, 1.0), "answer {:?}", ep.answer);
+    }
+    assert_eq!(eps[0].tokens, eps[1].tokens, "deterministic");
+
+    // With the three tools only, it asks the index privately: the same
+    // answer, through grep and read_file.
+    let three = ToolRunner::default();
+    let env = Env { tokenizer: &tok, store: &store, tools: &three, reward: &reward };
+    let ep = run_episodes(&mut guided, &env, &[task(&commit)], 1, &EpisodeConfig::default(), |_| {}).unwrap().remove(0);
+    assert!(ep.turns.iter().flat_map(|t| &t.calls).all(|c| c.name.as_deref() != Some("search")));
+    let reads: Vec<&str> = ep.turns[1].calls.iter().filter(|c| c.name.as_deref() == Some("read_file")).filter_map(|c| c.arguments.as_ref()?["path"].as_str()).collect();
+    assert_eq!(reads.first(), Some(&"webby/http.py"), "{:#?}", ep.turns[1]);
+    let s = ep.score.unwrap();
+    assert_eq!((s.f1_file, s.f1_func), (1.0, 1.0), "answer {:?}", ep.answer);
 }

@@ -101,7 +101,7 @@ fn llama3_scripted_episode_replays_through_the_template_token_for_token() {
 
     let mut messages = rec.1;
     messages.push(json!({"role": "assistant", "content": ep.turns.last().unwrap().text}));
-    let req = ChatRequest { messages, tools: Some(tool_schemas()), add_generation_prompt: false, enable_thinking: Some(false) };
+    let req = ChatRequest { messages, tools: Some(tool_schemas(&Default::default())), add_generation_prompt: false, enable_thinking: Some(false) };
     let (_, rendered) = tok.render_ids(&req).unwrap();
     // Llama 3 writes nothing after <|eot_id|>: the two agree to the last token.
     if ep.tokens != rendered {

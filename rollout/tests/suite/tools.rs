@@ -262,3 +262,83 @@ fn a_newline_in_a_file_name_forges_no_output_line() {
     assert_eq!(glob.output.lines().count(), 2, "{}", glob.output);
     assert!(!glob.output.lines().any(|l| l.starts_with("real.py:1:")), "{}", glob.output);
 }
+
+/// Runs `json` with `search` on (under `config`, search on forced).
+fn run_search(snapshot: &Snapshot, json: &str, config: rollout::tools::ToolConfig) -> rollout::tools::ToolResult {
+    let runner = rollout::tools::ToolRunner::new(rollout::tools::ToolConfig { search: true, ..config });
+    runner.run(snapshot, &serde_json::from_str(json).unwrap())
+}
+
+#[test]
+fn search_is_refused_unless_it_is_on() {
+    let (_repo, snap) = fixture();
+    let off = run(&snap, r#"{"name":"search","arguments":{"query":"Greeter greet"}}"#);
+    assert!(off.error && off.output.contains("unknown tool 'search'; the tools are grep, glob, read_file"), "{}", off.output);
+    let on = run_search(&snap, r#"{"name":"bash","arguments":{}}"#, Default::default());
+    assert!(on.output.contains("the tools are grep, glob, read_file, search"), "{}", on.output);
+}
+
+#[test]
+fn search_ranks_functions_with_their_spans() {
+    let (_repo, snap) = fixture();
+    let r = run_search(&snap, r#"{"name":"search","arguments":{"query":"Greeter.greet returns the wrong greeting"}}"#, Default::default());
+    assert!(!r.error, "{}", r.output);
+    let lines: Vec<&str> = r.output.lines().collect();
+    assert!(lines[0].starts_with("src/app.py "), "the file first:\n{}", r.output);
+    assert!(lines[1].starts_with("  Greeter.greet 6-7 "), "its best function with its span:\n{}", r.output);
+    use rollout::tools::search::{parse_result_line, ResultLine};
+    assert!(matches!(parse_result_line(lines[0]), Some(ResultLine::File { ref path, score }) if path == "src/app.py" && score > 0.0));
+    assert_eq!(
+        parse_result_line(lines[1]).map(|l| match l {
+            ResultLine::Function { name, start, end, .. } => (name, start, end),
+            _ => (String::new(), 0, 0),
+        }),
+        Some(("Greeter.greet".to_string(), 6, 7))
+    );
+    let entities = entity_strings(&r);
+    assert!(entities.contains(&"src/app.py".to_string()) && entities.contains(&"src/app.py:Greeter.greet".to_string()), "{entities:?}");
+    // The same ranking on every call.
+    let again = run_search(&snap, r#"{"name":"search","arguments":{"query":"Greeter.greet returns the wrong greeting"}}"#, Default::default());
+    assert_eq!(again.output, r.output);
+}
+
+#[test]
+fn search_answers_hostile_queries_with_a_tool_error_and_reads_nothing_outside() {
+    let (_repo, snap) = fixture();
+    let d = rollout::tools::ToolConfig::default();
+    let q = |query: &str| serde_json::json!({"name": "search", "arguments": {"query": query}}).to_string();
+    let huge = "greet ".repeat(10_000);
+    for (json, fragment) in [
+        (q(&huge), "the query is 60000 characters long; the limit is 1000"),
+        (q(""), "nothing to search for"),
+        (q("   \n\t "), "nothing to search for"),
+        (q("a\u{0}b greet"), "NUL bytes"),
+        (q("(.*)+[ ^$ \\\\ ?? ** ||"), "nothing to search for"),
+        (r#"{"name":"search","arguments":{}}"#.to_string(), "missing required argument 'query'"),
+        (r#"{"name":"search","arguments":{"query":7}}"#.to_string(), "argument 'query' must be a string"),
+        (r#"{"name":"search","arguments":{"query":"greet","path":"/etc"}}"#.to_string(), "unknown argument 'path'"),
+    ] {
+        let r = run_search(&snap, &json, d.clone());
+        assert!(r.error && r.output.starts_with("Error: search"), "{json}: {}", r.output);
+        assert!(r.output.contains(fragment), "{json}: {fragment:?} not in {}", r.output);
+        assert!(r.entities.is_empty());
+    }
+    // A regex-like query with names in it is read as its names; a path out
+    // of the repository names nothing there: only the snapshot's own files come back.
+    for query in ["greet.*(name)+", "../../../etc/passwd root", "/etc/passwd link_out"] {
+        let r = run_search(&snap, &q(query), d.clone());
+        assert!(!r.error, "{query}: {}", r.output);
+        for line in r.output.lines().filter(|l| !l.starts_with(' ')) {
+            let path = line.rsplit_once(' ').map_or(line, |(p, _)| p);
+            assert!(snap.file(path).is_some() || line == "(no match)", "{query}: {line:?} is not a file of the snapshot");
+            assert!(!path.contains("passwd") && !path.starts_with('/'), "{query}: {line}");
+        }
+    }
+    // Bounded: results and bytes.
+    let small = rollout::tools::ToolConfig { max_search_results: 1, ..d.clone() };
+    let r = run_search(&snap, &q("needle greet hello"), small);
+    assert_eq!(r.output.lines().filter(|l| !l.starts_with(' ')).count(), 1, "{}", r.output);
+    let tiny = rollout::tools::ToolConfig { max_output_bytes: 30, ..d };
+    let r = run_search(&snap, &q("needle greet hello"), tiny);
+    assert!(r.output.contains("[output cut at 30 bytes]"), "{}", r.output);
+}

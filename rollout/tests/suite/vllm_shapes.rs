@@ -79,7 +79,7 @@ fn the_client_reads_what_vllm_answered() {
 
     // A turn: the token ids and log-probs vLLM returned.
     let turn = |e: &mut VllmEngine, record: &Value| {
-        let request = TurnRequest { episode: 0, tokens: &prompt, messages: &[], tools: &[], max_new_tokens: 12 };
+        let request = TurnRequest { episode: 0, tokens: &prompt, messages: &[], tools: &[], snapshot: None, max_new_tokens: 12 };
         let out = e.next_turns(&[request]).unwrap().remove(0);
         let choice = &record["answer"]["choices"][0];
         let want: Vec<f32> = choice["logprobs"]["token_logprobs"].as_array().unwrap().iter().map(|l| l.as_f64().unwrap() as f32).collect();
@@ -98,7 +98,7 @@ fn the_client_reads_what_vllm_answered() {
 
     // A model the server does not have: vLLM's own message comes through.
     let mut wrong = engine(&server.url, "nope");
-    let request = TurnRequest { episode: 0, tokens: &prompt, messages: &[], tools: &[], max_new_tokens: 1 };
+    let request = TurnRequest { episode: 0, tokens: &prompt, messages: &[], tools: &[], snapshot: None, max_new_tokens: 1 };
     let err = wrong.next_turns(&[request]).unwrap_err().to_string();
     assert!(err.contains("HTTP 404") && err.contains("does not exist"), "{err}");
 }

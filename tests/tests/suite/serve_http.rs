@@ -259,6 +259,7 @@ fn http_teacher_drives_two_episodes_against_serve() {
             tokens: &[],
             messages: &m0,
             tools: &tools,
+            snapshot: None,
             max_new_tokens: 64,
         },
         TurnRequest {
@@ -266,6 +267,7 @@ fn http_teacher_drives_two_episodes_against_serve() {
             tokens: &[],
             messages: &m1,
             tools: &tools,
+            snapshot: None,
             max_new_tokens: 64,
         },
     ];

@@ -128,7 +128,10 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     let mut per_task = BTreeMap::new();
     let mut models = vec![("base", cfg.clone(), PolicyChoice::Model), ("sft", cfg.with_trained(&sft_ckpt), PolicyChoice::Model)];
     if p.eval_teacher {
-        models.insert(1, ("teacher", cfg.clone(), PolicyChoice::Scripted));
+        // The scripted teacher the trajectories came from (guided or not);
+        // an HTTP teacher is not run again here.
+        let teacher = if p.teacher == PolicyChoice::Guided { PolicyChoice::Guided } else { PolicyChoice::Scripted };
+        models.insert(1, ("teacher", cfg.clone(), teacher));
     }
     models.push(("grpo", cfg.with_trained(&grpo_ckpt), PolicyChoice::Model));
     for (name, model, policy) in models {

@@ -60,7 +60,7 @@ pub fn run(
     sc: &ScalingConfig,
 ) -> Result<ScalingRun> {
     let mut teacher = teacher.clone();
-    if *policy == PolicyChoice::Scripted && teacher.vary_scripted.is_none() {
+    if matches!(policy, PolicyChoice::Scripted | PolicyChoice::Guided) && teacher.vary_scripted.is_none() {
         teacher.vary_scripted = Some(cfg.sampling.seed);
     }
     with_policy(cfg, policy, &teacher, |policy, env| {

@@ -63,11 +63,7 @@ impl MadeBy {
     /// `[rollout] engine` and `[model]` apart from its path and adapter
     /// (tokenizer, chat template, dtype, device).
     pub fn new(cfg: &RunConfig, policy: &PolicyChoice, group: usize) -> MadeBy {
-        let name = match policy {
-            PolicyChoice::Model => "model".to_string(),
-            PolicyChoice::Scripted => "scripted".to_string(),
-            PolicyChoice::Http(url) => url.clone(),
-        };
+        let name = String::from(policy.clone());
         let identity = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
         let mut model = cfg.model.clone();
         model.path = String::new();

@@ -25,7 +25,7 @@ const MIN_ISSUE_TOKENS: usize = 32;
 /// place of the dropped middle.
 pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Option<usize>) -> Result<(String, Option<IssueCut>)> {
     let empty = Task { problem_statement: String::new(), ..task.clone() };
-    let fixed = prompt_tokens(tok, &empty, &cfg.episode)?.1.len();
+    let fixed = prompt_tokens(tok, &empty, &cfg.episode, &cfg.env.tools)?.1.len();
     let total = cfg.episode.max_total_tokens;
     let most = total.saturating_sub(fixed + cfg.episode.max_turn_tokens);
     if most < MIN_ISSUE_TOKENS {
@@ -127,16 +127,16 @@ pub fn checked_tasks_cut(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result
     let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
     let limit = cfg.episode.max_total_tokens;
-    let over = |task: &Task| prompt_tokens(&tok, task, &cfg.episode).is_ok_and(|(_, ids)| ids.len() >= limit);
+    let over = |task: &Task| prompt_tokens(&tok, task, &cfg.episode, &cfg.env.tools).is_ok_and(|(_, ids)| ids.len() >= limit);
     let cut = |task: &Task| -> Result<Task> {
         let (issue, _) = fit_issue(&tok, task, cfg, Some(usize::MAX))?;
         let t = Task { problem_statement: issue, ..task.clone() };
-        let (_, ids) = prompt_tokens(&tok, &t, &cfg.episode)?;
+        let (_, ids) = prompt_tokens(&tok, &t, &cfg.episode, &cfg.env.tools)?;
         anyhow::ensure!(ids.len() < limit, "cut, its prompt is still {} tokens", ids.len());
         Ok(t)
     };
     let fits = |task: &Task| -> Option<String> {
-        match prompt_tokens(&tok, task, &cfg.episode) {
+        match prompt_tokens(&tok, task, &cfg.episode, &cfg.env.tools) {
             Ok((_, ids)) if ids.len() >= limit => cut(task).err().map(|e| {
                 format!("its prompt is {} tokens, [episode] max_total_tokens = {limit} leaves no room for a turn, and cutting its issue failed: {e:#}", ids.len())
             }),

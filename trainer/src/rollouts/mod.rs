@@ -18,6 +18,7 @@ use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
 use rollout::tasks::Task;
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
+use rollout::teacher::guided::Guide;
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::Path;
@@ -122,7 +123,7 @@ pub fn with_env<T>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> Result<T>) ->
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
-    let tools = ToolRunner::new(cfg.env.tools.clone());
+    let tools = ToolRunner::new(cfg.env.tools.clone()).with_search(cfg.search.clone(), rollout::search::IndexCache::shared());
     work(&Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward })
 }
 
@@ -145,12 +146,17 @@ fn with_policy_in<T>(
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             // Every prompt opens with the same system prompt and tool
             // schemas: prefilled once, for every episode of every call.
-            let prefix = rollout::episode::driver::fixed_prefix(tok, &cfg.episode)?;
+            let prefix = rollout::episode::driver::fixed_prefix(tok, &cfg.episode, &cfg.env.tools)?;
             let mut policy = crate::model_policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits()).with_prefix(prefix);
             work(&mut policy, env)
         }
         PolicyChoice::Scripted => {
             let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied);
+            work(&mut teacher, env)
+        }
+        PolicyChoice::Guided => {
+            let guide = Guide { indexes: env.tools.indexes.clone(), search: cfg.search.clone() };
+            let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied).guided(guide);
             work(&mut teacher, env)
         }
         PolicyChoice::Http(url) => {
@@ -194,7 +200,7 @@ pub fn checked_tasks(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result<Vec
     let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
     let limit = cfg.episode.max_total_tokens;
-    let fits = |task: &Task| match rollout::episode::driver::prompt_tokens(&tok, task, &cfg.episode) {
+    let fits = |task: &Task| match rollout::episode::driver::prompt_tokens(&tok, task, &cfg.episode, &cfg.env.tools) {
         Ok((_, ids)) if ids.len() >= limit => Some(format!("its prompt is {} tokens, [episode] max_total_tokens = {limit} leaves no room for a turn", ids.len())),
         Ok(_) => None,
         Err(e) => Some(format!("rendering its prompt: {e}")),

@@ -60,7 +60,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         tracing::warn!("[rollout] off_policy = 1 with the built-in engine on the CPU: the next step's decoding and the update share the cores (measured on 2 cores: 1.32x the on-policy wall time per step; BENCHMARKS.md, \"Off-policy rollouts\"); the overlap pays with a vLLM server");
     }
     let store = SnapshotStore::open(&cfg.env.repos_dir);
-    let tools = ToolRunner::new(cfg.env.tools.clone());
+    let tools = ToolRunner::new(cfg.env.tools.clone()).with_search(cfg.search.clone(), rollout::search::IndexCache::shared());
     let env = Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward };
     let schedule = Schedule {
         total: opts.max_steps.unwrap_or(cfg.train.steps),

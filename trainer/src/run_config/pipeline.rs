@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Which policy writes the assistant turns: `"model"` (the config's
-/// model), `"scripted"` (the scripted teacher) or an OpenAI-compatible
+/// model), `"scripted"` (the scripted teacher), `"guided"` (the scripted
+/// teacher guided by the search index, issue 62) or an OpenAI-compatible
 /// chat-completions endpoint `"http(s)://host:port"`. The same string in a
 /// config (`pipeline.teacher`) and on a command line (`--policy`,
 /// `--teacher`, `--localizer`).
@@ -16,6 +17,9 @@ pub enum PolicyChoice {
     Model,
     /// The scripted teacher (no model).
     Scripted,
+    /// The scripted teacher guided by the search index and `[search]`
+    /// (with `[env.tools] search` on, it calls `search` itself).
+    Guided,
     /// An OpenAI-compatible chat-completions endpoint (base URL).
     Http(String),
 }
@@ -26,8 +30,9 @@ impl std::str::FromStr for PolicyChoice {
         match s {
             "model" => Ok(PolicyChoice::Model),
             "scripted" => Ok(PolicyChoice::Scripted),
+            "guided" => Ok(PolicyChoice::Guided),
             url if url.starts_with("http://") || url.starts_with("https://") => Ok(PolicyChoice::Http(url.into())),
-            other => Err(format!("`{other}`: expected model, scripted or an http(s):// URL")),
+            other => Err(format!("`{other}`: expected model, scripted, guided or an http(s):// URL")),
         }
     }
 }
@@ -44,6 +49,7 @@ impl From<PolicyChoice> for String {
         match p {
             PolicyChoice::Model => "model".into(),
             PolicyChoice::Scripted => "scripted".into(),
+            PolicyChoice::Guided => "guided".into(),
             PolicyChoice::Http(url) => url,
         }
     }
@@ -209,8 +215,11 @@ impl PipelineSection {
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         for (key, teacher) in [("teacher", &self.teacher), ("synth.teacher", &self.synth.teacher)] {
             if *teacher == PolicyChoice::Model {
-                return Err((key, "\"model\" cannot teach itself: expected \"scripted\" or an http(s):// URL".into()));
+                return Err((key, "\"model\" cannot teach itself: expected \"scripted\", \"guided\" or an http(s):// URL".into()));
             }
+        }
+        if self.synth.teacher == PolicyChoice::Guided {
+            return Err(("synth.teacher", "\"guided\" localizes but writes no issues: expected \"scripted\" or an http(s):// URL".into()));
         }
         if self.samples == 0 {
             return Err(("samples", "must be at least 1".into()));

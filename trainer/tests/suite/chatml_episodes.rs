@@ -94,7 +94,7 @@ fn scripted_episodes_replay_through_the_template_token_for_token() {
 
     let mut messages = rec.1;
     messages.push(serde_json::json!({"role": "assistant", "content": ep.turns.last().unwrap().text}));
-    let req = ChatRequest { messages, tools: Some(tool_schemas()), add_generation_prompt: false, enable_thinking: Some(false) };
+    let req = ChatRequest { messages, tools: Some(tool_schemas(&Default::default())), add_generation_prompt: false, enable_thinking: Some(false) };
     let (_, mut rendered) = w.tok.render_ids(&req).unwrap();
     // Generation stopped at <|im_end|>; the template ends the turn with a newline.
     assert_eq!(rendered.pop(), w.tok.encode("\n").unwrap().last().copied());

@@ -153,7 +153,7 @@ fn a_groups_prompt_is_prefilled_once() {
     let stop = vec![w.tok.special().end_of_turn];
     let new_policy = || ModelPolicy::new(&w.model, SamplerConfig::default(), rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
     let (a, b): (Vec<u32>, Vec<u32>) = ((1..40).collect(), (100..117).collect());
-    let req = |ep: u64, toks: &'static [u32]| TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 10 };
+    let req = |ep: u64, toks: &'static [u32]| TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], snapshot: None, max_new_tokens: 10 };
     let (a, b): (&'static [u32], &'static [u32]) = (a.leak(), b.leak());
     let mut grouped = new_policy();
     let together = grouped.next_turns(&[req(0, a), req(1, a), req(2, b), req(3, a), req(4, b)]).unwrap();
@@ -265,7 +265,7 @@ fn parked_caches_continue_exactly() {
     let new_policy = || ModelPolicy::new(&w.model, greedy, rand_chacha::ChaCha8Rng::seed_from_u64(0), stop.clone(), RolloutLimits::batch_tokens(1 << 20));
     let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (100..117).collect()];
     fn req(ep: u64, toks: &[u32]) -> TurnRequest<'_> {
-        TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 12 }
+        TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], snapshot: None, max_new_tokens: 12 }
     }
     let ids = |o: &TurnOutput| match o {
         TurnOutput::Tokens { ids, logprobs } => (ids.clone(), logprobs.clone()),
@@ -301,7 +301,7 @@ fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
     let policy = |limits| ModelPolicy::new(&w.model, s, rand_chacha::ChaCha8Rng::seed_from_u64(3), stop.clone(), limits);
     let prompts: Vec<Vec<u32>> = vec![(1..40).collect(), (1..40).collect(), (100..131).collect()];
     fn req(ep: u64, toks: &[u32]) -> TurnRequest<'_> {
-        TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], max_new_tokens: 12 }
+        TurnRequest { episode: ep, tokens: toks, messages: &[], tools: &[], snapshot: None, max_new_tokens: 12 }
     }
     let ids = |o: &TurnOutput| match o {
         TurnOutput::Tokens { ids, logprobs } => (ids.clone(), logprobs.clone()),
@@ -338,9 +338,9 @@ fn later_turns_under_a_kv_budget_equal_unbounded_ones() {
 fn the_fixed_prefix_is_prefilled_once_across_calls() {
     let w = world();
     let cfg = EpisodeConfig { max_turns: 3, max_turn_tokens: 24, max_total_tokens: 4096, ..Default::default() };
-    let prefix = rollout::episode::driver::fixed_prefix(&w.tok, &cfg).unwrap();
+    let prefix = rollout::episode::driver::fixed_prefix(&w.tok, &cfg, &Default::default()).unwrap();
     for t in &w.tasks {
-        let (_, ids) = rollout::episode::driver::prompt_tokens(&w.tok, t, &cfg).unwrap();
+        let (_, ids) = rollout::episode::driver::prompt_tokens(&w.tok, t, &cfg, &Default::default()).unwrap();
         assert!(ids.starts_with(&prefix) && ids.len() > prefix.len() + 5, "{} prompt tokens, prefix {}", ids.len(), prefix.len());
     }
     assert!(prefix.len() > 50, "the system prompt and the tool schemas: {} tokens", prefix.len());
