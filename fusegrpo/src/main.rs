@@ -48,7 +48,7 @@ enum Command {
     Score(cli::score::Args),
     /// Continue each input sequence (batched, KV cache, greedy or sampled).
     Generate(cli::generate::Args),
-    /// Benchmarks, one JSON line each: step, decode, attention, logprob, ops, model, memory, grep.
+    /// Benchmarks, one JSON line each: step, decode, attention, logprob, ops, model, memory, grep, search.
     #[command(subcommand)]
     Bench(cli::bench::Command),
     /// Run episodes for a task set with a policy; write them as JSONL.

@@ -102,7 +102,7 @@ fn rg(pattern: &str, dir: &PathBuf) -> Result<usize> {
     Ok(out.stdout.iter().filter(|b| **b == b'\n').count())
 }
 
-fn median_ms(runs: usize, mut f: impl FnMut()) -> Result<f64> {
+pub(super) fn median_ms(runs: usize, mut f: impl FnMut()) -> Result<f64> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let clock = super::Clock::start(&candle_core::Device::Cpu)?;
@@ -114,7 +114,7 @@ fn median_ms(runs: usize, mut f: impl FnMut()) -> Result<f64> {
 }
 
 /// Resident set size of this process in MiB (Linux; 0 elsewhere).
-fn rss_mib() -> f64 {
+pub(super) fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

@@ -8,6 +8,7 @@ pub mod attention;
 pub mod checkpoint;
 pub mod decode;
 pub mod grep;
+pub mod search;
 pub mod logprob;
 pub mod memory;
 pub mod model;

@@ -22,6 +22,8 @@ pub enum Command {
     Memory(bench::memory::Args),
     /// Our grep on a warm snapshot against ripgrep on a checkout.
     Grep(bench::grep::Args),
+    /// The search index of a snapshot: build time (spans parsed anew), query time, heap and RSS.
+    Search(bench::search::Args),
     /// Host memory of saving and resuming a checkpoint (model + AdamW state) of a random model.
     Checkpoint(bench::checkpoint::Args),
 }
@@ -36,6 +38,7 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Model(args) => bench::model::run(args),
         Command::Memory(args) => bench::memory::run(args),
         Command::Grep(args) => bench::grep::run(args),
+        Command::Search(args) => bench::search::run(args),
         Command::Checkpoint(args) => bench::checkpoint::run(args),
     }
 }
