@@ -43,9 +43,13 @@ impl Candidate {
     }
 }
 
-/// Every candidate function of the snapshot, in path then line order.
+/// Every candidate function of the snapshot, in path then line order; a
+/// name defined twice in one file (`@overload` stubs, a redefinition) is
+/// one candidate, its first definition: a task's id and gold are its
+/// entity `path:name`, so two would be two tasks with one id.
 pub fn candidates(snapshot: &Snapshot, config: &PickConfig) -> Vec<Candidate> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for file in snapshot.files() {
         let (Some(text), Some(spans)) = (file.text(), file.spans()) else { continue };
         if is_test_path(&file.path) || is_generated(&file.path, text) {
@@ -54,7 +58,7 @@ pub fn candidates(snapshot: &Snapshot, config: &PickConfig) -> Vec<Candidate> {
         let lines: Vec<&str> = std::str::from_utf8(text).map_or_else(|_| Vec::new(), |t| t.lines().collect());
         for span in spans.spans.iter().filter(|s| s.kind == SpanKind::Function) {
             let body = lines.get(span.start_line.saturating_sub(1)..span.end_line.min(lines.len())).unwrap_or(&[]);
-            if is_test_function(&span.name, body) || !is_substantial(body, config) {
+            if is_test_function(&span.name, body) || !is_substantial(body, config) || !seen.insert((file.path.as_str(), span.name.as_str())) {
                 continue;
             }
             out.push(Candidate { path: file.path.clone(), name: span.name.clone(), start_line: span.start_line, end_line: span.end_line });

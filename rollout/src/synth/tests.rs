@@ -228,3 +228,20 @@ fn a_failing_writer_loses_only_its_tasks_and_names_them() {
     assert!(text.iter().any(|t| t.contains("src/stack.rs:Stack.push") && t.contains("unusable issue text")), "{text:?}");
     assert!(report.failures.iter().all(|f| f.stage == SynthStage::Write));
 }
+
+/// A name defined twice in a file (`@overload` stubs, a redefinition) is
+/// one candidate: two would be two tasks with one instance id, which
+/// `tasks split` refuses (async-timeout's `Timeout.update`).
+#[test]
+fn a_name_defined_twice_is_one_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let twice = "class Timeout:\n    def update(self, deadline):\n        self._deadline = deadline\n        self._check()\n        return self\n\n    def update(self, deadline, now=None):\n        self._deadline = deadline or now\n        self._check()\n        return self\n";
+    let files: BTreeMap<String, String> = [("timeout.py".to_string(), twice.to_string())].into();
+    let mut w = HistoryWriter::init(&tmp.path().join("acme__twice")).unwrap();
+    w.commit(&files, "init", ("t", "t@t"), 1_700_000_000).unwrap();
+    let snap = snapshot(tmp.path(), "acme/twice");
+    let report = run(&snap, &ScriptedIssueWriter, false, &SynthConfig { count: 8, seed: 0, ..Default::default() });
+    let ids: Vec<&str> = report.tasks.iter().map(|t| t.task.instance_id.as_str()).collect();
+    assert_eq!((report.candidates, ids.len()), (1, 1), "{ids:?}");
+    assert_eq!(pick::candidates(&snap, &Default::default())[0].start_line, 2, "the first definition");
+}
