@@ -5,6 +5,15 @@
 # other repositories that no training step sees.
 #
 #   scripts/learn-real.sh            # -> checkpoints/real/run/report.json
+#   scripts/learn-real.sh search     # issue 64: the same with the `search` tool and the
+#                                    # guided teacher (configs/smollm2-search-recipe.toml)
+#                                    # -> checkpoints/real/search-run/report.json
+#
+# The variant (`real`, the default, or `search`) names the recipe, the run
+# folder (run, search-run), the requests folder (requests, search-requests),
+# the shipped form (localizer, search-localizer) and the episode setting of
+# the evaluations (configs/smollm2-real.toml, with `env.tools.search=true`
+# for `search`); the repositories and corpus are shared.
 #
 # Stages (each leaves its output and is skipped when that output exists, so
 # a rerun after an interruption at any point continues where it stopped):
@@ -26,6 +35,12 @@
 # hours of the run does not touch it); by default the release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+variant=${1:-real}
+case $variant in
+  real) recipe=configs/smollm2-real-recipe.toml prefix= eval_set=() teacher_policy=scripted ;;
+  search) recipe=configs/smollm2-search-recipe.toml prefix=search- eval_set=(--set env.tools.search=true) teacher_policy=guided ;;
+  *) echo "usage: scripts/learn-real.sh [real|search]" >&2; exit 2 ;;
+esac
 bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
 [ -n "${FUSEGRPO_BIN:-}" ] || cargo build --release --bin fusegrpo
 # (The default in a variable: a `}` inside ${VAR:-...} would end the expansion.)
@@ -68,21 +83,22 @@ fi
 log "corpus: $(wc -l < "$c/train.jsonl") training tasks, $(wc -l < "$c/heldout.jsonl") held out"
 
 # 3. The recipe: teacher trajectories, SFT, difficulty filter, pilot, GRPO,
-# evaluation (each stage resumes; see configs/smollm2-real-recipe.toml).
+# evaluation (each stage resumes; see $recipe).
 scripts/fetch-smollm2.sh >/dev/null
-log "run: fusegrpo pipeline into $real/run"
-nice -n 10 $bin pipeline --config configs/smollm2-real-recipe.toml --out "$real/run"
-[ -f "$real/run/grpo/metrics.jsonl" ] && $bin plot "$real/run/grpo"
+run=$real/${prefix}run
+log "run: fusegrpo pipeline --config $recipe into $run"
+nice -n 10 $bin pipeline --config "$recipe" --out "$run"
+[ -f "$run/grpo/metrics.jsonl" ] && $bin plot "$run/grpo"
 
 # 4. The 8 SWE-bench Verified rows of psf/requests (never trained on):
 # base, teacher, SFT and GRPO, greedy, one episode each.
-r=$real/requests
+r=$real/${prefix}requests
 mkdir -p "$r"
 $bin repos fetch --tasks data/real/swebench-verified-requests.jsonl --repos-dir "$repos" --source "$source"
 [ -f "$r/tasks.jsonl" ] || $bin tasks import --format swe-bench --input data/real/swebench-verified-requests.jsonl \
   --repos-dir "$repos" --out "$r/tasks.jsonl"
-sft=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/sft/complete.json")
-grpo=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$real/run/grpo/complete.json")
+sft=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$run/sft/complete.json")
+grpo=$(sed -n 's/.*"checkpoint": *"\([^"]*\)".*/\1/p' "$run/grpo/complete.json")
 # Each row records the checkpoint it was made with ($stage.source); a row of
 # another checkpoint (a longer GRPO run) is kept aside under its step's name
 # and made again.
@@ -103,7 +119,7 @@ set_aside() {  # FILE... : moved to <name>.<tag>.<ext>, never over a file
 for stage in base teacher sft grpo; do
   case $stage in
     base) args=(--policy model --no-adapter); from=none ;;
-    teacher) args=(--policy scripted --no-adapter); from=none ;;
+    teacher) args=(--policy "$teacher_policy" --no-adapter); from=none ;;
     sft) args=(--policy model --adapter "$sft"); from=$sft ;;
     grpo) args=(--policy model --adapter "$grpo"); from=$grpo ;;
   esac
@@ -113,7 +129,7 @@ for stage in base teacher sft grpo; do
   [ -f "$r/$stage.source" ] || echo "$from" > "$r/$stage.source"
   [ -f "$r/$stage.jsonl" ] && continue
   log "requests: $stage"
-  nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
+  nice -n 10 $bin eval --config configs/smollm2-real.toml "${eval_set[@]}" --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
     --group 1 "${args[@]}" --out "$r/$stage.jsonl.partial" --skip-bad-tasks > "$r/$stage.table"
   mv "$r/$stage.jsonl.partial" "$r/$stage.jsonl"
 done
@@ -122,17 +138,17 @@ for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stag
 # 5. The shipped form of the localizer: the GRPO adapter in bf16 (PEFT's
 # files, no optimizer state), evaluated itself on the held-out tasks in
 # configs/smollm2-real.toml's setting (greedy, one episode per task).
-ship=$real/localizer
-if [ -f "$real/localizer.source" ] && [ "$(cat "$real/localizer.source")" != "$grpo" ]; then
-  set_aside "$(basename "$(cat "$real/localizer.source")")" "$ship" "$real/localizer-heldout.jsonl" "$real/localizer-heldout.table" "$real/localizer.source"
+ship=$real/${prefix}localizer
+if [ -f "$ship.source" ] && [ "$(cat "$ship.source")" != "$grpo" ]; then
+  set_aside "$(basename "$(cat "$ship.source")")" "$ship" "$ship-heldout.jsonl" "$ship-heldout.table" "$ship.source"
 fi
 [ -f "$ship/adapter_model.safetensors" ] || $bin export-adapter --adapter "$grpo" --out "$ship" --dtype bf16
-[ -f "$real/localizer.source" ] || echo "$grpo" > "$real/localizer.source"
-if [ ! -f "$real/localizer-heldout.jsonl" ]; then
+[ -f "$ship.source" ] || echo "$grpo" > "$ship.source"
+if [ ! -f "$ship-heldout.jsonl" ]; then
   log "the shipped adapter on the $(wc -l < "$c/heldout.jsonl") held-out tasks"
-  nice -n 10 $bin eval --config configs/smollm2-real.toml --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
-    --adapter "$ship" --out "$real/localizer-heldout.jsonl.partial" --skip-bad-tasks > "$real/localizer-heldout.table"
-  mv "$real/localizer-heldout.jsonl.partial" "$real/localizer-heldout.jsonl"
+  nice -n 10 $bin eval --config configs/smollm2-real.toml "${eval_set[@]}" --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
+    --adapter "$ship" --out "$ship-heldout.jsonl.partial" --skip-bad-tasks > "$ship-heldout.table"
+  mv "$ship-heldout.jsonl.partial" "$ship-heldout.jsonl"
 fi
-cat "$real/localizer-heldout.table"
-log "done: $real/run/report.json, $real/requests/*.table, $ship (copy it to models/smollm2-135m-localizer to ship it)"
+cat "$ship-heldout.table"
+log "done: $run/report.json, $r/*.table, $ship (copy it to models/smollm2-135m-localizer to ship it)"

@@ -78,7 +78,7 @@ impl std::str::FromStr for EvalPolicy {
         match s {
             "combined" => Ok(EvalPolicy::Combined),
             "search" => Ok(EvalPolicy::Search),
-            other => other.parse().map(EvalPolicy::One).map_err(|_| format!("`{other}`: expected model, scripted, combined or an http(s):// URL (or search)")),
+            other => other.parse().map(EvalPolicy::One).map_err(|_| format!("`{other}`: expected model, scripted, guided, combined or an http(s):// URL (or search)")),
         }
     }
 }

@@ -119,6 +119,26 @@ fn the_real_localizer_config_matches_its_recipe() {
     assert!(recipe.lora.is_some(), "the recipe trains the shipped adapter");
 }
 
+/// Issue 64's recipe differs from the real recipe only in the `search`
+/// tool, the guided teacher and its name: the comparison of the two runs
+/// is of those alone.
+#[test]
+fn the_search_recipe_is_the_real_recipe_with_the_search_tool_and_the_guided_teacher() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let real = RunConfig::from_file(&dir.join("smollm2-real-recipe.toml")).unwrap();
+    let search = RunConfig::from_file(&dir.join("smollm2-search-recipe.toml")).unwrap();
+    assert!(search.env.tools.search && !real.env.tools.search);
+    let p = search.pipeline.as_ref().expect("[pipeline]");
+    assert_eq!(p.teacher, trainer::run_config::PolicyChoice::Guided);
+    let mut same = search.clone();
+    same.name = real.name.clone();
+    same.env.tools.search = false;
+    if let Some(p) = same.pipeline.as_mut() {
+        p.teacher = trainer::run_config::PolicyChoice::Scripted;
+    }
+    assert_eq!(serde_json::to_value(&same).unwrap(), serde_json::to_value(&real).unwrap());
+}
+
 /// A leading `~/` in a config's paths is the user's home (`$HOME`), for
 /// `[model] path` too; other relative paths stay relative to the file.
 #[test]
@@ -233,8 +253,12 @@ fn the_pipeline_teacher_is_a_policy_choice() {
     let e = RunConfig::from_file(&path).unwrap_err().to_string();
     assert!(e.contains("pipeline.synth.teacher"), "{e}");
     let e = with("gpt", "teacher").unwrap_err().to_string();
-    assert!(e.contains("expected model, scripted or an http(s):// URL"), "{e}");
+    assert!(e.contains("expected model, scripted, guided or an http(s):// URL"), "{e}");
     assert_eq!("model".parse::<PolicyChoice>(), Ok(PolicyChoice::Model));
+    assert_eq!(with("guided", "teacher").unwrap().pipeline.unwrap().teacher, PolicyChoice::Guided);
+    std::fs::write(&path, "name = \"t\"\n[model]\npath = \"m\"\n[env]\nrepos_dir = \"r\"\n[pipeline]\ntasks = \"t.jsonl\"\n[pipeline.synth]\nteacher = \"guided\"\n").unwrap();
+    let e = RunConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("pipeline.synth.teacher") && e.contains("writes no issues"), "{e}");
     assert_eq!(String::from(PolicyChoice::Http("https://x".into())), "https://x");
 }
 
