@@ -3,7 +3,8 @@
 //! three sandboxed tools (`grep`, `glob`, `read_file`) for their own
 //! follow-up. The model loads once, on a worker thread that serves the
 //! localizations one at a time (further calls queue); a call with a
-//! progress token gets a progress notification after each attempt, and a
+//! progress token gets a progress notification after the search, each
+//! batch of the model's turns and each attempt, and a
 //! call the client cancels (`notifications/cancelled`) is skipped if still
 //! queued, or stopped before the model's next token (a policy that does not
 //! generate tokens here: at its next turn). Every bad input is a tool
@@ -49,7 +50,7 @@ pub const MAX_ISSUE_BYTES: usize = 1 << 20;
 struct Job {
     request: Request,
     cancel: Arc<AtomicBool>,
-    progress: tokio::sync::mpsc::UnboundedSender<(usize, usize)>,
+    progress: tokio::sync::mpsc::UnboundedSender<crate::localize::Progress>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<Localization, String>>,
 }
 
@@ -333,14 +334,12 @@ impl Server {
             return Ok(tool_error("the localizer's worker has stopped; restart the server"));
         }
         let token = context.meta.get_progress_token();
-        let notify = |(done, total): (usize, usize)| {
+        let notify = |p: crate::localize::Progress| {
             let client = context.peer.clone();
             let token = token.clone();
             async move {
                 if let Some(token) = token {
-                    let note = ProgressNotificationParam::new(token, done as f64)
-                        .with_total(total as f64)
-                        .with_message(format!("attempt {done} of {total} done"));
+                    let note = ProgressNotificationParam::new(token, p.step as f64).with_total(p.total as f64).with_message(p.message);
                     let _ = client.notify_progress(note).await;
                 }
             }
@@ -366,8 +365,10 @@ impl Server {
             Ok(Ok(loc)) => {
                 let mut result = CallToolResult::structured(serde_json::to_value(&loc).unwrap_or_default());
                 let mut text = loc.render();
-                if loc.answered == 0 {
+                if loc.files.is_empty() && loc.answered == 0 {
                     text = format!("the localizer ended without an answer; what its tools found is below\n{text}");
+                } else if loc.files.is_empty() {
+                    text = format!("the localizer's answers named no file of the repository; what its tools found is below\n{text}");
                 }
                 result.content = vec![ContentBlock::text(text)];
                 result
@@ -487,8 +488,8 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
                     continue;
                 }
                 let progress = job.progress.clone();
-                let result = localize_until(&cfg, policy, env, &job.request, &mut |done, total| {
-                    let _ = progress.send((done, total));
+                let result = localize_until(&cfg, policy, env, &job.request, &mut |p| {
+                    let _ = progress.send(p.clone());
                 }, &job.cancel);
                 if let Err(e) = &result {
                     if job.cancel.load(Ordering::Relaxed) {

@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<()> {
     apps::localize::temperature(&cfg, &request).context("--temperature / --attempts")?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (result, episodes) = with_policy(&cfg, &request.search.loads(), &TeacherOpts::default(), |policy, env| {
-        localize_episodes(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"), &cancel)
+        localize_episodes(&cfg, policy, env, &request, &mut |p| eprintln!("localize: {}", p.message), &cancel)
     })?;
     if let Some(out) = &args.out {
         trainer::rollouts::episodes::write_episodes_atomic(out, &episodes)?;
