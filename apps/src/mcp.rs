@@ -8,10 +8,12 @@
 //! call the client cancels (`notifications/cancelled`) is skipped if still
 //! queued, or stopped before the model's next token (a policy that does not
 //! generate tokens here: at its next turn). Every bad input is a tool
-//! error (`isError`), never a dead server; every malformed frame gets a
+//! error (`isError`), never a dead server (a wrong argument is named, with
+//! what it takes: [`arguments`]); every malformed frame gets a
 //! JSON-RPC error reply ([`frames`]). Logs go to stderr: stdout carries
 //! only the protocol.
 
+pub mod arguments;
 pub mod frames;
 
 use std::path::PathBuf;
@@ -20,7 +22,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use anyhow::{Context, Result};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use arguments::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, ServerCapabilities,
 };
@@ -281,6 +283,10 @@ impl Server {
         Parameters(p): Parameters<LocalizeParams>,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return Ok(tool_error(e)),
+        };
         if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref()), ("policy", p.policy.as_deref())]) {
             return Ok(e);
         }
@@ -381,6 +387,10 @@ impl Server {
     /// grep over the repository.
     #[tool(name = "grep", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Search the repository's files for a regular expression (read-only); prints path:line: text, capped.")]
     async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         let mut args = serde_json::json!({ "pattern": p.pattern });
         if let Some(path) = p.path {
             args["path"] = path.into();
@@ -394,12 +404,20 @@ impl Server {
     /// glob over the repository's paths.
     #[tool(name = "glob", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "List the repository's file paths that match a glob (read-only), capped.")]
     async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         self.sandboxed("glob", serde_json::json!({ "pattern": p.pattern }), p.repo, p.rev).await
     }
 
     /// read_file of the repository.
     #[tool(name = "read_file", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Read numbered lines of a file of the repository (read-only), capped.")]
     async fn read_file(&self, Parameters(p): Parameters<ReadParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         let mut args = serde_json::json!({ "path": p.path });
         if let Some(s) = p.start_line {
             args["start_line"] = s.into();
