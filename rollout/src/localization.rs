@@ -51,9 +51,9 @@ pub struct Evidence {
     pub tool: String,
     /// The call's arguments.
     pub arguments: serde_json::Value,
-    /// The first output line naming the entity: for a file, a line naming
-    /// it; for a function, a line inside the function's own lines (a grep
-    /// match or a line read), its name's first.
+    /// The first output line pointing at the entity: for a file, a line of
+    /// it (else one naming it); for a function, a line inside the
+    /// function's own lines (a grep match or a line read), its name's first.
     pub line: String,
 }
 
@@ -176,7 +176,10 @@ impl Localization {
     /// cost.
     fn assemble(ranking: Ranking, source: Source, attempts: &[Episode], model_attempts: usize, snapshot: &Snapshot, policy: &str) -> Localization {
         let ranked = |list: &[String]| -> Vec<Ranked> {
+            let mut seen = BTreeSet::new();
+            // Each entity once (the index search may rank two definitions of one name).
             list.iter()
+                .filter(|n| seen.insert(n.as_str()))
                 .map(|n| {
                     let (search, votes) = match &source {
                         Source::Model => (false, ranking.votes.get(n).copied().unwrap_or(0)),
@@ -366,7 +369,7 @@ fn winner_first(r: &mut Ranking, e: &Episode) {
 
 /// The first call that surfaced `entity` (of the first attempt naming it
 /// or its file), and the line of its output: for a file, the first line
-/// naming it; for a function, the first line inside the function's own
+/// of it (else the first naming it); for a function, the first line inside the function's own
 /// lines in `snapshot` (a grep match in its file, or a line read from it),
 /// preferring one with its name. A function with no such line has none.
 fn evidence(attempts: &[Episode], entity: &str, snapshot: &Snapshot) -> Option<Evidence> {
@@ -388,7 +391,13 @@ fn evidence(attempts: &[Episode], entity: &str, snapshot: &Snapshot) -> Option<E
                         let inside: Vec<&str> = call.output.lines().filter(|l| line_in(call, l, &file).is_some_and(|n| span.0 <= n && n <= span.1)).collect();
                         inside.iter().find(|l| l.contains(bare)).or(inside.first()).copied()
                     }
-                    _ => call.output.lines().find(|l| l.contains(&file)).or_else(|| call.output.lines().next()),
+                    // A line of the file itself first (a grep match in it, a line read), then one naming it.
+                    _ => call
+                        .output
+                        .lines()
+                        .find(|l| line_in(call, l, &file).is_some())
+                        .or_else(|| call.output.lines().find(|l| l.contains(&file)))
+                        .or_else(|| call.output.lines().next()),
                 };
                 let Some(line) = line else { continue };
                 return Some(Evidence {
@@ -587,5 +596,18 @@ mod tests {
         assert_eq!(loc.functions[0].entity, "pkg/b.py:helper");
         assert_eq!(loc.functions[0].evidence, None);
         assert!(loc.files[0].evidence.is_some(), "a file's evidence is any line of it");
+        // A file's evidence: a line of the file before a line naming it elsewhere.
+        let grep = "README.md:3:see pkg/b.py for helper\npkg/b.py:4:def helper():";
+        let e = with_call(answered("pkg/b.py"), "grep", serde_json::json!({"pattern": "helper"}), grep, &[Entity::file("pkg/b.py"), Entity::file("README.md")]);
+        let loc = Localization::of(&[e], &snap, "model");
+        assert_eq!(loc.files[0].evidence.as_ref().map(|e| e.line.as_str()), Some("pkg/b.py:4:def helper():"));
+    }
+
+    /// A ranking naming an entity twice lists it once.
+    #[test]
+    fn each_entity_is_listed_once() {
+        let search = Ranking { files: vec!["pkg/a.py".into(), "pkg/a.py".into()], functions: vec!["pkg/a.py:helper".into(), "pkg/a.py:helper".into()], ..Ranking::default() };
+        let loc = Localization::searched(search, &snapshot());
+        assert_eq!((loc.files.len(), loc.functions.len()), (1, 1));
     }
 }
