@@ -68,7 +68,7 @@ pub struct LocalizeParams {
     /// A revision to search instead of the working tree as it is (uncommitted edits included).
     #[serde(default)]
     pub rev: Option<String>,
-    /// Episodes to run (1-64, default 1), in one batch; their answers are ranked by votes. More attempts take longer (on a CPU, 4 took 2.3x the wall time of 1).
+    /// The model's attempts (episodes, 1-64, default 1), in one batch, their answers ranked by votes; the search runs once besides. More attempts take longer (on a CPU, 4 took 2.3x the wall time of 1).
     #[serde(default)]
     #[schemars(range(min = 1, max = 64))]
     pub attempts: Option<usize>,

@@ -64,7 +64,7 @@ pub struct Args {
     /// The issue: a file, or `-` for standard input.
     #[arg(long)]
     pub issue: String,
-    /// Episodes to run; their answers are ranked by votes.
+    /// The model's attempts (episodes), their answers ranked by votes; the search (index or scripted) runs once besides.
     #[arg(long, default_value_t = 1)]
     pub attempts: usize,
     /// The attempts' sampling temperature (0: greedy) instead of the config's; several attempts under a greedy config sample at [localize] attempts_temperature (0.7).
