@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::entities::Entity;
 use crate::repo::Snapshot;
+use crate::spans::{FileSpans, Language, Span};
 
 /// Why a named entity is not in the repository.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -55,11 +56,21 @@ pub fn resolve(snapshot: &Snapshot, entity: &Entity) -> Result<(Entity, Option<(
     };
     match entity {
         Entity::File(_) => Ok((entity.clone(), None)),
-        Entity::Function { file: path, name } => match file.spans().map(|spans| spans.find(name)) {
-            Some(Ok(span)) => Ok((Entity::function(path.clone(), span.name.clone()), Some((span.start_line, span.end_line)))),
-            Some(Err(n)) if n > 1 => Err(Ungrounded::Ambiguous),
-            _ => Err(Ungrounded::NoFunction),
-        },
+        Entity::Function { file: path, name } => {
+            let Some(spans) = file.spans() else { return Err(Ungrounded::NoFunction) };
+            let found = |span: &Span| (Entity::function(path.clone(), span.name.clone()), Some((span.start_line, span.end_line)));
+            if let Some(span) = spans.spans.iter().find(|s| s.name == *name) {
+                return Ok(found(span));
+            }
+            // A name no span has: the file parsed again, its functions'
+            // bodies too, for a nested definition (rare, so not kept).
+            let (Some(language), Some(text)) = (Language::from_path(path), file.text()) else { return Err(Ungrounded::NoFunction) };
+            match FileSpans::parse_nested(language, text).find(name) {
+                Ok(span) => Ok(found(span)),
+                Err(n) if n > 1 => Err(Ungrounded::Ambiguous),
+                Err(_) => Err(Ungrounded::NoFunction),
+            }
+        }
     }
 }
 

@@ -342,11 +342,12 @@ impl Localization {
     }
 }
 
-/// Whether `entity` is a function defined inside another function of
-/// `snapshot` (named through it, `outer.inner`).
+/// Whether `entity`, a grounded function of `snapshot`, is one defined
+/// inside another function (named through it, `outer.inner`): no span of
+/// its file has its name.
 fn is_nested(snapshot: &Snapshot, entity: &str) -> bool {
     let Some(Entity::Function { file, name }) = Entity::from_stored(entity) else { return false };
-    snapshot.file(&file).and_then(|f| f.spans()).is_some_and(|s| s.nested.iter().any(|n| n.name == name))
+    snapshot.file(&file).and_then(|f| f.spans()).is_some_and(|s| !s.names().any(|n| n == name))
 }
 
 /// Who found a localization's entities.

@@ -51,10 +51,11 @@ pub(super) trait Rules {
     }
 }
 
-/// Owning spans of `source` under `rules`, and the definitions nested in
-/// a function (iterative walk: no recursion depth limit on deeply nested
+/// Owning spans of `source` under `rules`, and with `nested` the
+/// definitions inside functions too (their bodies walked: slower, so only
+/// when asked) (iterative walk: no recursion depth limit on deeply nested
 /// code; tree-sitter recovers from errors).
-pub(super) fn spans(rules: &dyn Rules, source: &[u8]) -> (Vec<Span>, Vec<Span>) {
+pub(super) fn spans(rules: &dyn Rules, source: &[u8], nested: bool) -> (Vec<Span>, Vec<Span>) {
     let mut parser = Parser::new();
     if parser.set_language(&rules.language()).is_err() {
         return (Vec::new(), Vec::new());
@@ -62,7 +63,7 @@ pub(super) fn spans(rules: &dyn Rules, source: &[u8]) -> (Vec<Span>, Vec<Span>) 
     let Some(tree) = parser.parse(source, None) else {
         return (Vec::new(), Vec::new());
     };
-    let mut walk = Walk { rules, source, out: Vec::new(), nested: Vec::new(), stack: vec![(tree.root_node(), String::new(), false)] };
+    let mut walk = Walk { rules, source, out: Vec::new(), nested: Vec::new(), into_functions: nested, stack: vec![(tree.root_node(), String::new(), false)] };
     while let Some((node, prefix, inside)) = walk.stack.pop() {
         walk.scan_children(node, &prefix, inside);
     }
@@ -75,6 +76,8 @@ struct Walk<'r, 't> {
     out: Vec<Span>,
     /// Definitions inside a function (they own no line: their function does).
     nested: Vec<Span>,
+    /// Whether function bodies are walked for `nested`.
+    into_functions: bool,
     /// (node whose children are still to scan, qualified prefix such as
     /// "A.B.", whether it is inside a function)
     stack: Vec<(Node<'t>, String, bool)>,
@@ -107,8 +110,10 @@ impl<'t> Walk<'_, 't> {
                 }
                 Role::Function(name) => {
                     let qualified = format!("{prefix}{name}");
-                    // Its body is scanned for nested definitions only.
-                    self.stack.push((node, format!("{qualified}."), true));
+                    // Its body is scanned for nested definitions only, when asked.
+                    if self.into_functions {
+                        self.stack.push((node, format!("{qualified}."), true));
+                    }
                     return self.push(node, qualified, SpanKind::Function, start, inside);
                 }
                 Role::Type { name, body } => {
