@@ -55,7 +55,9 @@ fn check(schema: &Value, arguments: &JsonObject) -> Result<(), String> {
     for (name, value) in arguments {
         let Some(property) = properties.get(name) else {
             let known: Vec<&str> = properties.keys().map(String::as_str).collect();
-            return Err(format!("unknown argument `{name}`: this tool takes {}", known.join(", ")));
+            // A long name is not echoed back.
+            let unknown = if name.len() <= 64 { format!("`{name}`") } else { format!("of a {}-byte name", name.len()) };
+            return Err(format!("unknown argument {unknown}: this tool takes {}", known.join(", ")));
         };
         if !fits(property, value) {
             return Err(format!("argument `{name}`: {}, got {}", expected(property), shown(value)));
@@ -161,6 +163,9 @@ mod tests {
         assert!(e.starts_with("missing argument `issue`: expected a string"), "{e}");
         let e = error::<LocalizeParams>(json!({"issue": "x", "atempts": 2}));
         assert!(e.starts_with("unknown argument `atempts`: this tool takes issue, repo,"), "{e}");
+        let long = "k".repeat(5000);
+        let e = error::<LocalizeParams>(json!({"issue": "x", long.clone(): 1}));
+        assert_eq!(e, "unknown argument of a 5000-byte name: this tool takes issue, repo, rev, attempts, select, temperature, max_issue_tokens, policy");
         let e = error::<ReadParams>(json!({"path": "a.py", "start_line": "ten"}));
         assert!(e.starts_with("argument `start_line`: expected a whole number of at least 0"), "{e}");
         assert!(!e.contains("usize") && !e.contains("u64"), "{e}");
