@@ -2,11 +2,14 @@
 # A real MCP client against `fusegrpo mcp` (issue 36): the official Python
 # SDK (mcp==2.3.0, in a venv outside the repository) starts the server over
 # stdio, lists its tools, checks localize's declared output schema (every
-# structured result validates against it), localizes 5 tasks of the
-# practice repository, a long issue (cut, and said) and a plain folder, and
-# sends every bad input (scripts/mcp_client_check.py).
+# structured result validates against it), the tools' annotations
+# (read-only) and `attempts`' range (1-64), localizes 5 tasks of the
+# practice repository, a long issue (cut, and said) and a plain folder,
+# sends every bad input (unknown arguments and wrong types named in words
+# among them), and checks progress per model turn with a tiny random model
+# under the default policy (scripts/mcp_client_check.py).
 #
-#   scripts/mcp-check.sh                      # the scripted policy
+#   scripts/mcp-check.sh                      # the scripted policy, then combined with a tiny model
 #   MODEL=dir [ADAPTER=dir] scripts/mcp-check.sh   # and then that model
 #
 # MCP_VENV (default ~/.cache/fusegrpo/venv-mcp), FUSEGRPO_BIN (default the
@@ -33,6 +36,10 @@ printf '%s\n' 'name = "mcp-check"' '[model]' 'path = "tiny"' '[env]' 'repos_dir 
 run() { "$venv/bin/python" scripts/mcp_client_check.py --bin "$bin" --tasks "$work/tasks.jsonl" --repos-dir "$work/repos" "$@"; }
 echo "== scripted policy"
 run --config "$work/scripted.toml" --policy scripted --min-f1 0.5
+# The tiny random model answers nothing: its run checks the protocol
+# (progress per model turn, the search counted apart), not its F1.
+echo "== combined: the index search and the tiny model (progress per model turn)"
+run --config "$work/scripted.toml" --policy combined
 if [ -n "${MODEL:-}" ]; then
   echo "== model $MODEL ${ADAPTER:+with adapter $ADAPTER}"
   run --config "$config" --policy model --model "$MODEL" ${ADAPTER:+--adapter "$ADAPTER"}

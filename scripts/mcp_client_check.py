@@ -3,9 +3,13 @@
 its tools, calls `localize` on held-out practice tasks and checks the
 structured result (files present, F1 against each task's gold printed),
 checks every structured result against the tool's declared output schema,
-sends an issue over its token budget (cut, and said in the text and the
-structured result), then sends each bad input and checks that the server
-answers a tool error and serves the next call.
+checks each tool's annotations (read-only) and `attempts`' declared range,
+the progress notifications (per model turn, counting the model's attempts
+apart from the search), sends an issue over its token budget (cut, and said
+in the text and the structured result), then sends each bad input (an
+unknown argument, a wrong type, `attempts` out of 1-64 among them) and
+checks that the server answers a tool error, in words that name the
+argument, and serves the next call.
 
     python mcp_client_check.py --bin B --config C --tasks T --repos-dir D \
         [--policy scripted|model|combined] [--model M] [--adapter A] [--n 5]
@@ -63,6 +67,12 @@ async def check(args):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             expect({"localize", "grep", "glob", "read_file"} <= set(tools), f"tools listed: {sorted(tools)}")
             expect("issue" in tools["localize"].input_schema.get("required", []), "localize requires `issue`")
+            for name, tool in sorted(tools.items()):
+                a = tool.annotations
+                expect(a is not None and a.read_only_hint is True and a.destructive_hint is False,
+                       f"{name} declares itself read-only (annotations {a})")
+            attempts = tools["localize"].input_schema.get("properties", {}).get("attempts", {})
+            expect((attempts.get("minimum"), attempts.get("maximum")) == (1, 64), f"`attempts` declares its range 1-64 ({attempts})")
             schema = tools["localize"].output_schema or {}
             expect(schema.get("type") == "object" and {"files", "functions", "cost"} <= set(schema.get("properties", {})),
                    f"localize declares an output schema ({sorted(schema.get('properties', {}))})")
@@ -95,14 +105,22 @@ async def check(args):
                 f1s.append(score)
                 expect(not r.is_error and "files" in s and "cost" in s, f"{t['instance_id']}: structured result")
                 conforms(s, t["instance_id"])
-                # 2 attempts asked: the scripted search runs once whatever the
-                # number; combined runs it beside the model's 2.
-                want = {"scripted": 1, "model": 2, "combined": 3}[args.policy]
-                expect(s.get("cost", {}).get("attempts") == want, f"{t['instance_id']}: cost counts {want} attempts ({s.get('cost')})")
-                expect(len(progress) == want and progress[-1][1] == want, f"{t['instance_id']}: {want} progress notifications {progress}")
-                print(f"     {t['instance_id']}: answered {s.get('answered')} of {want}, files {files[:3]}, gold {gold}, F1 {score:.3f}")
-                if s.get("answered") == 0:
-                    expect("ended without an answer" in text_of(r), f"{t['instance_id']}: no answer is said, not an error")
+                # 2 attempts asked: they are the model's; the search (index
+                # or scripted) runs once besides, and is not counted as one.
+                want = {"scripted": 0, "model": 2, "combined": 2}[args.policy]
+                expect(s.get("cost", {}).get("attempts") == want, f"{t['instance_id']}: cost counts {want} model attempts ({s.get('cost')})")
+                messages = [m or "" for _, _, m in progress]
+                rising = all(a[0] < b[0] <= b[1] for a, b in zip(progress, progress[1:]))
+                expect(bool(progress) and rising, f"{t['instance_id']}: progress notifications rise within their total {progress}")
+                if want:
+                    expect(any(m.startswith("model turn 1 ") for m in messages) and "model attempt 2 of 2 done" in messages
+                           and not any("of 3" in m for m in messages),
+                           f"{t['instance_id']}: progress per model turn, out of the model's 2 attempts {messages}")
+                else:
+                    expect(messages == ["the scripted search done"], f"{t['instance_id']}: the scripted search's progress {messages}")
+                print(f"     {t['instance_id']}: answered {s.get('answered')}, files {files[:3]}, gold {gold}, F1 {score:.3f}")
+                if not files:
+                    expect(text_of(r).startswith("the localizer"), f"{t['instance_id']}: no file found is said first, not an error")
             mean = sum(f1s) / len(f1s)
             print(f"mean file F1 over {len(f1s)} tasks ({args.policy}): {mean:.3f}")
             if args.min_f1 is not None:
@@ -140,18 +158,28 @@ async def check(args):
                     ("an unknown revision", {**good, "rev": "no-such-revision"}, "no-such-revision"),
                     ("an empty issue", {**good, "issue": "   "}, "issue is empty"),
                     ("a repository with no parseable source", {**good, "repo": str(docs), "rev": None}, "no source file"),
-                    ("too many attempts", {**good, "attempts": 1000}, "attempts must be"),
+                    ("too many attempts", {**good, "attempts": 1000}, "argument `attempts`: expected a whole number from 1 to 64"),
+                    ("no attempt", {**good, "attempts": 0}, "argument `attempts`: expected a whole number from 1 to 64"),
+                    ("attempts of the wrong type", {**good, "attempts": "two"}, "argument `attempts`: expected a whole number from 1 to 64"),
+                    ("an issue of the wrong type", {**good, "issue": ["a", "list"]}, "argument `issue`: expected a string"),
+                    ("an unknown argument", {**good, "atempts": 2}, "unknown argument `atempts`"),
                     ("a 2 MB issue", {**good, "issue": "shop " * 400_000}, "capped at 1048576 bytes"),
                 ]
                 for what, arguments, needle in bad:
                     arguments = {k: v for k, v in arguments.items() if v is not None}
                     r = await session.call_tool("localize", arguments)
-                    expect(r.is_error and needle in text_of(r), f"{what}: tool error naming it ({text_of(r)[:100]!r})")
+                    expect(r.is_error and needle in text_of(r) and "usize" not in text_of(r) and "deserialize" not in text_of(r),
+                           f"{what}: tool error naming it ({text_of(r)[:100]!r})")
                     r = await session.call_tool("localize", good)
                     expect(not r.is_error, f"... and the next call is served")
 
             r = await session.call_tool("grep", {"pattern": "def ", "repo": good["repo"], "rev": good["rev"]})
             expect(not r.is_error and ":" in text_of(r), "grep answers")
+            r = await session.call_tool("grep", {"pattern": "def ", "patern": "x", "repo": good["repo"]})
+            expect(r.is_error and "unknown argument `patern`" in text_of(r), f"grep refuses an unknown argument, naming it ({text_of(r)[:80]!r})")
+            r = await session.call_tool("read_file", {"path": "x.py", "start_line": "ten", "repo": good["repo"]})
+            expect(r.is_error and "argument `start_line`: expected a whole number" in text_of(r),
+                   f"read_file names a wrong type ({text_of(r)[:80]!r})")
             r = await session.call_tool("read_file", {"path": "no/such/file.py", "repo": good["repo"], "rev": good["rev"]})
             expect(r.is_error, "read_file of a missing file is a tool error")
             r = await session.call_tool("glob", {"pattern": "**/*.py", "repo": good["repo"], "rev": good["rev"]})

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use trainer::run_config::RunConfig;
 use anyhow::{bail, Result};
-use rollout::episode::driver::{prompt_tokens, run_episodes_until, Env};
+use rollout::episode::driver::{prompt_tokens, run_episodes_until, run_episodes_watched, Env, RunEvent};
 use rollout::episode::Episode;
 use rollout::localization::Localization;
 use rollout::policy::Policy;
@@ -207,13 +207,38 @@ pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
 
 pub use trainer::rollouts::issue_cut::fit_issue;
 
-/// Localizes `r` with `policy` in `env`; `progress(done, total)` after each attempt.
+/// How far a localization is: `step` of at most `total` steps (the search,
+/// each batch of the model's turns, each model attempt's end; a run whose
+/// attempts answer early ends below `total`), and what the step was.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    pub step: usize,
+    pub total: usize,
+    pub message: String,
+}
+
+/// Counts the steps of one localization and tells `progress` of each.
+struct Steps<'p> {
+    step: usize,
+    total: usize,
+    progress: &'p mut dyn FnMut(&Progress),
+}
+
+impl Steps<'_> {
+    fn tell(&mut self, message: String) {
+        self.step += 1;
+        (self.progress)(&Progress { step: self.step, total: self.total.max(self.step), message });
+    }
+}
+
+/// Localizes `r` with `policy` in `env`; `progress` after the search, each
+/// batch of the model's turns and each model attempt.
 pub fn localize(
     cfg: &RunConfig,
     policy: &mut dyn Policy,
     env: &Env<'_>,
     r: &Request,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(&Progress),
 ) -> Result<Localization> {
     localize_until(cfg, policy, env, r, progress, &Arc::new(AtomicBool::new(false)))
 }
@@ -226,7 +251,7 @@ pub fn localize_until(
     policy: &mut dyn Policy,
     env: &Env<'_>,
     r: &Request,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(&Progress),
     cancel: &Arc<AtomicBool>,
 ) -> Result<Localization> {
     Ok(localize_episodes(cfg, policy, env, r, progress, cancel)?.0)
@@ -238,7 +263,7 @@ pub fn localize_episodes(
     policy: &mut dyn Policy,
     env: &Env<'_>,
     r: &Request,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(&Progress),
     cancel: &Arc<AtomicBool>,
 ) -> Result<(Localization, Vec<Episode>)> {
     check_request(r)?;
@@ -268,37 +293,30 @@ pub fn localize_episodes(
     }
     let started = Instant::now();
     let tasks = [task];
+    // The search runs once, whatever the number of attempts; the model's
+    // attempts take at most max_turns batches of turns.
     let model_attempts = if r.search.needs_model() { r.attempts } else { 0 };
-    let total = model_attempts + usize::from(r.search != Search::Model);
-    let mut done = 0;
+    let model_steps = if model_attempts > 0 { cfg.episode.max_turns + model_attempts } else { 0 };
+    let mut steps = Steps { step: 0, total: usize::from(r.search != Search::Model) + model_steps, progress };
     // The index search (`search`, `combined`): its ranking, no episode.
     let searched = if matches!(r.search, Search::Index | Search::Combined) {
         let (_, ranking) = rollout::search::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search)
             .map_err(|e| anyhow::anyhow!("the search: {e}"))?;
-        done += 1;
-        progress(done, total);
+        steps.tell(format!("the index search done: {} file(s) ranked", ranking.files.len()));
         Some(ranking)
     } else {
         None
     };
     if let (Search::Index, Some(ranking)) = (&r.search, &searched) {
-        let mut ranked = Localization::from_ranking(ranking.clone(), &[], "search");
-        // The search answered when it ranked a file (no "no attempt answered" note).
-        ranked.answered = usize::from(!ranked.files.is_empty());
+        let mut ranked = Localization::searched(ranking.clone(), &snap);
         ranked.issue_cut = cut;
         return Ok((ranked.with_wall_seconds(started.elapsed().as_secs_f64()), Vec::new()));
     }
-    let mut tick = |_: &Episode| {
-        done += 1;
-        progress(done, total);
-    };
-    // The scripted search: one attempt, ~0.1 s, no model.
-    let scripted: Vec<Episode> = if r.search == Search::Scripted {
-        run_episodes_until(&mut ScriptedTeacher::default(), env, &tasks, 1, &cfg.episode, cancel, &mut tick)?
-    } else {
-        Vec::new()
-    };
+    // The scripted search: one episode, ~0.1 s, no model.
     if r.search == Search::Scripted {
+        let scripted = run_episodes_until(&mut ScriptedTeacher::default(), env, &tasks, 1, &cfg.episode, cancel, |_| {
+            steps.tell("the scripted search done".into())
+        })?;
         let mut ranked = Localization::of(&scripted, &snap, "scripted");
         ranked.issue_cut = cut;
         return Ok((ranked.with_wall_seconds(started.elapsed().as_secs_f64()), scripted));
@@ -306,7 +324,16 @@ pub fn localize_episodes(
     // The MCP server keeps one policy for every call: the config's
     // temperature comes back however this call ends.
     let sampled = policy.set_temperature(temperature);
-    let run = run_episodes_until(policy, env, &tasks, r.attempts, &cfg.episode, cancel, &mut tick);
+    let (mut ended, max_turns) = (0, cfg.episode.max_turns);
+    let run = run_episodes_watched(policy, env, &tasks, r.attempts, &cfg.episode, cancel, |event| match event {
+        RunEvent::Turn { step, episodes } => {
+            steps.tell(format!("model turn {step} (of at most {max_turns}) done in {episodes} of {model_attempts} model attempt(s)"))
+        }
+        RunEvent::Done(_) => {
+            ended += 1;
+            steps.tell(format!("model attempt {ended} of {model_attempts} done"));
+        }
+    });
     if sampled {
         policy.set_temperature(cfg.sampling.temperature);
     }
@@ -327,10 +354,7 @@ pub fn localize_episodes(
     ranked.temperature = sampled.then_some(temperature);
     ranked.issue_cut = cut;
     let wall = started.elapsed().as_secs_f64();
-    // Every episode the call ran: the scripted search's first, as ranked.
-    let mut all = scripted;
-    all.extend(episodes);
-    Ok((ranked.with_wall_seconds(wall), all))
+    Ok((ranked.with_wall_seconds(wall), episodes))
 }
 
 #[cfg(test)]

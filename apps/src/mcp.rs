@@ -3,14 +3,17 @@
 //! three sandboxed tools (`grep`, `glob`, `read_file`) for their own
 //! follow-up. The model loads once, on a worker thread that serves the
 //! localizations one at a time (further calls queue); a call with a
-//! progress token gets a progress notification after each attempt, and a
+//! progress token gets a progress notification after the search, each
+//! batch of the model's turns and each attempt, and a
 //! call the client cancels (`notifications/cancelled`) is skipped if still
 //! queued, or stopped before the model's next token (a policy that does not
 //! generate tokens here: at its next turn). Every bad input is a tool
-//! error (`isError`), never a dead server; every malformed frame gets a
+//! error (`isError`), never a dead server (a wrong argument is named, with
+//! what it takes: [`arguments`]); every malformed frame gets a
 //! JSON-RPC error reply ([`frames`]). Logs go to stderr: stdout carries
 //! only the protocol.
 
+pub mod arguments;
 pub mod frames;
 
 use std::path::PathBuf;
@@ -19,7 +22,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use anyhow::{Context, Result};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use arguments::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, InitializeResult, ProgressNotificationParam, ServerCapabilities,
 };
@@ -49,7 +52,7 @@ pub const MAX_ISSUE_BYTES: usize = 1 << 20;
 struct Job {
     request: Request,
     cancel: Arc<AtomicBool>,
-    progress: tokio::sync::mpsc::UnboundedSender<(usize, usize)>,
+    progress: tokio::sync::mpsc::UnboundedSender<crate::localize::Progress>,
     reply: tokio::sync::oneshot::Sender<std::result::Result<Localization, String>>,
 }
 
@@ -65,7 +68,7 @@ pub struct LocalizeParams {
     /// A revision to search instead of the working tree as it is (uncommitted edits included).
     #[serde(default)]
     pub rev: Option<String>,
-    /// Episodes to run (1-64, default 1), in one batch; their answers are ranked by votes. More attempts take longer (on a CPU, 4 took 2.3x the wall time of 1).
+    /// The model's attempts (episodes, 1-64, default 1), in one batch, their answers ranked by votes; the search runs once besides. More attempts take longer (on a CPU, 4 took 2.3x the wall time of 1).
     #[serde(default)]
     #[schemars(range(min = 1, max = 64))]
     pub attempts: Option<usize>,
@@ -280,6 +283,10 @@ impl Server {
         Parameters(p): Parameters<LocalizeParams>,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResult, rmcp::ErrorData> {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return Ok(tool_error(e)),
+        };
         if let Err(e) = check_lengths(&[("repo", p.repo.as_deref()), ("rev", p.rev.as_deref()), ("select", p.select.as_deref()), ("policy", p.policy.as_deref())]) {
             return Ok(e);
         }
@@ -333,14 +340,12 @@ impl Server {
             return Ok(tool_error("the localizer's worker has stopped; restart the server"));
         }
         let token = context.meta.get_progress_token();
-        let notify = |(done, total): (usize, usize)| {
+        let notify = |p: crate::localize::Progress| {
             let client = context.peer.clone();
             let token = token.clone();
             async move {
                 if let Some(token) = token {
-                    let note = ProgressNotificationParam::new(token, done as f64)
-                        .with_total(total as f64)
-                        .with_message(format!("attempt {done} of {total} done"));
+                    let note = ProgressNotificationParam::new(token, p.step as f64).with_total(p.total as f64).with_message(p.message);
                     let _ = client.notify_progress(note).await;
                 }
             }
@@ -366,8 +371,10 @@ impl Server {
             Ok(Ok(loc)) => {
                 let mut result = CallToolResult::structured(serde_json::to_value(&loc).unwrap_or_default());
                 let mut text = loc.render();
-                if loc.answered == 0 {
+                if loc.files.is_empty() && loc.answered == 0 {
                     text = format!("the localizer ended without an answer; what its tools found is below\n{text}");
+                } else if loc.files.is_empty() {
+                    text = format!("the localizer's answers named no file of the repository; what its tools found is below\n{text}");
                 }
                 result.content = vec![ContentBlock::text(text)];
                 result
@@ -380,6 +387,10 @@ impl Server {
     /// grep over the repository.
     #[tool(name = "grep", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Search the repository's files for a regular expression (read-only); prints path:line: text, capped.")]
     async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         let mut args = serde_json::json!({ "pattern": p.pattern });
         if let Some(path) = p.path {
             args["path"] = path.into();
@@ -393,12 +404,20 @@ impl Server {
     /// glob over the repository's paths.
     #[tool(name = "glob", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "List the repository's file paths that match a glob (read-only), capped.")]
     async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         self.sandboxed("glob", serde_json::json!({ "pattern": p.pattern }), p.repo, p.rev).await
     }
 
     /// read_file of the repository.
     #[tool(name = "read_file", annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false), description = "Read numbered lines of a file of the repository (read-only), capped.")]
     async fn read_file(&self, Parameters(p): Parameters<ReadParams>) -> CallToolResult {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => return tool_error(e),
+        };
         let mut args = serde_json::json!({ "path": p.path });
         if let Some(s) = p.start_line {
             args["start_line"] = s.into();
@@ -487,8 +506,8 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
                     continue;
                 }
                 let progress = job.progress.clone();
-                let result = localize_until(&cfg, policy, env, &job.request, &mut |done, total| {
-                    let _ = progress.send((done, total));
+                let result = localize_until(&cfg, policy, env, &job.request, &mut |p| {
+                    let _ = progress.send(p.clone());
                 }, &job.cancel);
                 if let Err(e) = &result {
                     if job.cancel.load(Ordering::Relaxed) {

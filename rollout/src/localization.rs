@@ -3,27 +3,38 @@
 //! with the evidence that led there (the tool call that surfaced it and the
 //! line of its output), and the cost. Only entities of the searched
 //! snapshot are ranked ([`crate::grounding`]); the others are listed apart,
-//! "named by the model, not in the repository". Made from the episodes and
-//! the snapshot they searched ([`crate::ranking`]).
+//! with who named them. Each ranked entity says who found it: the search
+//! (the index search, or the scripted one), and how many of the model's
+//! attempts named it. Made from the episodes and the snapshot they
+//! searched ([`crate::ranking`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::entities::Entity;
 use crate::episode::{Episode, StopReason};
-use crate::grounding::NotInRepository;
+use crate::grounding::{self, NotInRepository};
 use crate::ranking::{combine, rank, Ranking};
 use crate::repo::Snapshot;
 
 /// A ranked file or function.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct Ranked {
-    /// `path` or `path:Qualified.name`.
+    /// `path` or `path:Qualified.name` (a function nested in another is
+    /// named through it: `outer.inner`).
     pub entity: String,
-    /// Attempts whose answer named it.
+    /// The model's attempts whose answer named it (out of `cost.attempts`).
     pub votes: usize,
+    /// Whether the search ranked it (the index search under `search` and
+    /// `combined`, the scripted search under `scripted`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub search: bool,
+    /// A function defined inside another function, named through it
+    /// (`outer.inner`); its lines are its enclosing function's in gold.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nested: bool,
     /// The first tool call (of the first attempt naming it) that surfaced it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Evidence>,
@@ -40,14 +51,19 @@ pub struct Evidence {
     pub tool: String,
     /// The call's arguments.
     pub arguments: serde_json::Value,
-    /// The first output line naming the entity (its file, or its name).
+    /// The first output line pointing at the entity: for a file, a line of
+    /// it (else one naming it); for a function, a line inside the
+    /// function's own lines (a grep match or a line read), its name's first.
     pub line: String,
 }
 
-/// The cost of a localization: counts summed over its attempts, and the
-/// wall time of the whole call (attempts run together, in one batch).
+/// The cost of a localization: counts summed over its episodes (the
+/// scripted search's and the model's attempts), and the wall time of the
+/// whole call (attempts run together, in one batch).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 pub struct Cost {
+    /// The model's attempts (0 under `search` and `scripted`; the search
+    /// runs once besides, whatever the number).
     pub attempts: usize,
     pub turns: usize,
     pub tool_calls: usize,
@@ -87,8 +103,9 @@ pub struct Localization {
     /// With a tournament: the winning attempt (1-based).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<usize>,
-    /// When no attempt answered: the files the tool calls surfaced, most
-    /// often first (what the search found, not an answer).
+    /// When no file is ranked (no attempt answered, or every answer was
+    /// empty or named nothing in the repository): the files the tool calls
+    /// surfaced, most often first (what the tools found, not an answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub found_by_tools: Vec<Ranked>,
     /// The sampling temperature of the attempts (0: greedy); absent for a
@@ -103,7 +120,9 @@ pub struct Localization {
     /// search first, the model's attempts after).
     pub policy: String,
     /// Named by an attempt but not in the repository (no such file; no
-    /// such function or class in that file): never ranked.
+    /// such function or class in that file): never ranked. The model named
+    /// them (the scripted search under `scripted`; the index search names
+    /// only what its index of the snapshot holds).
     pub not_in_repository: Vec<NotInRepository>,
     /// Share of the named entities that are in the repository (1 when
     /// nothing was named).
@@ -114,29 +133,15 @@ pub struct Localization {
 impl Localization {
     /// Ranks the answers of `attempts` (the episodes of one issue, run
     /// by `policy` over `snapshot`) by votes, ties in the order first named.
+    /// Under `scripted` the one episode is the scripted search's, not a
+    /// model attempt.
     pub fn of(attempts: &[Episode], snapshot: &Snapshot, policy: &str) -> Localization {
         let all: Vec<&Episode> = attempts.iter().collect();
-        Localization::from_ranking(rank(&all, snapshot), attempts, policy)
-    }
-
-    /// The scripted search (`scripted`, one episode or none) and the
-    /// model's `attempts` together ([`combine`]); with `winner`, that model
-    /// attempt's (0-based) answer first among the model's, as a tournament
-    /// picked it.
-    pub fn combined(scripted: &[Episode], attempts: &[Episode], snapshot: &Snapshot, winner: Option<usize>) -> Localization {
-        let s: Vec<&Episode> = scripted.iter().collect();
-        let m: Vec<&Episode> = attempts.iter().collect();
-        let mut model = rank(&m, snapshot);
-        if let Some(w) = winner.and_then(|w| attempts.get(w)) {
-            winner_first(&mut model, w);
+        let ranking = rank(&all, snapshot);
+        if policy == "scripted" {
+            return Localization::assemble(ranking, Source::Search, attempts, 0, snapshot, policy);
         }
-        let all: Vec<Episode> = scripted.iter().chain(attempts).cloned().collect();
-        let mut out = Localization::from_ranking(combine(&rank(&s, snapshot), &model), &all, "combined");
-        if let Some(w) = winner.filter(|w| *w < attempts.len()) {
-            out.selector = "tournament".into();
-            out.winner = Some(scripted.len() + w + 1);
-        }
-        out
+        Localization::assemble(ranking, Source::Model, attempts, attempts.len(), snapshot, policy)
     }
 
     /// The index search's ranking (`search`, [`crate::search`]) and the
@@ -149,7 +154,8 @@ impl Localization {
         if let Some(w) = winner.and_then(|w| attempts.get(w)) {
             winner_first(&mut model, w);
         }
-        let mut out = Localization::from_ranking(combine(&search, &model), attempts, "combined");
+        let searched = Source::Both { search: search.files.iter().chain(&search.functions).cloned().collect(), model: model.votes.clone() };
+        let mut out = Localization::assemble(combine(&search, &model), searched, attempts, attempts.len(), snapshot, "combined");
         if let Some(w) = winner.filter(|w| *w < attempts.len()) {
             out.selector = "tournament".into();
             out.winner = Some(w + 1);
@@ -157,15 +163,38 @@ impl Localization {
         out
     }
 
-    /// The localization of a ranking made of `attempts`: evidence, cost.
-    pub fn from_ranking(ranking: Ranking, attempts: &[Episode], policy: &str) -> Localization {
+    /// The index search's ranking alone (`search`: no episode, no model).
+    pub fn searched(ranking: Ranking, snapshot: &Snapshot) -> Localization {
+        let mut out = Localization::assemble(ranking, Source::Search, &[], 0, snapshot, "search");
+        // The search answered when it ranked a file.
+        out.answered = usize::from(!out.files.is_empty());
+        out
+    }
+
+    /// The localization of a ranking made of `attempts` (`model_attempts`
+    /// of them the model's), its entities found by `source`: evidence,
+    /// cost.
+    fn assemble(ranking: Ranking, source: Source, attempts: &[Episode], model_attempts: usize, snapshot: &Snapshot, policy: &str) -> Localization {
         let ranked = |list: &[String]| -> Vec<Ranked> {
+            let mut seen = BTreeSet::new();
+            // Each entity once (the index search may rank two definitions of one name).
             list.iter()
-                .map(|n| Ranked { entity: n.clone(), votes: ranking.votes.get(n).copied().unwrap_or(1), evidence: evidence(attempts, n) })
+                .filter(|n| seen.insert(n.as_str()))
+                .map(|n| {
+                    let (search, votes) = match &source {
+                        Source::Model => (false, ranking.votes.get(n).copied().unwrap_or(0)),
+                        Source::Search => (true, 0),
+                        Source::Both { search, model } => (search.contains(n), model.get(n).copied().unwrap_or(0)),
+                    };
+                    Ranked { entity: n.clone(), votes, search, nested: is_nested(snapshot, n), evidence: evidence(attempts, n, snapshot) }
+                })
                 .collect()
         };
         let answered = attempts.iter().filter(|e| e.stop_reason() == Some(StopReason::Answer)).count();
-        let found_by_tools = if answered == 0 { surfaced_files(attempts) } else { Vec::new() };
+        // An empty or wholly ungrounded answer hides nothing the tools found.
+        let found_by_tools = if ranking.files.is_empty() { surfaced_files(attempts) } else { Vec::new() };
+        let mut cost = cost(attempts);
+        cost.attempts = model_attempts;
         Localization {
             files: ranked(&ranking.files),
             functions: ranked(&ranking.functions),
@@ -178,7 +207,7 @@ impl Localization {
             policy: policy.into(),
             grounded_rate: crate::grounding::rate(ranking.grounded, ranking.named),
             not_in_repository: ranking.not_in_repository,
-            cost: cost(attempts),
+            cost,
         }
     }
 
@@ -207,7 +236,9 @@ impl Localization {
         self
     }
 
-    /// The plain-text report: ranked files, functions, evidence, cost.
+    /// The plain-text report: ranked files, functions (each with who
+    /// found it: the search, and how many of the model's attempts named
+    /// it), evidence, cost.
     pub fn render(&self) -> String {
         use crate::repo::path::quote;
         let mut out = String::new();
@@ -217,41 +248,67 @@ impl Localization {
                 cut.tokens, cut.max_issue_tokens, cut.dropped_tokens
             );
         }
-        if self.policy == "combined" {
-            out += &format!("ranked: the index search first, then the model's {} attempt(s)\n", self.cost.attempts);
+        let attempts = self.cost.attempts;
+        let combined = self.policy == "combined";
+        if combined {
+            out += &format!("ranked: the index search first, then the model's {attempts} attempt(s)\n");
         }
         if let Some(w) = self.winner {
-            out += &format!("tournament winner: attempt {w} of {}\n", self.cost.attempts);
+            out += &format!("tournament winner: model attempt {w} of {attempts}\n");
         }
-        let section = |out: &mut String, title: &str, items: &[Ranked], attempts: usize| {
+        // Who found each entity, where more than one could have.
+        let found_by = |r: &Ranked| -> String {
+            let mut who: Vec<String> = Vec::new();
+            if combined && r.search {
+                who.push("the index search".into());
+            }
+            if r.votes > 0 && (combined || attempts > 1) {
+                who.push(if attempts > 1 { format!("{} of {attempts} model attempts", r.votes) } else { "the model".into() });
+            }
+            if who.is_empty() { String::new() } else { format!("  ({})", who.join("; ")) }
+        };
+        let section = |out: &mut String, title: &str, items: &[Ranked]| {
             if items.is_empty() {
                 return;
             }
             *out += &format!("{title}:\n");
             for (i, r) in items.iter().enumerate() {
-                let votes = if attempts > 1 { format!("  ({} of {attempts} attempts)", r.votes) } else { String::new() };
-                *out += &format!("{:>3}. {}{votes}\n", i + 1, quote(&r.entity));
+                *out += &format!("{:>3}. {}{}\n", i + 1, quote(&r.entity), found_by(r));
                 if let Some(ev) = &r.evidence {
                     *out += &format!("       <- turn {} {} {}: {}\n", ev.turn, ev.tool, ev.arguments, ev.line);
                 }
             }
         };
-        section(&mut out, "files", &self.files, self.cost.attempts);
-        section(&mut out, "functions", &self.functions, self.cost.attempts);
+        section(&mut out, "files", &self.files);
+        section(&mut out, "functions", &self.functions);
+        if self.functions.iter().any(|r| r.nested) {
+            out += "(a function defined inside another is named through it: outer.inner)\n";
+        }
         if !self.not_in_repository.is_empty() {
-            out += "named by the model, not in the repository (left out of the ranking):\n";
+            out += &format!("named by {}, not in the repository (left out of the ranking):\n", self.namer());
             for n in &self.not_in_repository {
                 out += &format!("  {} ({})\n", quote(&n.entity), n.why);
             }
         }
-        if self.answered == 0 {
-            out += "no attempt ended with an answer";
-            if self.found_by_tools.is_empty() {
+        if self.files.is_empty() {
+            let answered = self.answered > 0;
+            out += &match self.policy.as_str() {
+                "search" => "the index search ranked no file".to_string(),
+                "scripted" if answered => "the scripted search named no file of the repository".into(),
+                "scripted" => "the scripted search ended without an answer".into(),
+                "combined" if answered => "the index search ranked no file, and no model answer named a file of the repository".into(),
+                "combined" => "the index search ranked no file, and no model attempt ended with an answer".into(),
+                _ if answered => "no answer named a file of the repository".into(),
+                _ => "no attempt ended with an answer".into(),
+            };
+            if self.policy == "search" {
+                out += "\n";
+            } else if self.found_by_tools.is_empty() {
                 out += "; the tools surfaced no file\n";
             } else {
                 out += "; the files the tools surfaced:\n";
                 for r in &self.found_by_tools {
-                    out += &format!("  {} ({} calls)\n", quote(&r.entity), r.votes);
+                    out += &format!("  {} ({} call{})\n", quote(&r.entity), r.votes, if r.votes == 1 { "" } else { "s" });
                 }
             }
         }
@@ -261,13 +318,46 @@ impl Localization {
             Some(_) => " (greedy)".into(),
             None => String::new(),
         };
+        let who = match self.policy.as_str() {
+            "combined" => format!("the index search + {attempts} model attempt(s)"),
+            "search" => "the index search".into(),
+            "scripted" => "the scripted search".into(),
+            _ => format!("{attempts} model attempt(s)"),
+        };
         let summed = if c.attempts > 1 { format!(" (attempts summed: {:.1} s)", c.attempt_seconds) } else { String::new() };
         out += &format!(
-            "cost: {} attempt(s){temperature}, {} turns, {} tool calls, {} tokens ({} written), {:.1} s wall{summed}\n",
-            c.attempts, c.turns, c.tool_calls, c.tokens, c.policy_tokens, c.seconds
+            "cost: {who}{temperature}, {} turns, {} tool calls, {} tokens ({} written), {:.1} s wall{summed}\n",
+            c.turns, c.tool_calls, c.tokens, c.policy_tokens, c.seconds
         );
         out
     }
+
+    /// Who named the entities of [`Localization::not_in_repository`].
+    fn namer(&self) -> &'static str {
+        match self.policy.as_str() {
+            "scripted" => "the scripted search",
+            "search" => "the index search",
+            _ => "the model",
+        }
+    }
+}
+
+/// Whether `entity`, a grounded function of `snapshot`, is one defined
+/// inside another function (named through it, `outer.inner`): no span of
+/// its file has its name.
+fn is_nested(snapshot: &Snapshot, entity: &str) -> bool {
+    let Some(Entity::Function { file, name }) = Entity::from_stored(entity) else { return false };
+    snapshot.file(&file).and_then(|f| f.spans()).is_some_and(|s| !s.names().any(|n| n == name))
+}
+
+/// Who found a localization's entities.
+enum Source {
+    /// The model's attempts (votes from the ranking).
+    Model,
+    /// A search alone (the index search, or the scripted one).
+    Search,
+    /// The index search's entities and the model's votes.
+    Both { search: BTreeSet<String>, model: BTreeMap<String, usize> },
 }
 
 /// Moves the entities `e` answered to the head of `r`'s lists (stable).
@@ -278,44 +368,72 @@ fn winner_first(r: &mut Ranking, e: &Episode) {
     }
 }
 
-/// The first call that surfaced `entity` (or, for a function, its file).
-fn evidence(attempts: &[Episode], entity: &str) -> Option<Evidence> {
+/// The first call that surfaced `entity` (of the first attempt naming it
+/// or its file), and the line of its output: for a file, the first line
+/// of it (else the first naming it); for a function, the first line inside the function's own
+/// lines in `snapshot` (a grep match in its file, or a line read from it),
+/// preferring one with its name. A function with no such line has none.
+fn evidence(attempts: &[Episode], entity: &str, snapshot: &Snapshot) -> Option<Evidence> {
     let parsed = Entity::from_stored(entity)?;
     let file = parsed.file_path().to_string();
-    let name = match &parsed {
-        Entity::Function { name, .. } => Some(name.rsplit('.').next().unwrap_or(name).to_string()),
+    let lines = match &parsed {
+        Entity::Function { .. } => Some(grounding::resolve(snapshot, &parsed).ok()?.1?),
         Entity::File(_) => None,
     };
     for (a, e) in attempts.iter().enumerate() {
-        if !e.answer.iter().any(|t| Entity::from_stored(t).is_some_and(|x| x == parsed || x.file_path() == file)) {
+        if !e.answer.iter().any(|t| Entity::from_stored(t).is_some_and(|x| x.file_path() == file)) {
             continue;
         }
         for (t, turn) in e.turns.iter().enumerate() {
-            for call in &turn.calls {
-                if call.error || !call.entities.iter().any(|x| *x == parsed || x.file_path() == file) {
-                    continue;
-                }
-                let needle = name.as_deref().unwrap_or(&file);
-                let line = call
-                    .output
-                    .lines()
-                    .find(|l| l.contains(needle))
-                    .or_else(|| call.output.lines().find(|l| l.contains(&file)))
-                    .or_else(|| call.output.lines().next())
-                    .unwrap_or("")
-                    .trim_end()
-                    .to_string();
+            for call in turn.calls.iter().filter(|c| !c.error && c.entities.iter().any(|x| x.file_path() == file)) {
+                let line = match (&parsed, lines) {
+                    (Entity::Function { name, .. }, Some(span)) => {
+                        let bare = name.rsplit('.').next().unwrap_or(name);
+                        let inside: Vec<&str> = call.output.lines().filter(|l| line_in(call, l, &file).is_some_and(|n| span.0 <= n && n <= span.1)).collect();
+                        inside.iter().find(|l| l.contains(bare)).or(inside.first()).copied()
+                    }
+                    // A line of the file itself first (a grep match in it, a line read), then one naming it.
+                    _ => call
+                        .output
+                        .lines()
+                        .find(|l| line_in(call, l, &file).is_some())
+                        .or_else(|| call.output.lines().find(|l| l.contains(&file)))
+                        .or_else(|| call.output.lines().next()),
+                };
+                let Some(line) = line else { continue };
                 return Some(Evidence {
                     attempt: a + 1,
                     turn: t + 1,
                     tool: call.name.clone().unwrap_or_default(),
                     arguments: call.arguments.clone().unwrap_or(serde_json::Value::Null),
-                    line,
+                    line: line.trim_end().to_string(),
                 });
             }
         }
     }
     None
+}
+
+/// The line number of `file` that an output line of `call` shows: a grep
+/// match `path:N:text`, or a line `N<tab>text` (`N: text`) that read_file
+/// read from `file`.
+fn line_in(call: &crate::episode::CallRecord, line: &str, file: &str) -> Option<usize> {
+    match call.name.as_deref() {
+        Some("grep") => {
+            let rest = line.strip_prefix(crate::repo::path::quote(file).as_ref())?.strip_prefix(':')?;
+            rest.split(':').next()?.parse().ok()
+        }
+        Some("read_file") => {
+            let path = call.arguments.as_ref()?.get("path")?.as_str()?;
+            if path.trim_start_matches("./") != file {
+                return None;
+            }
+            let digits: String = line.trim_start().chars().take_while(char::is_ascii_digit).collect();
+            let rest = &line.trim_start()[digits.len()..];
+            (rest.starts_with('\t') || rest.starts_with(':')).then(|| digits.parse().ok()).flatten()
+        }
+        _ => None,
+    }
 }
 
 /// Files the tool calls surfaced, by the number of calls that did.
@@ -333,7 +451,7 @@ fn surfaced_files(attempts: &[Episode]) -> Vec<Ranked> {
             *count.entry(f.to_string()).or_default() += 1;
         }
     }
-    let mut out: Vec<Ranked> = order.into_iter().map(|f| Ranked { votes: count[&f], entity: f, evidence: None }).collect();
+    let mut out: Vec<Ranked> = order.into_iter().map(|f| Ranked { votes: count[&f], entity: f, search: false, nested: false, evidence: None }).collect();
     out.sort_by(|a, b| b.votes.cmp(&a.votes));
     out.truncate(10);
     out
@@ -392,5 +510,105 @@ mod tests {
         assert!(!listed.contains("bridge") && !listed.contains("sessions.py"), "{text}");
         let json = serde_json::to_value(&loc).unwrap();
         assert_eq!(json["not_in_repository"][2], serde_json::json!({"entity": "sessions.py", "why": "no_file"}));
+    }
+
+    /// `e` with a first turn of one tool call `name(arguments)` that output `output`.
+    fn with_call(mut e: Episode, name: &str, arguments: serde_json::Value, output: &str, entities: &[Entity]) -> Episode {
+        let call = CallRecord {
+            name: Some(name.into()),
+            arguments: Some(arguments),
+            output: output.into(),
+            entities: entities.iter().cloned().collect(),
+            error: false,
+        };
+        let mut turn = e.turns[0].clone();
+        turn.text = "<tool_call>...</tool_call>".into();
+        turn.calls = vec![call];
+        e.turns.insert(0, turn);
+        e
+    }
+
+    /// Issue 65 item 1: votes are the model's attempts, the search said
+    /// apart (a search's file named by 2 of 4 attempts read "3 of 4").
+    #[test]
+    fn votes_count_the_model_attempts_and_the_search_is_said_apart() {
+        let search = Ranking {
+            files: vec!["pkg/a.py".into()],
+            votes: [("pkg/a.py".to_string(), 1)].into_iter().collect(),
+            answer: crate::answer::Answer::from_strings(["pkg/a.py"]),
+            named: 1,
+            grounded: 1,
+            ..Ranking::default()
+        };
+        let attempts = [answered("pkg/a.py"), answered("pkg/a.py"), answered("README.md"), answered("nothing here")];
+        let loc = Localization::combined_with(search, &attempts, &snapshot(), None);
+        let text = loc.render();
+        assert!(text.contains("  1. pkg/a.py  (the index search; 2 of 4 model attempts)\n"), "{text}");
+        assert!(text.contains("  2. README.md  (1 of 4 model attempts)\n"), "{text}");
+        assert!(text.contains("cost: the index search + 4 model attempt(s)"), "{text}");
+        let json = serde_json::to_value(&loc).unwrap();
+        assert_eq!((json["files"][0]["votes"].as_u64(), json["files"][0]["search"].as_bool()), (Some(2), Some(true)), "{json}");
+        assert_eq!(json["cost"]["attempts"], 4);
+    }
+
+    /// Issue 65 item 2: an empty answer, or one naming only what is not in
+    /// the repository, no longer hides the files the tools surfaced (and
+    /// says that nothing was named).
+    #[test]
+    fn an_empty_or_ungrounded_answer_does_not_hide_what_the_tools_surfaced() {
+        for answer in ["", "sessions.py"] {
+            let e = with_call(answered(answer), "grep", serde_json::json!({"pattern": "send"}), "pkg/a.py:2:    def send(self):", &[Entity::file("pkg/a.py")]);
+            let loc = Localization::of(&[e], &snapshot(), "model");
+            assert!(loc.files.is_empty());
+            assert_eq!(loc.found_by_tools.iter().map(|r| r.entity.as_str()).collect::<Vec<_>>(), vec!["pkg/a.py"], "{answer:?}");
+            let text = loc.render();
+            assert!(text.contains("no answer named a file of the repository; the files the tools surfaced:\n  pkg/a.py (1 call)\n"), "{answer:?}: {text}");
+        }
+    }
+
+    /// Issue 65 item 5: under `scripted` no model ran: what is not in the
+    /// repository is the scripted search's.
+    #[test]
+    fn not_in_the_repository_says_who_named_it() {
+        let scripted = Localization::of(&[answered("pkg/a.py\npkg/a.py:bridge")], &snapshot(), "scripted");
+        let text = scripted.render();
+        assert!(text.contains("named by the scripted search, not in the repository"), "{text}");
+        assert!(!text.contains("model"), "{text}");
+        let model = Localization::of(&[answered("pkg/a.py\npkg/a.py:bridge")], &snapshot(), "model");
+        assert!(model.render().contains("named by the model, not in the repository"));
+    }
+
+    /// Issue 65 item 4: a function's evidence is a line inside it (it was
+    /// the first line naming it: a docstring above it), or none.
+    #[test]
+    fn evidence_for_a_function_lies_inside_its_lines() {
+        let py = "\"\"\"Call helper() to dump.\"\"\"\n\n\ndef helper():\n    return 1\n\n\ndef other():\n    return helper()\n";
+        let snap = Snapshot::new("o/r".into(), "c".into(), vec![crate::repo::FileEntry::new("pkg/b.py".into(), crate::repo::FileKind::Text(py.as_bytes().to_vec()))]);
+        let grep = "pkg/b.py:1:\"\"\"Call helper() to dump.\"\"\"\npkg/b.py:4:def helper():\npkg/b.py:9:    return helper()";
+        let e = with_call(answered("pkg/b.py:helper\npkg/b.py:other"), "grep", serde_json::json!({"pattern": "helper"}), grep, &[Entity::file("pkg/b.py")]);
+        let loc = Localization::of(&[e], &snap, "model");
+        let line = |name: &str| loc.functions.iter().find(|r| r.entity == name).and_then(|r| r.evidence.as_ref()).map(|e| e.line.clone());
+        assert_eq!(line("pkg/b.py:helper").as_deref(), Some("pkg/b.py:4:def helper():"));
+        assert_eq!(line("pkg/b.py:other").as_deref(), Some("pkg/b.py:9:    return helper()"));
+        // Lines read from another function only: no evidence for it.
+        let read = "1\t\"\"\"Call helper() to dump.\"\"\"\n8\tdef other():\n9\t    return helper()";
+        let e = with_call(answered("pkg/b.py:helper"), "read_file", serde_json::json!({"path": "pkg/b.py", "start_line": 8}), read, &[Entity::file("pkg/b.py")]);
+        let loc = Localization::of(&[e], &snap, "model");
+        assert_eq!(loc.functions[0].entity, "pkg/b.py:helper");
+        assert_eq!(loc.functions[0].evidence, None);
+        assert!(loc.files[0].evidence.is_some(), "a file's evidence is any line of it");
+        // A file's evidence: a line of the file before a line naming it elsewhere.
+        let grep = "README.md:3:see pkg/b.py for helper\npkg/b.py:4:def helper():";
+        let e = with_call(answered("pkg/b.py"), "grep", serde_json::json!({"pattern": "helper"}), grep, &[Entity::file("pkg/b.py"), Entity::file("README.md")]);
+        let loc = Localization::of(&[e], &snap, "model");
+        assert_eq!(loc.files[0].evidence.as_ref().map(|e| e.line.as_str()), Some("pkg/b.py:4:def helper():"));
+    }
+
+    /// A ranking naming an entity twice lists it once.
+    #[test]
+    fn each_entity_is_listed_once() {
+        let search = Ranking { files: vec!["pkg/a.py".into(), "pkg/a.py".into()], functions: vec!["pkg/a.py:helper".into(), "pkg/a.py:helper".into()], ..Ranking::default() };
+        let loc = Localization::searched(search, &snapshot());
+        assert_eq!((loc.files.len(), loc.functions.len()), (1, 1));
     }
 }

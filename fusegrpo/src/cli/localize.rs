@@ -64,7 +64,7 @@ pub struct Args {
     /// The issue: a file, or `-` for standard input.
     #[arg(long)]
     pub issue: String,
-    /// Episodes to run; their answers are ranked by votes.
+    /// The model's attempts (episodes), their answers ranked by votes; the search (index or scripted) runs once besides.
     #[arg(long, default_value_t = 1)]
     pub attempts: usize,
     /// The attempts' sampling temperature (0: greedy) instead of the config's; several attempts under a greedy config sample at [localize] attempts_temperature (0.7).
@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<()> {
     apps::localize::temperature(&cfg, &request).context("--temperature / --attempts")?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (result, episodes) = with_policy(&cfg, &request.search.loads(), &TeacherOpts::default(), |policy, env| {
-        localize_episodes(&cfg, policy, env, &request, &mut |done, total| eprintln!("localize: attempt {done} of {total} done"), &cancel)
+        localize_episodes(&cfg, policy, env, &request, &mut |p| eprintln!("localize: {}", p.message), &cancel)
     })?;
     if let Some(out) = &args.out {
         trainer::rollouts::episodes::write_episodes_atomic(out, &episodes)?;

@@ -139,9 +139,36 @@ pub fn run_episodes_until(
     group: usize,
     cfg: &EpisodeConfig,
     cancel: &Arc<AtomicBool>,
-    on_done: impl FnMut(&Episode),
+    mut on_done: impl FnMut(&Episode),
 ) -> Result<Vec<Episode>, RolloutError> {
-    run_keyed_until(policy, env, tasks, group, cfg, 0, cancel, on_done)
+    run_keyed_until(policy, env, tasks, group, cfg, 0, cancel, |e| {
+        if let RunEvent::Done(ep) = e {
+            on_done(ep)
+        }
+    })
+}
+
+/// What a run tells its caller as it goes ([`run_episodes_watched`]).
+pub enum RunEvent<'a> {
+    /// The policy took a turn in `episodes` unfinished episodes at once
+    /// (their tools ran): the run's `step`-th (1-based) such batch.
+    Turn { step: usize, episodes: usize },
+    /// An episode ended.
+    Done(&'a Episode),
+}
+
+/// [`run_episodes_until`] that also tells `on_event` after each batch of
+/// turns, not only as each episode ends.
+pub fn run_episodes_watched(
+    policy: &mut dyn Policy,
+    env: &Env<'_>,
+    tasks: &[Task],
+    group: usize,
+    cfg: &EpisodeConfig,
+    cancel: &Arc<AtomicBool>,
+    on_event: impl FnMut(RunEvent<'_>),
+) -> Result<Vec<Episode>, RolloutError> {
+    run_keyed_until(policy, env, tasks, group, cfg, 0, cancel, on_event)
 }
 
 /// [`run_episodes`] whose episodes are keyed from `first` on (the key a
@@ -156,9 +183,13 @@ pub fn run_episodes_keyed(
     group: usize,
     cfg: &EpisodeConfig,
     first: u64,
-    on_done: impl FnMut(&Episode),
+    mut on_done: impl FnMut(&Episode),
 ) -> Result<Vec<Episode>, RolloutError> {
-    run_keyed_until(policy, env, tasks, group, cfg, first, &Arc::new(AtomicBool::new(false)), on_done)
+    run_keyed_until(policy, env, tasks, group, cfg, first, &Arc::new(AtomicBool::new(false)), |e| {
+        if let RunEvent::Done(ep) = e {
+            on_done(ep)
+        }
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -170,10 +201,10 @@ fn run_keyed_until(
     cfg: &EpisodeConfig,
     first: u64,
     cancel: &Arc<AtomicBool>,
-    on_done: impl FnMut(&Episode),
+    on_event: impl FnMut(RunEvent<'_>),
 ) -> Result<Vec<Episode>, RolloutError> {
     policy.interrupt_on(Some(cancel.clone()));
-    let result = drive(policy, env, tasks, group, cfg, first, cancel, on_done);
+    let result = drive(policy, env, tasks, group, cfg, first, cancel, on_event);
     policy.interrupt_on(None);
     result
 }
@@ -187,7 +218,7 @@ fn drive(
     cfg: &EpisodeConfig,
     first: u64,
     cancel: &AtomicBool,
-    mut on_done: impl FnMut(&Episode),
+    mut on_event: impl FnMut(RunEvent<'_>),
 ) -> Result<Vec<Episode>, RolloutError> {
     let cancelled = || cancel.load(Ordering::Relaxed);
     let mut live = start(env, tasks, group, cfg)?;
@@ -196,6 +227,7 @@ fn drive(
     let cap = policy.max_live().map_or(usize::MAX, |n| (n / group).max(1).saturating_mul(group));
     // Episodes [0, started) have started; the rest wait for room.
     let mut started = 0;
+    let mut step = 0;
     loop {
         let running = live[..started].iter().filter(|l| !matches!(l.ep.phase, Phase::Done(_))).count();
         let room = cap.saturating_sub(running) / group * group;
@@ -209,7 +241,7 @@ fn drive(
                 l.ep.phase = Phase::Done(StopReason::ContextFull);
             }
         }
-        finish_done(&mut live, env.reward, policy, first, &mut on_done);
+        finish_done(&mut live, env.reward, policy, first, &mut on_event);
         let active: Vec<usize> = (0..started).filter(|&i| live[i].ep.phase == Phase::Generating).collect();
         if active.is_empty() {
             if started == live.len() {
@@ -252,7 +284,9 @@ fn drive(
             }
             append_responses(l, env.tokenizer, cfg)?;
         }
-        finish_done(&mut live, env.reward, policy, first, &mut on_done);
+        step += 1;
+        on_event(RunEvent::Turn { step, episodes: active.len() });
+        finish_done(&mut live, env.reward, policy, first, &mut on_event);
     }
     Ok(live.into_iter().map(|l| l.ep).collect())
 }
@@ -267,12 +301,12 @@ fn cancel_all(live: &[Live], policy: &mut dyn Policy, first: u64) -> RolloutErro
 }
 
 /// Score every episode that just ended and tell the policy and the caller.
-fn finish_done(live: &mut [Live], reward: &RewardConfig, policy: &mut dyn Policy, first: u64, on_done: &mut impl FnMut(&Episode)) {
+fn finish_done(live: &mut [Live], reward: &RewardConfig, policy: &mut dyn Policy, first: u64, on_event: &mut impl FnMut(RunEvent<'_>)) {
     for (i, l) in live.iter_mut().enumerate() {
         if matches!(l.ep.phase, Phase::Done(_)) && l.ep.score.is_none() {
             finish(l, reward);
             policy.finish(first + i as u64);
-            on_done(&l.ep);
+            on_event(RunEvent::Done(&l.ep));
         }
     }
 }

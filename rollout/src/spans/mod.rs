@@ -4,7 +4,9 @@
 //! Rules, the same in every language: the innermost *named function or
 //! type* owns a line, except that descent stops at the first function: a
 //! nested function (or a closure, or a type inside a function) takes its
-//! enclosing function's name. Lines of a type's body outside its methods
+//! enclosing function's name ([`FileSpans::parse_nested`] also lists the
+//! definitions inside functions, `outer.inner`, for answers that name
+//! them). Lines of a type's body outside its methods
 //! belong to the type. Module-level lines belong to no span (the file
 //! only). Decorators and attributes belong to what they decorate. Only
 //! definitions with a body are functions: a bodiless declaration (an
@@ -132,19 +134,62 @@ pub struct Span {
     pub end_line: usize,
 }
 
-/// All owning spans of one file, in source order.
+/// All owning spans of one file, in source order, and the definitions
+/// nested in its functions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileSpans {
     /// Spans in order of their start line; they nest but never cross.
     pub spans: Vec<Span>,
+    /// Functions and types defined inside a function, in order of their
+    /// start line, named through it (`outer.inner`, `A.m.helper`): they
+    /// own no line (their enclosing function does, in gold and rewards),
+    /// but an answer may name them ([`FileSpans::find`]). Only
+    /// [`FileSpans::parse_nested`] fills it (walking every function's body
+    /// made the index search of one repository 10-20% slower, so it is not
+    /// done for every file).
+    pub nested: Vec<Span>,
 }
 
 impl FileSpans {
-    /// Parses `source` (tree-sitter recovers from syntax errors).
+    /// Parses `source` (tree-sitter recovers from syntax errors); no
+    /// nested definitions.
     pub fn parse(language: Language, source: &[u8]) -> FileSpans {
-        let mut spans = walk::spans(language.rules(), source);
-        spans.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
-        FileSpans { spans }
+        FileSpans::parse_with(language, source, false)
+    }
+
+    /// [`FileSpans::parse`] with the definitions nested in functions.
+    pub fn parse_nested(language: Language, source: &[u8]) -> FileSpans {
+        FileSpans::parse_with(language, source, true)
+    }
+
+    fn parse_with(language: Language, source: &[u8], nested: bool) -> FileSpans {
+        let (mut spans, mut nested) = walk::spans(language.rules(), source, nested);
+        for list in [&mut spans, &mut nested] {
+            list.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
+        }
+        FileSpans { spans, nested }
+    }
+
+    /// The definition an answer names by `name`: a span of that qualified
+    /// name; else a nested definition by its full name (`outer.inner`), or
+    /// by the part of it after any enclosing functions' names (`inner`;
+    /// `helper` or `m.helper` of `A.m.helper`) when exactly one nested
+    /// definition is named so. `Err(n)`: none (0), or `n` nested ones that
+    /// all answer to it.
+    pub fn find(&self, name: &str) -> Result<&Span, usize> {
+        if let Some(s) = self.spans.iter().find(|s| s.name == name) {
+            return Ok(s);
+        }
+        if let Some(s) = self.nested.iter().find(|s| s.name == name) {
+            return Ok(s);
+        }
+        let suffix = format!(".{name}");
+        let mut matches = self.nested.iter().filter(|s| s.name.ends_with(&suffix));
+        match (matches.next(), matches.count()) {
+            (Some(s), 0) => Ok(s),
+            (None, _) => Err(0),
+            (Some(_), more) => Err(more + 1),
+        }
     }
 
     /// The qualified name that owns `line` (innermost span containing it).
@@ -251,6 +296,29 @@ if X:
         for (line, want) in cases {
             assert_eq!(spans.owner(line), want, "line {line}");
         }
+    }
+
+    /// Issue 65: definitions inside a function are listed apart, named
+    /// through it, and own no line (the owners above are unchanged); a
+    /// nested one is found by its own name when no other shares it.
+    #[test]
+    fn nested_definitions_are_listed_apart() {
+        assert!(FileSpans::parse(Language::Python, SRC.as_bytes()).nested.is_empty());
+        let spans = FileSpans::parse_nested(Language::Python, SRC.as_bytes());
+        assert_eq!(spans.spans, FileSpans::parse(Language::Python, SRC.as_bytes()).spans);
+        let nested: Vec<(&str, usize, usize)> = spans.nested.iter().map(|s| (s.name.as_str(), s.start_line, s.end_line)).collect();
+        assert_eq!(nested, vec![("top.inner", 6, 7), ("A.m.Local", 14, 15)]);
+        assert!(!spans.names().any(|n| n.contains("inner") || n.contains("Local")));
+        assert_eq!(spans.find("inner").map(|s| s.name.as_str()), Ok("top.inner"));
+        assert_eq!(spans.find("m.Local").map(|s| s.name.as_str()), Ok("A.m.Local"));
+        assert_eq!(spans.find("A.m").map(|s| s.name.as_str()), Ok("A.m"));
+        assert_eq!(spans.find("m").map(|s| s.name.as_str()), Err(0), "a method by its bare name stays unknown");
+        let rust = "fn outer() {\n    fn helper() {}\n    let c = || 1;\n    helper();\n}\nimpl S {\n    fn m(&self) {\n        fn helper() {}\n    }\n}\n";
+        let spans = FileSpans::parse_nested(Language::Rust, rust.as_bytes());
+        let names: Vec<&str> = spans.nested.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec!["outer.helper", "S.m.helper"]);
+        assert_eq!(spans.find("helper").map(|s| s.name.as_str()), Err(2));
+        assert_eq!(spans.owner(2), Some("outer"));
     }
 
     #[test]

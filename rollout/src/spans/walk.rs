@@ -51,33 +51,40 @@ pub(super) trait Rules {
     }
 }
 
-/// Owning spans of `source` under `rules` (iterative walk: no recursion
-/// depth limit on deeply nested code; tree-sitter recovers from errors).
-pub(super) fn spans(rules: &dyn Rules, source: &[u8]) -> Vec<Span> {
+/// Owning spans of `source` under `rules`, and with `nested` the
+/// definitions inside functions too (their bodies walked: slower, so only
+/// when asked) (iterative walk: no recursion depth limit on deeply nested
+/// code; tree-sitter recovers from errors).
+pub(super) fn spans(rules: &dyn Rules, source: &[u8], nested: bool) -> (Vec<Span>, Vec<Span>) {
     let mut parser = Parser::new();
     if parser.set_language(&rules.language()).is_err() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let Some(tree) = parser.parse(source, None) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let mut walk = Walk { rules, source, out: Vec::new(), stack: vec![(tree.root_node(), String::new())] };
-    while let Some((node, prefix)) = walk.stack.pop() {
-        walk.scan_children(node, &prefix);
+    let mut walk = Walk { rules, source, out: Vec::new(), nested: Vec::new(), into_functions: nested, stack: vec![(tree.root_node(), String::new(), false)] };
+    while let Some((node, prefix, inside)) = walk.stack.pop() {
+        walk.scan_children(node, &prefix, inside);
     }
-    walk.out
+    (walk.out, walk.nested)
 }
 
 struct Walk<'r, 't> {
     rules: &'r dyn Rules,
     source: &'r [u8],
     out: Vec<Span>,
-    /// (node whose children are still to scan, qualified prefix such as "A.B.")
-    stack: Vec<(Node<'t>, String)>,
+    /// Definitions inside a function (they own no line: their function does).
+    nested: Vec<Span>,
+    /// Whether function bodies are walked for `nested`.
+    into_functions: bool,
+    /// (node whose children are still to scan, qualified prefix such as
+    /// "A.B.", whether it is inside a function)
+    stack: Vec<(Node<'t>, String, bool)>,
 }
 
 impl<'t> Walk<'_, 't> {
-    fn scan_children(&mut self, node: Node<'t>, prefix: &str) {
+    fn scan_children(&mut self, node: Node<'t>, prefix: &str, inside: bool) {
         let mut cursor = node.walk();
         let mut attached: Option<usize> = None;
         for child in node.named_children(&mut cursor) {
@@ -85,13 +92,14 @@ impl<'t> Walk<'_, 't> {
                 attached.get_or_insert(child.start_position().row + 1);
                 continue;
             }
-            self.visit(child, prefix, attached.take());
+            self.visit(child, prefix, attached.take(), inside);
         }
     }
 
     /// Classifies `node`; `start` overrides its first line (a wrapper's or
-    /// attached siblings' start).
-    fn visit(&mut self, node: Node<'t>, prefix: &str, start: Option<usize>) {
+    /// attached siblings' start). Inside a function, definitions go to
+    /// `nested`, named through the function (`outer.inner`).
+    fn visit(&mut self, node: Node<'t>, prefix: &str, start: Option<usize>, inside: bool) {
         let mut node = node;
         let mut start = start;
         loop {
@@ -100,23 +108,35 @@ impl<'t> Walk<'_, 't> {
                     start.get_or_insert(node.start_position().row + 1);
                     node = inner;
                 }
-                Role::Function(name) => return self.push(node, format!("{prefix}{name}"), SpanKind::Function, start),
+                Role::Function(name) => {
+                    let qualified = format!("{prefix}{name}");
+                    // Its body is scanned for nested definitions only, when asked.
+                    if self.into_functions {
+                        self.stack.push((node, format!("{qualified}."), true));
+                    }
+                    return self.push(node, qualified, SpanKind::Function, start, inside);
+                }
                 Role::Type { name, body } => {
                     let qualified = format!("{prefix}{name}");
                     if let Some(body) = body {
-                        self.stack.push((body, format!("{qualified}.")));
+                        self.stack.push((body, format!("{qualified}."), inside));
                     }
-                    return self.push(node, qualified, SpanKind::Type, start);
+                    return self.push(node, qualified, SpanKind::Type, start, inside);
                 }
-                Role::Scope { name, body } => return self.stack.push((body, format!("{prefix}{name}."))),
-                Role::Other => return self.stack.push((node, prefix.to_string())),
+                Role::Scope { name, body } => return self.stack.push((body, format!("{prefix}{name}."), inside)),
+                Role::Other => return self.stack.push((node, prefix.to_string(), inside)),
             }
         }
     }
 
-    fn push(&mut self, node: Node, name: String, kind: SpanKind, start: Option<usize>) {
+    fn push(&mut self, node: Node, name: String, kind: SpanKind, start: Option<usize>, inside: bool) {
         let own = node.start_position().row + 1;
-        self.out.push(Span { name, kind, start_line: start.map_or(own, |s| s.min(own)), end_line: end_line(node) });
+        let span = Span { name, kind, start_line: start.map_or(own, |s| s.min(own)), end_line: end_line(node) };
+        if inside {
+            self.nested.push(span);
+        } else {
+            self.out.push(span);
+        }
     }
 }
 

@@ -235,7 +235,7 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
         (json!({"issue": "  "}), "issue is empty"),
         (json!({"issue": "x", "repo": tmp.path().join("nowhere").to_str().unwrap()}), "does not exist"),
         (json!({"issue": "x", "rev": "no-such-rev"}), "no-such-rev"),
-        (json!({"issue": "x", "attempts": 0}), "attempts must be"),
+        (json!({"issue": "x", "attempts": 0}), "argument `attempts`: expected a whole number from 1 to 64"),
         (json!({"issue": "x", "attempts": 2, "temperature": 0.0}), "same episode 2 times"),
         (json!({"issue": "x", "temperature": -1.0}), "must be a number >= 0"),
         (json!({"issue": "x", "policy": "best"}), "expected model, scripted or combined"),

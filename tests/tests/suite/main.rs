@@ -5,6 +5,7 @@ mod cli_engine;
 mod cli_env;
 mod cli_gpu_plans;
 mod cli_localize;
+mod cli_localize_report;
 mod cli_lora;
 mod cli_model;
 mod cli_no_data_loss;

@@ -119,12 +119,43 @@ pub fn with_policy<T>(
 
 /// The environment of `cfg` (tokenizer, repositories, tools, reward), handed to `work`.
 pub fn with_env<T>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> Result<T>) -> Result<T> {
-    let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
+    let model_dir = tokenizer_home(cfg)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     let store = SnapshotStore::open(&cfg.env.repos_dir);
     let tools = ToolRunner::new(cfg.env.tools.clone()).with_search(cfg.search.clone(), rollout::search::IndexCache::shared());
     work(&Env { tokenizer: &tok, store: &store, tools: &tools, reward: &cfg.reward })
+}
+
+/// The folder whose tokenizer the run reads unless `[model] tokenizer`
+/// names one: the model folder; when that is missing, the adapter's folder
+/// if it holds the base model's tokenizer (the shipped localizer's does),
+/// so that a policy that loads no model (`scripted`, `search`) needs no
+/// model folder. A missing model folder with neither is an error that
+/// says how to get it.
+fn tokenizer_home(cfg: &RunConfig) -> Result<std::path::PathBuf> {
+    match lm::hub::resolve_model_dir(&cfg.model.path) {
+        Ok(dir) => Ok(dir),
+        Err(_) if cfg.model.tokenizer.is_some() => Ok(Default::default()),
+        Err(e) => match cfg.model.adapter.as_ref().filter(|a| a.join("tokenizer.json").is_file()) {
+            Some(adapter) => Ok(adapter.clone()),
+            None => Err(missing_model(cfg, e.into())),
+        },
+    }
+}
+
+/// `e` (a failed load of the config's model), with how to get the model
+/// when its folder is missing.
+pub fn missing_model(cfg: &RunConfig, e: anyhow::Error) -> anyhow::Error {
+    let path = Path::new(&cfg.model.path);
+    if path.exists() || lm::hub::is_hub_id(&cfg.model.path) {
+        return e;
+    }
+    e.context(format!(
+        "the model folder {} does not exist: scripts/fetch-smollm2.sh fetches the shipped localizer's base model (SmolLM2-135M-Instruct) to ~/.cache/fusegrpo/smollm2-135m-instruct; \
+         or give another with --model (policies `search` and `scripted` need no model)",
+        path.display()
+    ))
 }
 
 fn with_policy_in<T>(
@@ -141,7 +172,8 @@ fn with_policy_in<T>(
             work(&mut engine, env)
         }
         PolicyChoice::Model => {
-            let (model, _) = crate::model_policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())?;
+            let (model, _) = crate::model_policy::load::load_model(&cfg.model.path, cfg.model.adapter.as_deref(), &cfg.model.placement())
+                .map_err(|e| missing_model(cfg, e))?;
             let stop = tok.stop_ids().to_vec();
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             // Every prompt opens with the same system prompt and tool
