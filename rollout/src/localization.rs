@@ -251,7 +251,7 @@ impl Localization {
             } else {
                 out += "; the files the tools surfaced:\n";
                 for r in &self.found_by_tools {
-                    out += &format!("  {} ({} calls)\n", quote(&r.entity), r.votes);
+                    out += &format!("  {} ({} call{})\n", quote(&r.entity), r.votes, if r.votes == 1 { "" } else { "s" });
                 }
             }
         }
@@ -392,5 +392,14 @@ mod tests {
         assert!(!listed.contains("bridge") && !listed.contains("sessions.py"), "{text}");
         let json = serde_json::to_value(&loc).unwrap();
         assert_eq!(json["not_in_repository"][2], serde_json::json!({"entity": "sessions.py", "why": "no_file"}));
+    }
+
+    /// Issue 65 item 12: one call is "1 call", not "1 calls".
+    #[test]
+    fn the_files_the_tools_surfaced_count_their_calls_in_the_singular_too() {
+        let ranked = |entity: &str, votes| Ranked { entity: entity.into(), votes, evidence: None };
+        let loc = Localization { found_by_tools: vec![ranked("a.py", 2), ranked("b.py", 1)], ..Default::default() };
+        let text = loc.render();
+        assert!(text.contains("a.py (2 calls)") && text.contains("b.py (1 call)\n"), "{text}");
     }
 }

@@ -4,6 +4,8 @@
 //! nothing says what to do; a resume needs no `--set` again; errors and
 //! JSON say what was searched.
 
+use e2e::{fusegrpo_fails, fusegrpo_ok, git, s, shop_world};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -59,4 +61,25 @@ fn every_presets_header_plan_command_fits_as_written() {
         assert_eq!(cudnn, !file.contains("24gb") && !file.contains("48gb"), "{file}: the cuDNN workspace line:\n{stdout}");
         println!("{file}: {verdict}");
     }
+}
+
+/// Issue 65 item 12: an unknown revision is said in words, without
+/// libgit2's class and code; `localize --json` records the repository and
+/// the revision it searched.
+#[test]
+fn localize_names_an_unknown_revision_plainly_and_its_json_says_what_was_searched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let issue = tmp.path().join("issue.txt");
+    std::fs::write(&issue, "`compute_tax` uses a flat rate; it must depend on the region.").unwrap();
+    let base = ["localize", "--config", s(&cfg), "--policy", "scripted", "--repo", s(&repo), "--issue", s(&issue), "--json"];
+    let err = fusegrpo_fails(&[&base[..], &["--rev", "v9.9-nope"][..]].concat());
+    assert!(err.contains("'v9.9-nope' not found") && !err.contains("class=") && !err.contains("code="), "{err}");
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let at_head: Value = serde_json::from_str(&fusegrpo_ok(&[&base[..], &["--rev", "HEAD"][..]].concat())).unwrap();
+    assert_eq!(at_head["revision"], head.trim(), "{at_head}");
+    assert_eq!(at_head["repository"], std::fs::canonicalize(&repo).unwrap().display().to_string());
+    let tree: Value = serde_json::from_str(&fusegrpo_ok(&base)).unwrap();
+    assert_eq!(tree["revision"], "worktree", "{tree}");
 }
