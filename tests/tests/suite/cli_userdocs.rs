@@ -4,7 +4,7 @@
 //! nothing says what to do; a resume needs no `--set` again; errors and
 //! JSON say what was searched.
 
-use e2e::{fusegrpo_fails, fusegrpo_ok, git, s, shop_world};
+use e2e::{fusegrpo, fusegrpo_fails, fusegrpo_ok, git, read_jsonl, s, shop_world};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,4 +82,54 @@ fn localize_names_an_unknown_revision_plainly_and_its_json_says_what_was_searche
     assert_eq!(at_head["repository"], std::fs::canonicalize(&repo).unwrap().display().to_string());
     let tree: Value = serde_json::from_str(&fusegrpo_ok(&base)).unwrap();
     assert_eq!(tree["revision"], "worktree", "{tree}");
+}
+
+/// Issue 65 item 11: `sft` reads a task file for its held-out evaluation
+/// only; a missing one is named by its key, with the way to go without it.
+#[test]
+fn sft_names_the_task_file_key_and_goes_without_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let data = tmp.path().join("no-trajectories.jsonl");
+    let sft = |set: &str| fusegrpo_fails(&["sft", "--config", s(&cfg), "--data", s(&data), "--out", s(&tmp.path().join("sft")), "--set", set]);
+    let err = sft("train.tasks=nope.jsonl");
+    assert!(err.contains("`train.tasks`") && err.contains("sft.eval_tasks = 0"), "{err}");
+    let err = sft("pipeline.tasks=nope.jsonl");
+    assert!(err.contains("`pipeline.tasks`") && err.contains("nope.jsonl"), "{err}");
+    // Without the evaluation the task file is not read: the next complaint is the data's.
+    let err = fusegrpo_fails(&["sft", "--config", s(&cfg), "--data", s(&data), "--out", s(&tmp.path().join("sft")), "--set", "train.tasks=nope.jsonl", "--set", "sft.eval_tasks=0"]);
+    assert!(!err.contains("nope.jsonl") && err.contains("no-trajectories.jsonl"), "{err}");
+}
+
+/// Issue 65 item 11: a model that never answers gets rewards that never
+/// differ within a group; after a few such steps the run says what to do.
+#[test]
+fn train_says_what_to_do_after_steps_that_learn_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let out = fusegrpo(&["train", "--config", s(&cfg), "--out", s(&tmp.path().join("run"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let m = read_jsonl(&tmp.path().join("run/metrics.jsonl"));
+    assert!(m.iter().take(3).all(|r| r["frac_reward_zero_std"].as_f64() == Some(1.0)), "the random model never answers: {m:?}");
+    assert!(err.contains("3 steps in a row") && err.contains("answered in none") && err.contains("fusegrpo sft"), "{err}");
+    assert_eq!(err.matches("steps in a row").count(), 1, "said once: {err}");
+}
+
+/// Issue 65 item 11: the run folder keeps the `--set` keys a run started
+/// with; a resume with none continues it (and a changed one is refused as
+/// any config change is).
+#[test]
+fn a_resume_without_set_continues_a_run_started_with_some() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let run = tmp.path().join("run");
+    fusegrpo_ok(&["train", "--config", s(&cfg), "--out", s(&run), "--max-steps", "2", "--set", "optim.lr=0.002", "--set", "grpo.beta=0.02"]);
+    let out = fusegrpo(&["train", "--config", s(&cfg), "--out", s(&run), "--resume", "auto", "--max-steps", "3"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("--set optim.lr=0.002") && err.contains("run_args.json"), "the resume says what it reused: {err}");
+    assert_eq!(read_jsonl(&run.join("metrics.jsonl")).len(), 3);
+    let err = fusegrpo_fails(&["train", "--config", s(&cfg), "--out", s(&run), "--resume", "auto", "--max-steps", "4", "--set", "optim.lr=0.003"]);
+    assert!(err.contains("optim.lr") && err.contains("--allow-config-change"), "{err}");
 }
