@@ -60,6 +60,7 @@ impl RunArgs {
             overwrite: self.overwrite,
             memory: self.memory.check(),
             tensorboard: self.tensorboard.clone(),
+            keep: Vec::new(),
         }
     }
 }
@@ -139,12 +140,10 @@ pub fn run_config(config: &std::path::Path, set: &super::common::SetArgs, run: &
     Ok((cfg, dir, merged))
 }
 
-/// Writes what a run keeps of its command line into its folder (rank 0).
-pub fn keep_args(run_dir: &std::path::Path, kept: &KeptArgs) -> anyhow::Result<()> {
-    if trainer::dist::current().rank() != 0 {
-        return Ok(());
+impl KeptArgs {
+    /// The file a run keeps them in (`RunOptions::keep`), written once the
+    /// run has passed its checks.
+    pub fn file(&self) -> anyhow::Result<(String, String)> {
+        Ok((KEPT_ARGS_FILE.to_string(), serde_json::to_string_pretty(self)? + "\n"))
     }
-    std::fs::create_dir_all(run_dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", run_dir.display()))?;
-    let path = run_dir.join(KEPT_ARGS_FILE);
-    std::fs::write(&path, serde_json::to_string_pretty(kept)? + "\n").map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }

@@ -37,9 +37,9 @@ pub fn run(args: Args) -> Result<()> {
         })?,
         None => Vec::new(),
     };
-    let opts = args.run.options();
+    let mut opts = args.run.options();
+    opts.keep.push(kept.file()?);
     trainer::run::check_folder(&run_dir, &opts)?;
-    super::run::keep_args(&run_dir, &kept)?;
     trainer::run::sft::sft(&cfg, &data, &run_dir, &tasks, &opts)?.into_result()
 }
 

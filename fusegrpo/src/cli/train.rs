@@ -30,10 +30,10 @@ pub fn run(args: Args) -> Result<()> {
         (cfg.train.tasks_per_step / world + 1) * world
     );
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
-    let opts = args.run.options();
+    let mut opts = args.run.options();
+    opts.keep.push(kept.file()?);
     // Refusals first, before anything is read at length or written.
     trainer::run::check_folder(&run_dir, &opts)?;
-    super::run::keep_args(&run_dir, &kept)?;
     let tasks = trainer::rollouts::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)?;
     trainer::run::grpo::grpo(&cfg, &run_dir, &tasks, &opts)?.into_result()
 }
