@@ -6,12 +6,18 @@
 # trajectories (synth), the dual-metric filter, SFT, GRPO, and the table of
 # the base, SFT and GRPO models on held-out tasks (report.json), plus a plot
 # of the GRPO run. SEED=n picks the sampling/SFT seed (default 0); a rerun
-# skips the stages that are done.
+# skips the stages that are done. FUSEGRPO_BIN=path runs that build instead
+# of building target/release/fusegrpo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seed="${SEED:-0}"
-cargo build --release --bin fusegrpo
-bin=target/release/fusegrpo
+if [ -n "${FUSEGRPO_BIN:-}" ]; then
+  bin=$FUSEGRPO_BIN
+  [ -x "$bin" ] || { echo "smoke.sh: FUSEGRPO_BIN=$bin is not an executable" >&2; exit 2; }
+else
+  cargo build --release --bin fusegrpo
+  bin=target/release/fusegrpo
+fi
 run=checkpoints/smoke
 mkdir -p "$run"
 [ -d "$run/repos/practice__shop" ] || $bin practice-repo --out "$run/repos" --seed 0 >/dev/null

@@ -45,7 +45,7 @@ impl RunOn {
             device: self.device,
             dtype: self.dtype,
             cuda_kernels: self.cuda_kernels,
-            attention: trainer::gpu_check::attention_settings(self.attention, true),
+            attention: trainer::gpu_check::attention_settings(self.attention, true, trainer::run_config::default_workspace_mib()),
         }
     }
 

@@ -611,4 +611,13 @@ mod tests {
         let loc = Localization::searched(search, &snapshot());
         assert_eq!((loc.files.len(), loc.functions.len()), (1, 1));
     }
+
+    /// Issue 65 item 12: one call is "1 call", not "1 calls".
+    #[test]
+    fn the_files_the_tools_surfaced_count_their_calls_in_the_singular_too() {
+        let ranked = |entity: &str, votes| Ranked { entity: entity.into(), votes, search: false, nested: false, evidence: None };
+        let loc = Localization { found_by_tools: vec![ranked("a.py", 2), ranked("b.py", 1)], ..Default::default() };
+        let text = loc.render();
+        assert!(text.contains("a.py (2 calls)") && text.contains("b.py (1 call)\n"), "{text}");
+    }
 }

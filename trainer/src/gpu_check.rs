@@ -165,9 +165,10 @@ pub fn set_attention_env(value: Option<kernels::attention::Backend>) {
 }
 
 /// The attention settings a model carries, from `[model] attention` and
-/// `attention_deterministic` (the environment's override applied).
-pub fn attention_settings(attention: Attention, deterministic: bool) -> kernels::attention::Settings {
-    kernels::attention::Settings { backend: attention.with_env().backend(), deterministic }
+/// `attention_deterministic` and `attention_workspace_mib` (the
+/// environment's override applied).
+pub fn attention_settings(attention: Attention, deterministic: bool, workspace_mib: u64) -> kernels::attention::Settings {
+    kernels::attention::Settings { backend: attention.with_env().backend(), deterministic, workspace_budget: workspace_mib.saturating_mul(1 << 20) }
 }
 
 /// Which attention runs on CUDA with the kernels `on` (or off) and these
@@ -187,8 +188,8 @@ pub fn attention_line(on: bool, probe: bool, settings: kernels::attention::Setti
         _ if !cfg!(feature = "cudnn") => "attention on CUDA: the fused kernel (this build has no cuDNN attention: cargo build --features cuda,cudnn)".into(),
         Backend::Cudnn => format!("attention on CUDA: cuDNN's fused attention, an error where it declines ([model] attention = \"cudnn\"{det}){}", cudnn_found(probe)),
         Backend::Auto => format!(
-            "attention on CUDA: cuDNN's fused attention where it takes the call (bf16/f16, Hopper or newer, backward workspace <= {} MiB), else the fused kernel, said once in the log ([model] attention = \"auto\"{det}){}",
-            kernels::attention::cudnn_map::WORKSPACE_BUDGET >> 20,
+            "attention on CUDA: cuDNN's fused attention where it takes the call (bf16/f16, Hopper or newer, backward workspace <= {} MiB, [model] attention_workspace_mib), else the fused kernel, said once in the log ([model] attention = \"auto\"{det}){}",
+            settings.workspace_budget >> 20,
             cudnn_found(probe)
         ),
     }

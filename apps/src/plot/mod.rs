@@ -122,22 +122,42 @@ pub(super) struct XAxis<'a> {
 /// The training step as x.
 const STEP_AXIS: XAxis<'static> = XAxis { desc: "step", format: &|v| format!("{v:.0}") };
 
-/// Padded y range that covers every value (a flat series gets a unit-ish range).
+/// Padded y range that covers every value (a flat series gets a unit-ish
+/// range); values that are all >= 0 (reward, F1, KL, ...) get no range
+/// below 0.
 fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (y0, y1, lo) = padded_range(values);
+    (if lo >= 0.0 { y0.max(0.0) } else { y0 }, y1)
+}
+
+/// A y label with as many decimals as ticks `span / 6` apart need, never
+/// "-0.0".
+fn y_label(v: f64, span: f64) -> String {
+    let step = span / 6.0;
+    let decimals = if step > 0.0 && step.is_finite() { (-step.log10()).ceil().clamp(0.0, 6.0) as usize } else { 1 };
+    let text = format!("{v:.decimals$}");
+    match text.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => text,
+    }
+}
+
+/// [`y_range`] before the floor at 0, and the lowest value.
+fn padded_range(values: impl Iterator<Item = f64>) -> (f64, f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values.filter(|v| v.is_finite()) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
     if !lo.is_finite() {
-        return (0.0, 1.0);
+        return (0.0, 1.0, 0.0);
     }
     if hi - lo < 1e-12 {
         let pad = if lo.abs() > 1e-12 { lo.abs() * 0.1 } else { 0.5 };
-        return (lo - pad, hi + pad);
+        return (lo - pad, hi + pad, lo);
     }
     let pad = (hi - lo) * 0.05;
-    (lo - pad, hi + pad)
+    (lo - pad, hi + pad, lo)
 }
 
 /// Draw one panel: a title, axes with the step on x, optional band, curves and
@@ -178,6 +198,7 @@ pub(super) fn draw_panel(
         .configure_mesh()
         .x_desc(x_axis.desc)
         .x_label_formatter(x_axis.format)
+        .y_label_formatter(&|v| y_label(*v, y1 - y0))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .x_labels(8)
@@ -253,7 +274,8 @@ pub fn render(rows: &[Row], title: &str, out: &Path, width: u32, height: u32, sm
         .collect();
     let band = (!with_std.is_empty()).then(|| Band {
         color: BLUE,
-        lower: with_std.iter().map(|&(x, m, s)| (x, m - s)).collect(),
+        // A reward is >= 0 (F1 terms times an efficiency factor): the band stops at 0.
+        lower: with_std.iter().map(|&(x, m, s)| (x, (m - s).max(0.0))).collect(),
         upper: with_std.iter().map(|&(x, m, s)| (x, m + s)).collect(),
     });
     let mut reward_curves = vec![Curve { label: "mean (band: +-std)".into(), color: BLUE, points: reward.clone() }];
@@ -321,6 +343,20 @@ pub fn plot_run(run_dir: &Path, out: Option<&Path>, width: u32, height: u32, smo
 mod tests {
     use super::*;
 
+    /// Issue 65 item 12: no "-0.0" tick, and no range below 0 for values
+    /// that never go there (the reward's band stops at 0 too).
+    #[test]
+    fn labels_never_read_minus_zero_and_nonnegative_values_stay_above_zero() {
+        assert_eq!(y_label(-0.000_001, 0.6), "0.0");
+        assert_eq!(y_label(-0.04, 0.6), "0.0");
+        assert_eq!(y_label(-0.1, 0.6), "-0.1");
+        assert_eq!(y_label(0.25, 0.06), "0.25");
+        assert_eq!(y_label(1234.0, 6000.0), "1234");
+        assert_eq!(y_range([0.0, 0.5].into_iter()).0, 0.0);
+        assert_eq!(y_range([0.0, 0.0].into_iter()), (0.0, 0.5));
+        assert!(y_range([-0.2, 0.5].into_iter()).0 < -0.2, "a loss below 0 keeps its padding");
+    }
+
     #[test]
     fn parse_keeps_the_later_line_of_a_repeated_step_and_sorts() {
         let text = "{\"step\":2,\"reward\":0.5,\"kl\":null}\n\n{\"step\":1,\"reward\":0.1}\n{\"step\":2,\"reward\":0.7}\n";
@@ -351,8 +387,9 @@ mod tests {
 
     #[test]
     fn flat_series_get_a_nonempty_range() {
+        // All zeros (a reward that never moved): from 0 up, never below.
         let (lo, hi) = y_range([0.0, 0.0].into_iter());
-        assert!(lo < 0.0 && hi > 0.0);
+        assert!(lo == 0.0 && hi > 0.0);
         let (lo, hi) = y_range([2.0].into_iter());
         assert!(lo < 2.0 && hi > 2.0);
     }

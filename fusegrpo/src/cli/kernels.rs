@@ -44,7 +44,7 @@ pub fn run(cmd: Command) -> Result<()> {
             }
             let choice = cuda_kernels.resolve();
             println!("{choice}");
-            println!("{}", gpu_check::attention_line(choice.on, true, gpu_check::attention_settings(attention, attention_deterministic)));
+            println!("{}", gpu_check::attention_line(choice.on, true, gpu_check::attention_settings(attention, attention_deterministic, trainer::run_config::default_workspace_mib())));
         }
         Command::Record { gpu, report, at } => {
             anyhow::ensure!(report.is_file(), "--report {}: no such file", report.display());

@@ -108,11 +108,28 @@ pub fn run(args: Args) -> Result<()> {
         trainer::rollouts::episodes::write_episodes_atomic(out, &episodes)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        let mut json = serde_json::to_value(&result)?;
+        // What was searched, so the answer can be reproduced.
+        json["repository"] = serde_json::json!(std::fs::canonicalize(&args.repo).unwrap_or_else(|_| args.repo.clone()).display().to_string());
+        json["revision"] = serde_json::json!(searched_revision(&args.repo, args.rev.as_deref()));
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", result.render());
     }
     Ok(())
+}
+
+/// The revision searched: the commit `--rev` names (its full id), else
+/// `worktree` (a repository's working tree as it is, uncommitted edits
+/// included) or `folder` (a plain folder).
+fn searched_revision(repo: &std::path::Path, rev: Option<&str>) -> String {
+    match git2::Repository::open(repo) {
+        Ok(git) => match rev {
+            Some(rev) => rollout::repo::resolve_commit(&git, "", rev).map_or_else(|_| rev.to_string(), |id| id.to_string()),
+            None => rollout::repo::WORKTREE.to_string(),
+        },
+        Err(_) => rollout::repo::FOLDER.to_string(),
+    }
 }
 
 /// Refuses, before any work, an `--out` that is one of the inputs

@@ -60,6 +60,7 @@ impl RunArgs {
             overwrite: self.overwrite,
             memory: self.memory.check(),
             tensorboard: self.tensorboard.clone(),
+            keep: Vec::new(),
         }
     }
 }
@@ -82,3 +83,67 @@ impl MemoryArgs {
     }
 }
 
+
+/// The file of a run folder that keeps the `--set` keys, `--model` and
+/// `--adapter` the run was started (or last resumed) with, so that a resume
+/// needs none of them again.
+pub const KEPT_ARGS_FILE: &str = "run_args.json";
+
+/// What a run keeps of its command line in [`KEPT_ARGS_FILE`].
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct KeptArgs {
+    /// Each `--set` as given, in order.
+    pub set: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
+}
+
+/// A run's config, its folder and what to keep of its command line: the
+/// config file with `--set`, `--model` and `--adapter` applied, and on a
+/// resume (`--resume`) those the run folder kept first, this command's
+/// after them (so a resume with none continues the run as it was started,
+/// and a value that differs from the run's is refused, as any config
+/// change is, unless --allow-config-change). `run_dir` names the folder
+/// from the config (`--out`, else a default of the run's name).
+pub fn run_config(config: &std::path::Path, set: &super::common::SetArgs, run: &RunArgs, run_dir: impl Fn(&RunConfig) -> PathBuf) -> anyhow::Result<(RunConfig, PathBuf, KeptArgs)> {
+    let mut cfg = set.load(config)?;
+    run.apply(&mut cfg);
+    let dir = run_dir(&cfg);
+    let given = KeptArgs { set: set.set.iter().map(|o| o.text.clone()).collect(), model: run.model.clone(), adapter: run.adapter.clone() };
+    let path = dir.join(KEPT_ARGS_FILE);
+    if run.resume.is_none() || !path.is_file() {
+        return Ok((cfg, dir, given));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let kept: KeptArgs = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e} (the --set keys a run keeps; delete it to resume with this command's alone)", path.display()))?;
+    let mut all = kept.set.clone();
+    all.extend(given.set.iter().filter(|s| !kept.set.contains(s)).cloned());
+    let parsed = all
+        .iter()
+        .map(|s| s.parse::<trainer::run_config::Override>().map_err(|e| anyhow::anyhow!("{}: --set {s}: {e}", path.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let merged = KeptArgs { set: all, model: run.model.clone().or(kept.model), adapter: run.adapter.clone().or(kept.adapter) };
+    let mut cfg = trainer::run_config::RunConfig::from_file_with(config, &parsed)?;
+    RunArgs { model: merged.model.clone(), adapter: merged.adapter.clone(), ..RunArgs::default() }.apply(&mut cfg);
+    let mut reused: Vec<String> = kept.set.iter().filter(|s| !given.set.contains(s)).map(|s| format!("--set {s}")).collect();
+    if run.model.is_none() {
+        reused.extend(merged.model.as_ref().map(|m| format!("--model {m}")));
+    }
+    if run.adapter.is_none() {
+        reused.extend(merged.adapter.as_ref().map(|a| format!("--adapter {}", a.display())));
+    }
+    if !reused.is_empty() {
+        eprintln!("resuming with the run's {} (kept in {})", reused.join(" "), path.display());
+    }
+    Ok((cfg, dir, merged))
+}
+
+impl KeptArgs {
+    /// The file a run keeps them in (`RunOptions::keep`), written once the
+    /// run has passed its checks.
+    pub fn file(&self) -> anyhow::Result<(String, String)> {
+        Ok((KEPT_ARGS_FILE.to_string(), serde_json::to_string_pretty(self)? + "\n"))
+    }
+}

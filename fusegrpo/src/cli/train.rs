@@ -20,8 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = args.set.load(&args.config)?;
-    args.run.apply(&mut cfg);
+    let (cfg, run_dir, kept) = super::run::run_config(&args.config, &args.set, &args.run, |cfg| args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name)))?;
     let world = trainer::dist::current().world();
     anyhow::ensure!(
         cfg.train.tasks_per_step % world == 0,
@@ -30,9 +29,9 @@ pub fn run(args: Args) -> Result<()> {
         (cfg.train.tasks_per_step / world).max(1) * world,
         (cfg.train.tasks_per_step / world + 1) * world
     );
-    let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
-    let opts = args.run.options();
+    let mut opts = args.run.options();
+    opts.keep.push(kept.file()?);
     // Refusals first, before anything is read at length or written.
     trainer::run::check_folder(&run_dir, &opts)?;
     let tasks = trainer::rollouts::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)?;

@@ -6,7 +6,7 @@
 //! takes the call (bf16 or f16, head dim a multiple of 8 up to 256, a
 //! Hopper or newer GPU, libcudnn.so.9 found, the graph built and, when
 //! gradients are needed, the backward's graph built with its workspace
-//! within [`WORKSPACE_BUDGET`]), else the fused kernel runs and the log says
+//! within [`Settings::workspace_budget`]), else the fused kernel runs and the log says
 //! why, once per reason ([`super::cudnn_map::note_once`]). The backend is a
 //! value carried with the model ([`Settings`]): `cudnn` makes a decline an
 //! error, `kernel` never tries cuDNN. A forward that ran on cuDNN keeps its
@@ -23,7 +23,7 @@
 //! never used) and unseen keys get zero gradients.
 
 use super::cuda::{strided, In};
-use super::cudnn_map::{self, count_bucket, Backend, GraphKey, IoType, Layouts, PackedStarts, Ragged, Sequence, Settings, WORKSPACE_BUDGET};
+use super::cudnn_map::{self, count_bucket, Backend, GraphKey, IoType, Layouts, PackedStarts, Ragged, Sequence, Settings};
 use super::{Dims, Visibility};
 use crate::cuda_util::wrap;
 use candle_core::backend::BackendStorage;
@@ -93,10 +93,6 @@ pub fn library() -> std::result::Result<&'static Library, String> {
 }
 
 fn open() -> std::result::Result<Library, String> {
-    // Before any graph: with cuDNN >= 9.25 on Hopper the deterministic
-    // backward then keeps its workspace under the budget (linear in the sequence).
-    // SAFETY: the shim sets the variable under its lock.
-    unsafe { fg_cudnn_set_dp_limit(WORKSPACE_BUDGET as i64) };
     let env = |k: &str| std::env::var(k).ok();
     let mut tried = Vec::new();
     for path in cudnn_map::library_candidates(&env) {
@@ -218,6 +214,16 @@ fn s<E: std::fmt::Display>(e: E) -> String {
 fn sm_version(dev: &CudaDevice) -> std::result::Result<i32, String> {
     let (major, minor) = dev.cuda_stream().context().compute_capability().map_err(s)?;
     Ok(major * 10 + minor)
+}
+
+/// Before the process's first graph: with cuDNN >= 9.25 on Hopper the
+/// deterministic backward then keeps its workspace under `budget` (linear
+/// in the sequence). The first forward's budget holds for the process (a
+/// run's models share one `[model]` section).
+fn dp_limit(budget: u64) {
+    static SET: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the shim sets the variable under its lock.
+    SET.call_once(|| unsafe { fg_cudnn_set_dp_limit(budget.min(i64::MAX as u64) as i64) });
 }
 
 /// The graph of `key`, built or found: its workspace in bytes. The first
@@ -348,15 +354,16 @@ fn forward<T: CudaDType + DeviceRepr + ValidAsZeroBits>(dims: Dims, scale: f32, 
     if seqs.is_empty() {
         return Ok((wrap(out, &dev), Saved { stats, ints, starts, key, layouts, empty: true }));
     }
+    dp_limit(settings.workspace_budget);
     let ws = prepare(&dev, &key)?;
     let backward = GraphKey { backward: 1, ..key };
     if grads {
         let bws = prepare(&dev, &backward)?;
-        if bws > WORKSPACE_BUDGET {
+        if bws > settings.workspace_budget {
             let why = format!(
                 "the backward's workspace is {} MiB, over the {} MiB budget ({}; cuDNN >= 9.25 keeps it small, or set [model] attention_deterministic = false)",
                 bws >> 20,
-                WORKSPACE_BUDGET >> 20,
+                settings.workspace_budget >> 20,
                 if settings.deterministic { "the deterministic backward on Hopper with cuDNN < 9.25 is quadratic in the sequence" } else { "non-deterministic" }
             );
             if settings.backend == Backend::Auto {

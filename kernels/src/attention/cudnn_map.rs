@@ -84,20 +84,25 @@ pub struct Settings {
     /// cuDNN's deterministic backward (bitwise reruns). On Hopper with
     /// cuDNN older than 9.25 it takes a workspace quadratic in the sequence
     /// (`slots * heads * max_q * max_kv * 2` bytes: 16 GiB for one 16K row
-    /// at 32 heads); in Auto a backward over [`WORKSPACE_BUDGET`] declines
+    /// at 32 heads); in Auto a backward over `workspace_budget` declines
     /// cuDNN for the call (the fused kernel runs, which is deterministic).
     pub deterministic: bool,
+    /// The most workspace (bytes) cuDNN's backward may take before Auto
+    /// declines cuDNN for the call at the forward (`[model]
+    /// attention_workspace_mib`; [`WORKSPACE_BUDGET`] by default). It is
+    /// also the cap cuDNN >= 9.25 keeps the deterministic backward's dP
+    /// workspace under (set once, by the process's first cuDNN forward).
+    /// The memory planner counts it where cuDNN may run.
+    pub workspace_budget: u64,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings { backend: Backend::Auto, deterministic: true }
+        Settings { backend: Backend::Auto, deterministic: true, workspace_budget: WORKSPACE_BUDGET }
     }
 }
 
-/// The most workspace (bytes) cuDNN's backward may take before Auto
-/// declines cuDNN for the call at the forward (4 GiB). The planner counts it
-/// where cuDNN may run.
+/// The default of [`Settings::workspace_budget`]: 4 GiB.
 pub const WORKSPACE_BUDGET: u64 = 4 << 30;
 
 /// One cuDNN sequence: queries `q_start .. q_start + q_len` of row `row`
@@ -765,7 +770,7 @@ mod tests {
         assert_eq!(Backend::parse_env(Some("kernel")), Ok(Some(Backend::Kernel)));
         let e = Backend::parse_env(Some("flash")).unwrap_err();
         assert!(e.contains("FUSEGRPO_ATTENTION=\"flash\"") && e.contains("\"cudnn\""), "{e}");
-        assert_eq!(Settings::default(), Settings { backend: Backend::Auto, deterministic: true });
+        assert_eq!(Settings::default(), Settings { backend: Backend::Auto, deterministic: true, workspace_budget: 4 << 30 });
     }
 
     #[test]

@@ -44,10 +44,10 @@ pub fn open_repository_path(path: &Path) -> Result<Repository, RepoError> {
 
 /// Resolves `rev` (a full or short id, a branch, a tag) to a commit id.
 pub fn resolve_commit(git: &Repository, repo: &str, rev: &str) -> Result<Oid, RepoError> {
-    let missing = |source| RepoError::MissingCommit {
+    let missing = |e: git2::Error| RepoError::MissingCommit {
         repo: repo.to_string(),
         rev: rev.to_string(),
-        source,
+        why: e.message().to_string(),
     };
     let object = git.revparse_single(rev).map_err(missing)?;
     let commit = object.peel_to_commit().map_err(missing)?;

@@ -47,14 +47,14 @@ pub enum RepoError {
         source: git2::Error,
     },
     /// The revision does not name a commit in this repository.
-    #[error("commit '{rev}' not found in {repo}: {source}")]
+    #[error("revision '{rev}' not found in {repo}: {why} (a branch, a tag or a commit id of that repository)")]
     MissingCommit {
         /// The `owner/name`.
         repo: String,
         /// The revision asked for.
         rev: String,
-        /// libgit2's error.
-        source: git2::Error,
+        /// libgit2's message, without its class and code.
+        why: String,
     },
     /// A plain folder (not a git repository) could not be read.
     #[error("cannot read the folder {path}: {message}")]

@@ -429,7 +429,7 @@ mod tests {
         let mut s = AttemptSummary::of(&episode, 0);
         s.written = text.clone();
         let shown = s.render();
-        assert!(shown.contains("It grepped add_item") && shown.contains("- a.py:add_item (shown by 1 calls)"), "{shown}");
+        assert!(shown.contains("It grepped add_item") && shown.contains("- a.py:add_item (shown by 1 call)"), "{shown}");
         assert!(!shown.contains("Calls:"), "the written summary replaces the calls: {shown}");
         let own = AttemptSummary::of(&episode, 0).render();
         assert!(own.contains("Calls: grep pattern=\"add_item\""), "{own}");

@@ -145,7 +145,7 @@ impl AttemptSummary {
             out.push_str("Answer:\n");
             for a in &self.answer {
                 let n = self.support.get(a).copied().unwrap_or(0);
-                out.push_str(&format!("- {a} (shown by {n} calls)\n"));
+                out.push_str(&format!("- {a} (shown by {n} call{})\n", if n == 1 { "" } else { "s" }));
             }
         }
     }

@@ -72,12 +72,26 @@ pub enum ToolError {
         size: usize,
     },
     /// A symbolic link, which is never followed.
-    #[error("'{path}' is a symbolic link to '{target}' (links are not followed)")]
+    #[error("'{path}' is a symbolic link to '{target}'{outside} (links are not followed)")]
     Symlink {
         /// The link.
         path: String,
         /// Its target text.
         target: String,
+        /// ", out of the repository" when the target leaves it, else "".
+        outside: &'static str,
+    },
+    /// A path beneath a symbolic link (to a folder), which is never followed.
+    #[error("'{path}' is beneath '{link}', a symbolic link to '{target}'{outside} (links are not followed)")]
+    BeneathSymlink {
+        /// The path asked for.
+        path: String,
+        /// The link on its way.
+        link: String,
+        /// The link's target text.
+        target: String,
+        /// ", out of the repository" when the target leaves it, else "".
+        outside: &'static str,
     },
     /// A submodule, whose files are not in this repository.
     #[error("'{path}' is a submodule (commit {commit}); its files are not available")]

@@ -13,10 +13,42 @@ pub(super) fn require_text(file: &FileEntry) -> Result<&[u8], ToolError> {
         FileKind::Text(bytes) => Ok(bytes),
         FileKind::Binary { size } => Err(ToolError::Binary { path, size: *size }),
         FileKind::TooLarge { size } => Err(ToolError::TooLarge { path, size: *size }),
-        FileKind::Symlink { target } => Err(ToolError::Symlink { path, target: target.clone() }),
+        FileKind::Symlink { target } => Err(ToolError::Symlink { outside: outside(&path, target), path, target: target.clone() }),
         FileKind::Submodule { commit } => Err(ToolError::Submodule { path, commit: commit.clone() }),
         FileKind::Missing => Err(ToolError::Missing { path }),
     }
+}
+
+/// ", out of the repository" when the link at `link` (a repository path)
+/// points out of it (an absolute target, or more `..` than folders above
+/// it), else "".
+pub(super) fn outside(link: &str, target: &str) -> &'static str {
+    let mut depth = link.split('/').count() as i64 - 1;
+    let leaves = target.starts_with('/')
+        || target.split('/').any(|c| {
+            match c {
+                ".." => depth -= 1,
+                "" | "." => {}
+                _ => depth += 1,
+            }
+            depth < 0
+        });
+    if leaves { ", out of the repository" } else { "" }
+}
+
+/// The link on the way to `path` (a folder of it that is a symbolic link
+/// in the snapshot), with the error that names it.
+pub(super) fn beneath_link(snapshot: &Snapshot, path: &str) -> Option<ToolError> {
+    let mut end = 0;
+    while let Some(i) = path[end..].find('/') {
+        end += i;
+        if let Some(FileKind::Symlink { target }) = snapshot.file(&path[..end]).map(|f| &f.kind) {
+            let link = &path[..end];
+            return Some(ToolError::BeneathSymlink { path: path.to_string(), link: link.to_string(), target: target.clone(), outside: outside(link, target) });
+        }
+        end += 1;
+    }
+    None
 }
 
 /// The `read_file` tool.
@@ -29,7 +61,7 @@ pub(super) fn run(snapshot: &Snapshot, args: &Args, config: &ToolConfig) -> Resu
         if snapshot.is_dir(&path) {
             return Err(ToolError::IsDirectory(if path.is_empty() { ".".into() } else { path }));
         }
-        return Err(ToolError::NotFound(path));
+        return Err(beneath_link(snapshot, &path).unwrap_or(ToolError::NotFound(path)));
     };
     let bytes = require_text(file)?;
     let lines: Vec<&[u8]> = split_lines(bytes);

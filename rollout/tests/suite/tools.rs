@@ -208,9 +208,10 @@ fn read_file_cases() {
         (r#"{"name":"read_file","arguments":{"path":"src/app.py","start_line":1.5}}"#, Error("line number >= 1")),
         (r#"{"name":"read_file","arguments":{"path":"data/blob.bin"}}"#, Error("binary file (8 bytes)")),
         (r#"{"name":"read_file","arguments":{"path":"big/huge.txt"}}"#, Error("too large to read (4800000 bytes)")),
-        (r#"{"name":"read_file","arguments":{"path":"link_out"}}"#, Error("symbolic link to '../../../etc/passwd' (links are not followed)")),
-        (r#"{"name":"read_file","arguments":{"path":"link_in"}}"#, Error("symbolic link to 'src/app.py'")),
-        (r#"{"name":"read_file","arguments":{"path":"link_out/x"}}"#, Error("does not exist")),
+        (r#"{"name":"read_file","arguments":{"path":"link_out"}}"#, Error("symbolic link to '../../../etc/passwd', out of the repository (links are not followed)")),
+        (r#"{"name":"read_file","arguments":{"path":"link_in"}}"#, Error("symbolic link to 'src/app.py' (links are not followed)")),
+        // Issue 65 item 12: a path beneath a link out of the repository says so, not "does not exist".
+        (r#"{"name":"read_file","arguments":{"path":"link_out/x"}}"#, Error("'link_out/x' is beneath 'link_out', a symbolic link to '../../../etc/passwd', out of the repository (links are not followed)")),
         (r#"{"name":"read_file","arguments":{"path":"vendor/sub"}}"#, Error("submodule (commit 0123456789abcdef")),
         (r#"{"name":"read_file","arguments":{"path":"vendor/sub/setup.py"}}"#, Error("does not exist")),
         (r#"{"name":"read_file","arguments":{"path":"src"}}"#, Error("'src' is a directory")),

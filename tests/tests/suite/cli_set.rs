@@ -61,10 +61,13 @@ fn a_set_value_is_saved_with_the_run_and_a_resume_compares_it() {
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("step_00000002/state.json")).unwrap()).unwrap();
     assert_eq!(state["config"]["grpo"]["beta"], 0.02);
     assert_eq!(state["config"]["name"], "bare-name");
-    // Without the --set the config differs from the run's: refused, naming the key.
-    let out = fusegrpo(&args(&["--resume", "auto", "--max-steps", "3"]).iter().map(String::as_str).collect::<Vec<_>>());
+    // Another value than the run's: refused, naming the key.
+    let out = fusegrpo(&args(&["--resume", "auto", "--max-steps", "3", "--set", "grpo.beta=0.04"]).iter().map(String::as_str).collect::<Vec<_>>());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("grpo.beta (0.02 -> 0.04)"), "{err}");
-    fusegrpo_ok(&args(&with(&["--resume", "auto", "--max-steps", "3"])).iter().map(String::as_str).collect::<Vec<_>>());
+    // Without the --set the run's own are applied again (kept in run_args.json); with them, the same.
+    fusegrpo_ok(&args(&["--resume", "auto", "--max-steps", "3"]).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(run.join("step_00000003/DONE").exists());
+    fusegrpo_ok(&args(&with(&["--resume", "auto", "--max-steps", "4"])).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(run.join("step_00000004/DONE").exists());
 }

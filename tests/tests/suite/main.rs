@@ -23,6 +23,7 @@ mod cli_synth;
 mod cli_tasks_corpus;
 mod cli_tensorboard;
 mod cli_train;
+mod cli_userdocs;
 mod docs_commands;
 mod gpu_bench;
 mod mcp_frames;

@@ -237,6 +237,38 @@ impl Target<'_> {
     }
 }
 
+/// The setting that sizes cuDNN attention's backward workspace.
+pub const CUDNN_WORKSPACE_SETTING: &str = "[model] attention_workspace_mib";
+
+/// cuDNN attention's backward workspace in an update whose micro-batch
+/// holds `tokens` tokens in sequences of at most `longest`, where cuDNN may
+/// run (on CUDA, the kernels on, `[model] attention` auto or cudnn; counted
+/// whatever this build's features, as the plan is for the build that
+/// runs): `auto` takes cuDNN only while the backward's workspace is within
+/// `[model] attention_workspace_mib`, so the budget; `cudnn` runs it over
+/// the budget too, so with the deterministic backward the larger of the
+/// budget and the quadratic dP workspace of cuDNN < 9.25 on Hopper
+/// (`sequences x heads x longest^2 x 2` bytes).
+fn cudnn_workspace(cfg: &RunConfig, model: &ModelConfig, fused_attention: bool, tokens: u64, longest: u64) -> Option<Part> {
+    use kernels::attention::Backend;
+    if cfg.model.device != DeviceKind::Cuda || !fused_attention {
+        return None;
+    }
+    let s = cfg.model.placement().attention;
+    let budget = s.workspace_budget;
+    let (bytes, detail) = match s.backend {
+        Backend::Kernel => return None,
+        Backend::Auto => (budget, format!("cuDNN attention's backward workspace (a `cudnn` build's): at most {} MiB, over which [model] attention = \"auto\" runs the fused kernel", budget >> 20)),
+        Backend::Cudnn if s.deterministic => {
+            let longest = longest.max(1);
+            let quadratic = tokens.div_ceil(longest) * model.num_attention_heads as u64 * longest * longest * 2;
+            (budget.max(quadratic), format!("cuDNN attention's backward workspace (a `cudnn` build's; [model] attention = \"cudnn\" runs over the {} MiB budget): the deterministic dP workspace of cuDNN < 9.25 on Hopper, {} sequence(s) x {} heads x {longest}^2 x 2 B", budget >> 20, tokens.div_ceil(longest), model.num_attention_heads))
+        }
+        Backend::Cudnn => (budget, format!("cuDNN attention's backward workspace (a `cudnn` build's): the {} MiB budget (assumed for the non-deterministic backward)", budget >> 20)),
+    };
+    Some(part("cudnn_workspace", bytes, detail, Some(CUDNN_WORKSPACE_SETTING)))
+}
+
 /// Rows and the longest row of the largest micro-batch (a packed row holds
 /// up to its token budget).
 fn micro_batch_rows(micro: MicroBatching, longest: usize) -> (u64, u64) {
@@ -290,6 +322,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     grpo.extend(t.activations(grpo_tokens, cfg.train.recompute, grpo_setting));
     let (rows, row) = micro_batch_rows(cfg.train.micro_batching()?, longest);
     grpo.extend(t.attention_scores(rows, row, cfg.train.recompute));
+    grpo.extend(cudnn_workspace(cfg, model, fused_attention, grpo_tokens, longest as u64));
     if cfg.rollout.off_policy > 0 && !on_vllm {
         // The next step's rollouts decode during the update, from weights
         // the update does not touch: the merged projections of a LoRA run,
@@ -306,6 +339,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     sft.extend(t.activations(sft_tokens, cfg.sft.recompute, sft_setting));
     let (rows, row) = micro_batch_rows(cfg.sft.micro_batching()?, cfg.sft.filter.max_tokens);
     sft.extend(t.attention_scores(rows, row, cfg.sft.recompute));
+    sft.extend(cudnn_workspace(cfg, model, fused_attention, sft_tokens, cfg.sft.filter.max_tokens as u64));
 
     let mut notes = vec![
         format!("worst case: every episode at [episode] max_total_tokens = {longest}, every micro-batch full"),
@@ -574,5 +608,38 @@ mod tests {
         let note = plan.notes.iter().find(|n| n.starts_with("attention:")).expect("an attention note");
         assert!(note.contains("[model] attention = \"kernel\""), "{note}");
         assert_eq!(note.replacen("attention: ", "attention on CUDA: ", 1), format!("{}; memory linear in the sequence ([model] cuda_kernels)", crate::gpu_check::attention_line(true, false, settings)));
+    }
+
+    /// Issue 61 (B4): cuDNN attention's backward workspace is a named line
+    /// of the updates wherever cuDNN may run, sized by `[model]
+    /// attention_workspace_mib`; none with `attention = "kernel"`, on the
+    /// CPU, or with the kernels off; a forced `cudnn` with the deterministic
+    /// backward counts cuDNN < 9.25's quadratic dP workspace.
+    #[test]
+    fn the_cudnn_workspace_is_counted_where_cudnn_may_run() {
+        let model = crate::plan::known::published("Qwen/Qwen3-4B").expect("known");
+        let base = "name = \"t\"\n[model]\npath = \"m\"\ndtype = \"bf16\"\ndevice = \"cuda\"\ncuda_kernels = \"on\"\n";
+        let tail = "[env]\nrepos_dir = \"r\"\n[episode]\nmax_total_tokens = 16384\n[train]\nmicro_batch_tokens = 65536\n";
+        let plan = |extra: &str| for_run(&toml::from_str::<RunConfig>(&format!("{base}{extra}{tail}")).unwrap(), &model, 2, 1).unwrap();
+        let auto = plan("");
+        assert_eq!(part(&auto, PhaseKind::GrpoUpdate, "cudnn_workspace"), 4 << 30, "the default budget");
+        assert_eq!(part(&auto, PhaseKind::SftUpdate, "cudnn_workspace"), 4 << 30);
+        assert_eq!(part(&auto, PhaseKind::Rollout, "cudnn_workspace"), 0, "no backward in the rollout");
+        let small = plan("attention_workspace_mib = 1024\n");
+        assert_eq!(part(&small, PhaseKind::GrpoUpdate, "cudnn_workspace"), 1 << 30);
+        assert_eq!(auto.peak_bytes() - small.peak_bytes(), 3 << 30, "the update is the peak here");
+        assert_eq!(part(&plan("attention = \"kernel\"\n"), PhaseKind::GrpoUpdate, "cudnn_workspace"), 0);
+        // Forced cuDNN with the deterministic backward: 4 sequences of 16K x 32 heads x 16384^2 x 2 B.
+        assert_eq!(part(&plan("attention = \"cudnn\"\n"), PhaseKind::GrpoUpdate, "cudnn_workspace"), 4 * 32 * 16384 * 16384 * 2);
+        assert_eq!(part(&plan("attention = \"cudnn\"\nattention_deterministic = false\n"), PhaseKind::GrpoUpdate, "cudnn_workspace"), 4 << 30);
+        assert_eq!(part(&plan("attention_workspace_mib = 1024\n"), PhaseKind::GrpoUpdate, "cudnn_workspace"), 1 << 30);
+        let off = for_run(&toml::from_str::<RunConfig>(&format!("{}{tail}", base.replace("\"on\"", "\"off\""))).unwrap(), &model, 2, 1).unwrap();
+        assert_eq!(part(&off, PhaseKind::GrpoUpdate, "cudnn_workspace"), 0, "the reference attention runs");
+        // The setting is carried to the kernels and left out of the config at its default (older runs keep their hash).
+        let cfg: RunConfig = toml::from_str(&format!("{base}attention_workspace_mib = 1024\n{tail}")).unwrap();
+        assert_eq!(cfg.model.placement().attention.workspace_budget, 1 << 30);
+        let default: RunConfig = toml::from_str(&format!("{base}{tail}")).unwrap();
+        assert!(serde_json::to_value(&default).unwrap()["model"].get("attention_workspace_mib").is_none());
+        assert_eq!(serde_json::to_value(&cfg).unwrap()["model"]["attention_workspace_mib"], 1024);
     }
 }

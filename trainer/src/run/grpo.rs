@@ -68,7 +68,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
         max_nonfinite: cfg.train.max_nonfinite_steps,
         unit: "steps",
     };
-    drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks }, &schedule)
+    drive(&run, &mut GrpoSteps { trainer, sampler, env, tasks, flat_steps: 0 }, &schedule)
 }
 
 /// GRPO's steps: each samples the next tasks (and further ones under
@@ -78,6 +78,27 @@ struct GrpoSteps<'a> {
     sampler: TaskSampler,
     env: Env<'a>,
     tasks: &'a [Task],
+    /// Steps in a row where no group had a reward spread (nothing learned).
+    flat_steps: u64,
+}
+
+/// After this many steps in a row with no group's rewards spread, the run
+/// says what to do ([`flat_steps_advice`]).
+pub const FLAT_STEPS_ADVICE_AFTER: u64 = 3;
+
+/// What to do when `steps` steps in a row had no group with a reward
+/// spread (`answered`: the last step's share of episodes that answered).
+pub fn flat_steps_advice(steps: u64, answered: f64) -> String {
+    let why = if answered == 0.0 {
+        "the model answered in none of its episodes, so every reward is 0"
+    } else {
+        "each task's episodes all got the same reward"
+    };
+    format!(
+        "{steps} steps in a row with no group whose rewards differ ({why}): GRPO learns only from differences within a group, so these steps trained nothing. \
+         Start from a model that answers some of the time: fine-tune it on teacher trajectories first (`fusegrpo synth` then `fusegrpo sft`, or `fusegrpo pipeline`, \
+         docs/recipe.md) and pass its checkpoint with --model; or sample more apart ([sampling] temperature, [rollout] group), or give the tasks partial credit"
+    )
 }
 
 impl Steps for GrpoSteps<'_> {
@@ -94,6 +115,10 @@ impl Steps for GrpoSteps<'_> {
         // counts them (and the next step's, drawn ahead under `off_policy`).
         let mut draw = |k: usize| -> Vec<Task> { sampler.next(k).into_iter().map(|i| tasks[i].clone()).collect() };
         let m = self.trainer.step(&self.env, &mut draw)?;
+        self.flat_steps = if m.frac_reward_zero_std >= 1.0 { self.flat_steps + 1 } else { 0 };
+        if self.flat_steps == FLAT_STEPS_ADVICE_AFTER && self.trainer.dist.rank() == 0 {
+            tracing::warn!("{}", flat_steps_advice(self.flat_steps, m.answered));
+        }
         let mut share = serde_json::Map::new();
         share.insert("tasks".into(), serde_json::json!(m.rolled_tasks));
         share.insert("episodes".into(), m.rolled_out.into());

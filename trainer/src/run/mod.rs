@@ -45,6 +45,10 @@ pub struct RunOptions {
     /// folder (`--tensorboard`); none: `<run>/tensorboard` when the config
     /// says `[log] tensorboard = true`, else nowhere.
     pub tensorboard: Option<PathBuf>,
+    /// Files (name, text) the command keeps in the run folder, written by
+    /// rank 0 once the run has passed its checks and made the folder (the
+    /// `--set` keys `train` and `sft` reapply on a resume).
+    pub keep: Vec<(String, String)>,
 }
 
 /// What the run's memory plan is checked against at start.
@@ -247,6 +251,12 @@ impl Run {
             std::fs::create_dir_all(tb).with_context(|| format!("{what}: cannot make the folder {} for the event files", tb.display()))?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if dist::current().rank() == 0 {
+            for (name, text) in &opts.keep {
+                let path = dir.join(name);
+                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
         interrupt::set_run_dir(dir);
         let tok_dir = cfg.tokenizer_dir(&base_dir);
         let chat_template = cfg.model.chat_template.clone();

@@ -23,7 +23,7 @@ pub use env::EnvSection;
 pub use localize::LocalizeSection;
 pub use log::LogSection;
 pub use lora::LoraSection;
-pub use model::ModelSection;
+pub use model::{default_workspace_mib, ModelSection};
 pub use overrides::Override;
 pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};

@@ -41,6 +41,21 @@ pub struct ModelSection {
     /// falls back to the fused kernel over the budget: docs/gpu.md).
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
     pub attention_deterministic: bool,
+    /// The most workspace (MiB) cuDNN's attention backward may take: over
+    /// it `auto` runs the fused kernel for that call (with cuDNN >= 9.25 on
+    /// Hopper the deterministic backward keeps under it). The memory
+    /// planner counts it in the updates wherever cuDNN may run.
+    #[serde(default = "default_workspace_mib", skip_serializing_if = "is_default_workspace_mib")]
+    pub attention_workspace_mib: u64,
+}
+
+/// 4096 MiB (`kernels::attention::cudnn_map::WORKSPACE_BUDGET`).
+pub fn default_workspace_mib() -> u64 {
+    kernels::attention::cudnn_map::WORKSPACE_BUDGET >> 20
+}
+
+fn is_default_workspace_mib(m: &u64) -> bool {
+    *m == default_workspace_mib()
 }
 
 fn yes() -> bool {
@@ -58,7 +73,7 @@ impl ModelSection {
             device: self.device,
             dtype: self.dtype,
             cuda_kernels: self.cuda_kernels,
-            attention: crate::gpu_check::attention_settings(self.attention, self.attention_deterministic),
+            attention: crate::gpu_check::attention_settings(self.attention, self.attention_deterministic, self.attention_workspace_mib),
         }
     }
 }
