@@ -11,7 +11,8 @@
 # `fusegrpo` in a block (and `target/release/fusegrpo`) runs $FUSEGRPO_BIN
 # (default target/release/fusegrpo: build it first, `cargo build --release
 # -p fusegrpo`). A block whose first lines say `# needs: PATH...` (paths
-# from the repository root, e.g. models/SmolLM2-135M-Instruct) is skipped,
+# from the repository root, a leading ~/ read as $HOME/, e.g.
+# ~/.cache/fusegrpo/smollm2-135m-instruct/config.json) is skipped,
 # with a `skipped:` line naming what is missing, when one of them is not
 # there; skips are counted in the summary, never passed silently.
 # CHECK_DOCS_TIMEOUT: seconds per block (default 300).
@@ -75,7 +76,7 @@ for i in $(seq 1 "$n"); do
   missing=()
   while IFS= read -r line; do
     case "$line" in
-      "# needs:"*) for p in ${line#"# needs:"}; do [ -e "$p" ] || missing+=("$p"); done ;;
+      "# needs:"*) for p in ${line#"# needs:"}; do [ -e "${p/#\~\//$HOME/}" ] || missing+=("$p"); done ;;
       "#"*|"") ;;
       *) break ;;
     esac
