@@ -18,7 +18,8 @@
 //! When the index finds nothing (or `search` fails), the turns are the
 //! scripted teacher's own.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -40,6 +41,35 @@ pub struct Guide {
     pub indexes: Arc<IndexCache>,
     /// Ranking settings and the answer rule (`answer_gap`, `answer_files`).
     pub search: SearchConfig,
+    /// The private ranking of each live episode (three tools only), made
+    /// at its read turn and used again at its answer turn (the index may
+    /// have left the cache between the two), dropped when it ends.
+    rankings: Arc<Mutex<HashMap<u64, Option<Rankings>>>>,
+}
+
+/// The ranked functions and files of one episode.
+type Rankings = (Vec<Ranked>, Vec<RankedFile>);
+
+impl Guide {
+    /// A guide asking `indexes`, ranking by `search`.
+    pub fn new(indexes: Arc<IndexCache>, search: SearchConfig) -> Guide {
+        Guide { indexes, search, rankings: Arc::default() }
+    }
+
+    /// Episode `episode`'s private ranking, made once by `make`.
+    fn ranked(&self, episode: u64, make: impl FnOnce() -> Option<Rankings>) -> Option<Rankings> {
+        if let Some(r) = self.rankings.lock().unwrap_or_else(|p| p.into_inner()).get(&episode) {
+            return r.clone();
+        }
+        let made = make();
+        self.rankings.lock().unwrap_or_else(|p| p.into_inner()).insert(episode, made.clone());
+        made
+    }
+
+    /// Episode `episode` ended: its ranking is dropped.
+    pub fn forget(&self, episode: u64) {
+        self.rankings.lock().unwrap_or_else(|p| p.into_inner()).remove(&episode);
+    }
 }
 
 impl std::fmt::Debug for Guide {
@@ -50,7 +80,7 @@ impl std::fmt::Debug for Guide {
 
 impl Default for Guide {
     fn default() -> Self {
-        Guide { indexes: IndexCache::shared(), search: SearchConfig::default() }
+        Guide::new(IndexCache::shared(), SearchConfig::default())
     }
 }
 
@@ -80,11 +110,12 @@ pub(super) fn turn(
     tools: &[Value],
     snapshot: Option<&Snapshot>,
     issue: &str,
+    episode: u64,
 ) -> Option<String> {
     let issue = issue.strip_prefix("Repository issue:").map_or(issue, str::trim_start);
     let with_search = tools.iter().any(|t| t["function"]["name"] == "search");
     let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
-    let ranked = || if with_search { from_output(messages) } else { from_index(guide, snapshot, issue) };
+    let ranked = || if with_search { from_output(messages) } else { guide.ranked(episode, || from_index(guide, snapshot, issue)) };
     match assistant_turns {
         0 if with_search => Some(search_turn(issue, config)),
         0 => None,
@@ -175,7 +206,7 @@ fn answer_turn(guide: &Guide, functions: &[Ranked], files: &[RankedFile], messag
 
 /// The ranked functions and files of the episode's `search` calls (the
 /// first that answered).
-fn from_output(messages: &[Value]) -> Option<(Vec<Ranked>, Vec<RankedFile>)> {
+fn from_output(messages: &[Value]) -> Option<Rankings> {
     let out = tool_exchanges(messages).into_iter().find(|(c, out)| c["name"] == "search" && !out.starts_with("Error:"))?.1;
     let mut functions = Vec::new();
     let mut files: Vec<RankedFile> = Vec::new();
@@ -195,7 +226,7 @@ fn from_output(messages: &[Value]) -> Option<(Vec<Ranked>, Vec<RankedFile>)> {
 }
 
 /// The index's ranking of the issue (the teacher's private guide).
-fn from_index(guide: &Guide, snapshot: Option<&Snapshot>, issue: &str) -> Option<(Vec<Ranked>, Vec<RankedFile>)> {
+fn from_index(guide: &Guide, snapshot: Option<&Snapshot>, issue: &str) -> Option<Rankings> {
     let snapshot = snapshot?;
     let query = Query::from_issue(issue, &guide.search).ok()?;
     let hits = guide.indexes.get(snapshot).search(&query, &guide.search);

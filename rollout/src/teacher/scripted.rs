@@ -84,6 +84,12 @@ impl Policy for ScriptedTeacher {
         if self.guide.is_some() { "guided" } else { "scripted" }.into()
     }
 
+    fn finish(&mut self, episode: u64) {
+        if let Some(g) = &self.guide {
+            g.forget(episode);
+        }
+    }
+
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
         Ok(requests
             .iter()
@@ -91,7 +97,7 @@ impl Policy for ScriptedTeacher {
                 let config = self.config_for(r.episode);
                 let guided = self.guide.as_ref().and_then(|g| {
                     let issue = r.messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
-                    super::guided::turn(g, &config, r.messages, r.tools, r.snapshot, split_refine(issue).0)
+                    super::guided::turn(g, &config, r.messages, r.tools, r.snapshot, split_refine(issue).0, r.episode)
                 });
                 TurnOutput::Text(guided.unwrap_or_else(|| turn(&config, r.messages)))
             })

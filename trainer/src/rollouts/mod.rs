@@ -187,7 +187,7 @@ fn with_policy_in<T>(
             work(&mut teacher, env)
         }
         PolicyChoice::Guided => {
-            let guide = Guide { indexes: env.tools.indexes.clone(), search: cfg.search.clone() };
+            let guide = Guide::new(env.tools.indexes.clone(), cfg.search.clone());
             let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied).guided(guide);
             work(&mut teacher, env)
         }
