@@ -14,8 +14,9 @@ use rollout::tools::{grep_matches, GrepQuery, ToolConfig, ToolRunner};
 const DEFAULT_PATTERNS: &[&str] =
     &["zqxjkv_never", "import", "(?i)deprecated", r"def \w+_\w+\(self", "TODO|FIXME|XXX"];
 
+/// The snapshot a benchmark runs on (`bench grep`, `bench search`).
 #[derive(clap::Args)]
-pub struct Args {
+pub struct SnapshotArgs {
     /// Folder holding repositories named `owner__name`.
     #[arg(long)]
     pub repos_dir: PathBuf,
@@ -25,6 +26,19 @@ pub struct Args {
     /// Commit to load.
     #[arg(long, default_value = "HEAD")]
     pub commit: String,
+}
+
+impl SnapshotArgs {
+    /// The snapshot, loaded by a new store (nothing kept from an earlier load).
+    pub fn load(&self) -> Result<std::sync::Arc<rollout::repo::Snapshot>> {
+        Ok(SnapshotStore::open(&self.repos_dir).get(&self.repo, &self.commit)?)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
     /// A checkout of the same tree for rg (e.g. from `git archive | tar -x`).
     #[arg(long)]
     pub checkout: PathBuf,
@@ -43,12 +57,12 @@ pub fn run(args: Args) -> Result<()> {
     let rss_before = rss_mib();
     // Host work only (no tensors): the clock's device is the CPU.
     let start = super::Clock::start(&candle_core::Device::Cpu)?;
-    let snapshot = SnapshotStore::open(&args.repos_dir).get(&args.repo, &args.commit)?;
+    let snapshot = args.snapshot.load()?;
     let load_s = start.seconds()?;
     let rss_after = rss_mib();
     println!(
         "snapshot {}@{}: {} entries, {:.1} MiB of text, load {:.3} s, RSS {:.0} -> {:.0} MiB (+{:.0}), rayon threads {}",
-        args.repo,
+        args.snapshot.repo,
         &snapshot.commit()[..12],
         snapshot.files().len(),
         snapshot.text_bytes() as f64 / (1 << 20) as f64,

@@ -2,10 +2,7 @@
 //! its build time from a freshly loaded snapshot (tree-sitter spans parsed
 //! anew every run), the time of one query, its heap and the process's RSS.
 
-use std::path::PathBuf;
-
 use anyhow::{bail, Result};
-use rollout::repo::SnapshotStore;
 use rollout::search::{Index, IndexConfig, Query, SearchConfig};
 
 /// Queries used when none are given: an issue's words, a traceback frame,
@@ -20,15 +17,8 @@ const DEFAULT_QUERIES: &[&str] = &[
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folder holding repositories named `owner__name`.
-    #[arg(long)]
-    pub repos_dir: PathBuf,
-    /// Repository, `owner/name`.
-    #[arg(long)]
-    pub repo: String,
-    /// Commit to load.
-    #[arg(long, default_value = "HEAD")]
-    pub commit: String,
+    #[command(flatten)]
+    pub snapshot: super::grep::SnapshotArgs,
     /// Query texts (default: a fixed mix of issue-like texts).
     #[arg(long = "query")]
     pub queries: Vec<String>,
@@ -41,15 +31,14 @@ pub fn run(args: Args) -> Result<()> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let store = || SnapshotStore::open(&args.repos_dir);
-    let snapshot = store().get(&args.repo, &args.commit)?;
+    let snapshot = args.snapshot.load()?;
     let rss_loaded = super::grep::rss_mib();
     let cfg = IndexConfig::default();
     let mut builds = Vec::with_capacity(args.runs);
     let mut index = None;
     for _ in 0..args.runs {
         // A fresh snapshot each run: its spans are parsed again, as on a first call.
-        let fresh = store().get(&args.repo, &args.commit)?;
+        let fresh = args.snapshot.load()?;
         let clock = super::Clock::start(&candle_core::Device::Cpu)?;
         let built = Index::build(&fresh, &cfg);
         builds.push(clock.seconds()?);
@@ -68,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     warm.sort_by(f64::total_cmp);
     println!(
         "index of {}@{}: {} files, {} entities, build median {:.2} s (min {:.2}, max {:.2}; {:.2} s of it without parsing spans; {} runs, rayon threads {}), index heap {:.1} MiB, RSS {:.0} MiB with the snapshot loaded",
-        args.repo,
+        args.snapshot.repo,
         &snapshot.commit()[..12.min(snapshot.commit().len())],
         index.files.len(),
         index.entities.len(),

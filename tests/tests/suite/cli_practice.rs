@@ -1,5 +1,6 @@
 //! `fusegrpo practice-repo`: the HEAD it prints depends on the seed only, an
-//! existing repository is kept unless --force, and its history makes tasks.
+//! existing repository is kept unless --force, and its history makes tasks;
+//! `bench search` runs on it.
 
 use e2e::{fusegrpo, fusegrpo_ok, read_jsonl};
 
@@ -25,4 +26,23 @@ fn practice_repo_is_deterministic_and_makes_tasks() {
     let rows = read_jsonl(&tasks);
     assert!(rows.len() >= 11, "{} tasks from 15 commits", rows.len());
     assert!(rows.iter().all(|r| !r["gold"]["functions"].as_array().unwrap().is_empty()));
+}
+
+/// `bench search` on the practice repository: one line with the index's
+/// sizes and build time, then a row per query with its first file.
+#[test]
+fn bench_search_builds_the_index_and_times_the_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("repos");
+    let made = fusegrpo(&["practice-repo", "--out", out.to_str().unwrap(), "--seed", "0", "--commits", "6"]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let run = fusegrpo(&["bench", "search", "--repos-dir", out.to_str().unwrap(), "--repo", "practice/shop", "--runs", "2", "--query", "payment processing fee", "--query", "the"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(first.starts_with("index of practice/shop@") && first.contains(" entities, build median "), "{stdout}");
+    assert!(stdout.contains("| `payment processing fee` | shop/billing/"), "{stdout}");
+    assert!(stdout.contains("| `the` | (the query has nothing to search for"), "{stdout}");
+    let bad = fusegrpo(&["bench", "search", "--repos-dir", out.to_str().unwrap(), "--repo", "practice/shop", "--runs", "0"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--runs must be at least 1"));
 }
