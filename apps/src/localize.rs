@@ -299,11 +299,22 @@ pub fn localize_episodes(
     let model_steps = if model_attempts > 0 { cfg.episode.max_turns + model_attempts } else { 0 };
     let mut steps = Steps { step: 0, total: usize::from(r.search != Search::Model) + model_steps, progress };
     // The index search (`search`, `combined`): its ranking, no episode.
+    // Under `combined` a search that cannot run (nothing to search for)
+    // leaves the model's attempts alone, said in the result.
+    let mut search_error = None;
     let searched = if matches!(r.search, Search::Index | Search::Combined) {
-        let (_, ranking) = rollout::search::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search)
-            .map_err(|e| anyhow::anyhow!("the search: {e}"))?;
-        steps.tell(format!("the index search done: {} file(s) ranked", ranking.files.len()));
-        Some(ranking)
+        match rollout::search::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search) {
+            Ok((_, ranking)) => {
+                steps.tell(format!("the index search done: {} file(s) ranked", ranking.files.len()));
+                Some(ranking)
+            }
+            Err(e) if r.search == Search::Combined => {
+                steps.tell(format!("the index search did not run: {e}"));
+                search_error = Some(e.to_string());
+                None
+            }
+            Err(e) => return Err(anyhow::anyhow!("the search: {e}")),
+        }
     } else {
         None
     };
@@ -353,6 +364,7 @@ pub fn localize_episodes(
     };
     ranked.temperature = sampled.then_some(temperature);
     ranked.issue_cut = cut;
+    ranked.search_error = search_error;
     let wall = started.elapsed().as_secs_f64();
     Ok((ranked.with_wall_seconds(wall), episodes))
 }

@@ -115,6 +115,10 @@ pub struct Localization {
     /// Set when the issue was over its token budget and was cut to fit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issue_cut: Option<IssueCut>,
+    /// Under `combined`, why the index search could not run (e.g. the issue
+    /// has nothing to search for): the model's attempts then stand alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_error: Option<String>,
     /// Who searched: `model`, `scripted` (the scripted search), `search`
     /// (the index search, [`crate::search`]) or `combined` (the index
     /// search first, the model's attempts after).
@@ -204,6 +208,7 @@ impl Localization {
             found_by_tools,
             temperature: None,
             issue_cut: None,
+            search_error: None,
             policy: policy.into(),
             grounded_rate: crate::grounding::rate(ranking.grounded, ranking.named),
             not_in_repository: ranking.not_in_repository,
@@ -250,7 +255,9 @@ impl Localization {
         }
         let attempts = self.cost.attempts;
         let combined = self.policy == "combined";
-        if combined {
+        if let Some(why) = &self.search_error {
+            out += &format!("note: the index search did not run ({why}); ranked: the model's {attempts} attempt(s) alone\n");
+        } else if combined {
             out += &format!("ranked: the index search first, then the model's {attempts} attempt(s)\n");
         }
         if let Some(w) = self.winner {

@@ -27,6 +27,28 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// Under `combined` (the default), an issue the index search cannot read
+/// (nothing to search for) leaves the model's attempts alone, said in the
+/// output and the JSON (the whole call used to fail); `--policy search`
+/// still refuses it.
+#[test]
+fn combined_goes_on_with_the_model_when_the_search_cannot_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let repo = tmp.path().join("repos/acme__shop");
+    let issue = write(tmp.path(), "issue.txt", "it is not ok, so be it. is it? no.");
+    let (text, progress) = localize(&cfg, &repo, &issue, &["--attempts", "2"]);
+    assert!(progress.contains("the index search did not run: the query has nothing to search for"), "{progress}");
+    assert!(text.contains("note: the index search did not run (the query has nothing to search for"), "{text}");
+    assert!(text.contains("ranked: the model's 2 attempt(s) alone"), "{text}");
+    let (json, _) = localize(&cfg, &repo, &issue, &["--attempts", "2", "--json"]);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert!(v["search_error"].as_str().is_some_and(|e| e.contains("nothing to search for")), "{v}");
+    assert_eq!(v["cost"]["attempts"], 2, "{v}");
+    let out = fusegrpo(&["localize", "--config", s(&cfg), "--repo", s(&repo), "--issue", s(&issue), "--policy", "search"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nothing to search for"));
+}
+
 /// Item 1: `--attempts 3` is the model's 3 attempts, the search counted
 /// apart (it used to say "attempt 1 of 4" and "cost: 4 attempt(s)").
 #[test]
