@@ -303,7 +303,7 @@ pub fn localize_episodes(
     // leaves the model's attempts alone, said in the result.
     let mut search_error = None;
     let searched = if matches!(r.search, Search::Index | Search::Combined) {
-        match rollout::search::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search) {
+        match rollout::ranking::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search) {
             Ok((_, ranking)) => {
                 steps.tell(format!("the index search done: {} file(s) ranked", ranking.files.len()));
                 Some(ranking)

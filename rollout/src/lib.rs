@@ -13,7 +13,7 @@
 //! - [`spans`]: [`spans::FileSpans`], tree-sitter function spans (Python, Rust, Go,
 //!   JavaScript, TypeScript/TSX, Java, C, C++).
 //! - [`search`]: [`search::IndexCache::get`]`(&Snapshot)` -> an index of the
-//!   snapshot's files and entities (BM25F); [`search::search_snapshot`]`(cache,
+//!   snapshot's files and entities (BM25F); [`ranking::search_snapshot`]`(cache,
 //!   snapshot, issue, cfg)` -> hits and a grounded [`ranking::Ranking`].
 //! - [`efficiency`]: [`efficiency::efficiency`]`(&[EntitySet])` -> e.
 //! - [`answer`]: [`answer::parse_answer`]`(text)` -> [`answer::Answer`], set F1.

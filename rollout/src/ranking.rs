@@ -18,6 +18,7 @@ use crate::entities::Entity;
 use crate::episode::Episode;
 use crate::grounding::{self, NotInRepository};
 use crate::repo::Snapshot;
+use crate::search::{EntityHit, Hits, IndexCache, SearchConfig, SearchError};
 use crate::reward::Gold;
 
 /// The k of accuracy@k that tables report.
@@ -281,6 +282,47 @@ impl RankSummary {
             self.tasks, self.f1_file, self.f1_func, self.grounded_rate
         )
     }
+}
+
+impl Hits {
+    /// The ranking a user or an evaluation sees: the files, then the
+    /// functions (every file of a ranked function is ranked too, after the
+    /// rest), and the answer set scored by F1: the first file and those
+    /// within `answer_gap` of its score (at most `answer_files`), and for
+    /// each, its best function when within `answer_gap` of the best one.
+    pub fn ranking(&self, cfg: &SearchConfig) -> Ranking {
+        let mut files: Vec<String> = self.files.iter().map(|f| f.path.clone()).collect();
+        for e in &self.entities {
+            if !files.contains(&e.path) {
+                files.push(e.path.clone());
+            }
+        }
+        let functions: Vec<String> = self.entities.iter().map(EntityHit::entity).collect();
+        let mut answer = Answer::default();
+        let first = self.files.first().map_or(0.0, |f| f.score);
+        let best_function = self.entities.first().map_or(0.0, |e| e.score);
+        for f in self.files.iter().take(cfg.answer_files.max(1)).filter(|f| f.score >= cfg.answer_gap * first) {
+            if let Some(e) = Entity::from_stored(&f.path) {
+                answer.insert(&e);
+            }
+            if let Some(best) = self.entities.iter().find(|e| e.path == f.path).filter(|e| e.score >= cfg.answer_gap * best_function) {
+                if let Some(e) = Entity::from_stored(&best.entity()) {
+                    answer.insert(&e);
+                }
+            }
+        }
+        let named = files.len() + functions.len();
+        let votes = files.iter().chain(&functions).map(|s| (s.clone(), 1)).collect();
+        Ranking { files, functions, votes, answer, not_in_repository: Vec::new(), named, grounded: named }
+    }
+}
+
+/// The ranking of `issue` over `snapshot` by the [search index](crate::search):
+/// its index from `cache` (built on first use), the query, the search.
+pub fn search_snapshot(cache: &IndexCache, snapshot: &Snapshot, issue: &str, cfg: &SearchConfig) -> Result<(Hits, Ranking), SearchError> {
+    let hits = crate::search::search_hits(cache, snapshot, issue, cfg)?;
+    let ranking = hits.ranking(cfg);
+    Ok((hits, ranking))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use rollout::synth::summary::RecallSummary;
 use rollout::synth::writer::IssueWriter;
 use rollout::synth::{synthesize, SynthConfig, SynthReport, SynthTask};
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
-use rollout::teacher::guided::Guide;
+use rollout::teacher::guided::{Guide, GuidedTeacher};
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::Path;
@@ -113,7 +113,7 @@ fn writer_of(teacher: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<Box<d
 fn localizer_of(localizer: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<Box<dyn Policy>> {
     Ok(match localizer {
         PolicyChoice::Scripted => Box::new(ScriptedTeacher::default()),
-        PolicyChoice::Guided => Box::new(ScriptedTeacher::default().guided(Guide::default())),
+        PolicyChoice::Guided => Box::new(GuidedTeacher::new(ScriptedTeacher::default(), Guide::default())),
         PolicyChoice::Http(url) => Box::new(HttpTeacher::new(http.config(url, seed)).with_context(|| format!("localizer {url}"))?),
         PolicyChoice::Model => bail!("--localizer: expected scripted or an http(s):// URL (serve a model with `fusegrpo serve`)"),
     })

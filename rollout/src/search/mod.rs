@@ -17,7 +17,8 @@
 //!   priors: a file the issue names (or a frame's file) is raised above the
 //!   rest, a frame's function and a quoted test's subject are raised, and
 //!   tests, docs, examples and benchmarks are lowered unless named.
-//!   [`Hits::ranking`] gives the grounded [`crate::ranking::Ranking`]
+//!   `Hits::ranking` (in [`crate::ranking`], which depends on this module
+//!   and not the reverse) gives the grounded `Ranking`
 //!   (at least ten files and functions) with an answer set for F1 (the
 //!   first file, and the next ones within a score gap of it).
 //! - [`IndexCache`]: built once per snapshot and kept, keyed by commit id
@@ -45,8 +46,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use rayon::prelude::*;
 
-use crate::entities::Entity;
-use crate::ranking::Ranking;
 use crate::repo::Snapshot;
 use crate::spans::SpanKind;
 use tokens::{path_terms, text_terms, TermKind};
@@ -677,47 +676,10 @@ pub struct Hits {
     pub entities: Vec<EntityHit>,
 }
 
-impl Hits {
-    /// The ranking a user or an evaluation sees: the files, then the
-    /// functions (every file of a ranked function is ranked too, after the
-    /// rest), and the answer set scored by F1: the first file and those
-    /// within `answer_gap` of its score (at most `answer_files`), and for
-    /// each, its best function when within `answer_gap` of the best one.
-    pub fn ranking(&self, cfg: &SearchConfig) -> Ranking {
-        let mut files: Vec<String> = self.files.iter().map(|f| f.path.clone()).collect();
-        for e in &self.entities {
-            if !files.contains(&e.path) {
-                files.push(e.path.clone());
-            }
-        }
-        let functions: Vec<String> = self.entities.iter().map(EntityHit::entity).collect();
-        let mut answer = crate::answer::Answer::default();
-        let first = self.files.first().map_or(0.0, |f| f.score);
-        let best_function = self.entities.first().map_or(0.0, |e| e.score);
-        for f in self.files.iter().take(cfg.answer_files.max(1)).filter(|f| f.score >= cfg.answer_gap * first) {
-            if let Some(e) = Entity::from_stored(&f.path) {
-                answer.insert(&e);
-            }
-            if let Some(best) = self.entities.iter().find(|e| e.path == f.path).filter(|e| e.score >= cfg.answer_gap * best_function) {
-                if let Some(e) = Entity::from_stored(&best.entity()) {
-                    answer.insert(&e);
-                }
-            }
-        }
-        let named = files.len() + functions.len();
-        let votes = files.iter().chain(&functions).map(|s| (s.clone(), 1)).collect();
-        Ranking { files, functions, votes, answer, not_in_repository: Vec::new(), named, grounded: named }
-    }
-}
-
-/// The ranking of `issue` over `snapshot`: its index from `cache` (built
-/// on first use), the query, the search.
-pub fn search_snapshot(cache: &IndexCache, snapshot: &Snapshot, issue: &str, cfg: &SearchConfig) -> Result<(Hits, Ranking), SearchError> {
+/// What a search of one snapshot found for one issue.
+pub fn search_hits(cache: &IndexCache, snapshot: &Snapshot, issue: &str, cfg: &SearchConfig) -> Result<Hits, SearchError> {
     let query = Query::from_issue(issue, cfg)?;
-    let index = cache.get(snapshot);
-    let hits = index.search(&query, cfg);
-    let ranking = hits.ranking(cfg);
-    Ok((hits, ranking))
+    Ok(cache.get(snapshot).search(&query, cfg))
 }
 
 #[cfg(test)]

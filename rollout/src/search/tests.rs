@@ -73,9 +73,21 @@ fn repo() -> Snapshot {
     )
 }
 
-fn ranked(s: &Snapshot, issue: &str) -> Ranking {
-    let cache = IndexCache::default();
-    search_snapshot(&cache, s, issue, &SearchConfig::default()).unwrap().1
+/// What tests read of a ranking (`Hits::ranking`, in the ranking module).
+#[derive(Debug, PartialEq)]
+struct Ranked {
+    files: Vec<String>,
+    functions: Vec<String>,
+    answer: crate::answer::Answer,
+}
+
+fn ranked_by(cache: &IndexCache, s: &Snapshot, issue: &str, cfg: &SearchConfig) -> Ranked {
+    let r = search_hits(cache, s, issue, cfg).unwrap().ranking(cfg);
+    Ranked { files: r.files, functions: r.functions, answer: r.answer }
+}
+
+fn ranked(s: &Snapshot, issue: &str) -> Ranked {
+    ranked_by(&IndexCache::default(), s, issue, &SearchConfig::default())
 }
 
 #[test]
@@ -126,7 +138,7 @@ fn tests_rank_below_the_code_they_test_unless_named() {
     assert_eq!(r.functions[0], "pkg/net/network.py:retry_request", "{:?}", r.functions);
     // With the prior off, the test file (more mentions) wins: the prior is what ranks it down.
     let cfg = SearchConfig { test_prior: 1.0, ..SearchConfig::default() };
-    let (hits, _) = search_snapshot(&IndexCache::default(), &s, "retry_request never gives up after attempts", &cfg).unwrap();
+    let hits = search_hits(&IndexCache::default(), &s, "retry_request never gives up after attempts", &cfg).unwrap();
     assert_eq!(hits.files[0].path, "tests/test_network.py", "{:?}", hits.files);
     // Named: the test file is not lowered.
     let r = ranked(&s, "retry_request never gives up after attempts, see tests/test_network.py");
@@ -195,9 +207,9 @@ fn hostile_queries_are_errors() {
     let cache = IndexCache::default();
     let cfg = SearchConfig::default();
     for issue in ["", "  \n ", "a\0b"] {
-        assert!(search_snapshot(&cache, &repo(), issue, &cfg).is_err(), "{issue:?}");
+        assert!(search_hits(&cache, &repo(), issue, &cfg).is_err(), "{issue:?}");
     }
     // Regex-like text is searched as words, nothing compiled from it.
-    let r = search_snapshot(&cache, &repo(), r"(((retry_request)*)+ [a-z\]$ .*", &cfg).unwrap().1;
+    let r = ranked_by(&cache, &repo(), r"(((retry_request)*)+ [a-z\]$ .*", &cfg);
     assert_eq!(r.functions[0], "pkg/net/network.py:retry_request");
 }

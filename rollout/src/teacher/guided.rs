@@ -16,14 +16,16 @@
 //!   outline of their files); turn 3 answers as above, from what it read.
 //!
 //! When the index finds nothing (or `search` fails), the turns are the
-//! scripted teacher's own.
+//! scripted teacher's own: [`GuidedTeacher`] wraps a
+//! [`ScriptedTeacher`] (its variants per episode) and a [`Guide`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use super::scripted::{format_calls, keywords, tool_exchanges, ScriptedConfig, OUTLINE};
+use super::scripted::{format_calls, keywords, split_refine, tool_exchanges, ScriptedConfig, ScriptedTeacher, OUTLINE};
+use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use crate::repo::Snapshot;
 use crate::search::{IndexCache, Query, SearchConfig};
 use crate::tools::search::{parse_result_line, ResultLine};
@@ -84,6 +86,43 @@ impl Default for Guide {
     }
 }
 
+/// The guided teacher: the scripted one (its variants, its turns where the
+/// index finds nothing) led by a [`Guide`].
+#[derive(Clone, Debug)]
+pub struct GuidedTeacher {
+    pub scripted: ScriptedTeacher,
+    pub guide: Guide,
+}
+
+impl GuidedTeacher {
+    /// `scripted` guided by `guide`.
+    pub fn new(scripted: ScriptedTeacher, guide: Guide) -> GuidedTeacher {
+        GuidedTeacher { scripted, guide }
+    }
+}
+
+impl Policy for GuidedTeacher {
+    fn name(&self) -> String {
+        "guided".into()
+    }
+
+    fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
+        Ok(requests
+            .iter()
+            .map(|r| {
+                let config = self.scripted.config_for(r.episode);
+                let user = r.messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+                let guided = turn(&self.guide, &config, r.messages, r.tools, r.snapshot, split_refine(user).0, r.episode);
+                TurnOutput::Text(guided.unwrap_or_else(|| super::scripted::turn(&config, r.messages)))
+            })
+            .collect())
+    }
+
+    fn finish(&mut self, episode: u64) {
+        self.guide.forget(episode);
+    }
+}
+
 /// A ranked function as the teacher sees it: from the `search` output or
 /// the private index.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,7 +142,7 @@ struct RankedFile {
 }
 
 /// The guided turn, or `None` where the scripted teacher's own applies.
-pub(super) fn turn(
+fn turn(
     guide: &Guide,
     config: &ScriptedConfig,
     messages: &[Value],

@@ -8,7 +8,6 @@
 //! with those files and the functions (`def`, within their `class`) that
 //! enclose the hits in what it read.
 
-use super::guided::Guide;
 use crate::policy::{Policy, PolicyError, TurnOutput, TurnRequest};
 use crate::toolcall::{render_tool_calls, ToolCall};
 use regex::Regex;
@@ -58,50 +57,26 @@ pub struct ScriptedTeacher {
     /// With a seed, each episode gets its own [`ScriptedConfig::varied`]
     /// (several distinct trajectories per task for `fusegrpo synth`).
     pub variation: Option<u64>,
-    /// With a guide, the teacher is the guided one ([`super::guided`]):
-    /// its reads and answer follow the search index.
-    pub guide: Option<Guide>,
 }
 
 impl ScriptedTeacher {
     /// A teacher whose episodes vary with `seed` (see [`ScriptedConfig::varied`]).
     pub fn varied(seed: u64) -> ScriptedTeacher {
-        ScriptedTeacher { config: ScriptedConfig::default(), variation: Some(seed), guide: None }
+        ScriptedTeacher { config: ScriptedConfig::default(), variation: Some(seed) }
     }
 
-    /// The same teacher guided by the search index ([`super::guided`]).
-    pub fn guided(self, guide: Guide) -> ScriptedTeacher {
-        ScriptedTeacher { guide: Some(guide), ..self }
-    }
-
-    fn config_for(&self, episode: u64) -> ScriptedConfig {
+    pub(super) fn config_for(&self, episode: u64) -> ScriptedConfig {
         self.variation.map_or_else(|| self.config.clone(), |seed| ScriptedConfig::varied(seed, episode))
     }
 }
 
 impl Policy for ScriptedTeacher {
     fn name(&self) -> String {
-        if self.guide.is_some() { "guided" } else { "scripted" }.into()
-    }
-
-    fn finish(&mut self, episode: u64) {
-        if let Some(g) = &self.guide {
-            g.forget(episode);
-        }
+        "scripted".into()
     }
 
     fn next_turns(&mut self, requests: &[TurnRequest<'_>]) -> Result<Vec<TurnOutput>, PolicyError> {
-        Ok(requests
-            .iter()
-            .map(|r| {
-                let config = self.config_for(r.episode);
-                let guided = self.guide.as_ref().and_then(|g| {
-                    let issue = r.messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
-                    super::guided::turn(g, &config, r.messages, r.tools, r.snapshot, split_refine(issue).0, r.episode)
-                });
-                TurnOutput::Text(guided.unwrap_or_else(|| turn(&config, r.messages)))
-            })
-            .collect())
+        Ok(requests.iter().map(|r| TurnOutput::Text(turn(&self.config_for(r.episode), r.messages))).collect())
     }
 }
 
@@ -126,7 +101,7 @@ const COMMON: &[&str] = &[
 ];
 
 /// The next turn of a conversation: search, read, then answer.
-fn turn(config: &ScriptedConfig, messages: &[Value]) -> String {
+pub(super) fn turn(config: &ScriptedConfig, messages: &[Value]) -> String {
     let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
     let issue = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
     let turns = Turns { config };
@@ -219,7 +194,7 @@ const MAX_EARLIER: usize = 2;
 /// A refine attempt's prompt (see [`crate::scaling::refine_task`]): the
 /// issue before the earlier attempt's summary, and the last name component
 /// of each function that attempt answered.
-fn split_refine(text: &str) -> (&str, Vec<String>) {
+pub(super) fn split_refine(text: &str) -> (&str, Vec<String>) {
     let Some((issue, summary)) = text.split_once(crate::scaling::REFINE_HEADER) else {
         return (text, Vec::new());
     };

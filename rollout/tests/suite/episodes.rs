@@ -333,7 +333,7 @@ impl Policy for TokenSearcher<'_> {
 
 #[test]
 fn an_episode_uses_search_through_a_token_policy_and_the_guided_teacher() {
-    use rollout::teacher::guided::Guide;
+    use rollout::teacher::guided::{Guide, GuidedTeacher};
     use rollout::tools::ToolConfig;
     let (repo, commit, _tok_dir, tok) = setup();
     let store = repo.store();
@@ -350,7 +350,7 @@ fn an_episode_uses_search_through_a_token_policy_and_the_guided_teacher() {
 
     // The guided teacher calls `search` when it is declared, reads what it
     // ranked first and answers from that.
-    let mut guided = ScriptedTeacher::default().guided(Guide::default());
+    let mut guided = GuidedTeacher::new(ScriptedTeacher::default(), Guide::default());
     let eps = run_episodes(&mut guided, &env, &[task(&commit)], 2, &EpisodeConfig::default(), |_| {}).unwrap();
     for ep in &eps {
         assert_eq!(ep.stop_reason(), Some(StopReason::Answer), "{:#?}", ep.turns);

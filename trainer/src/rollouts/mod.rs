@@ -18,7 +18,7 @@ use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
 use rollout::tasks::Task;
 use rollout::teacher::http::{HttpTeacher, HttpTeacherConfig};
-use rollout::teacher::guided::Guide;
+use rollout::teacher::guided::{Guide, GuidedTeacher};
 use rollout::teacher::scripted::ScriptedTeacher;
 use rollout::tools::ToolRunner;
 use std::path::Path;
@@ -188,7 +188,7 @@ fn with_policy_in<T>(
         }
         PolicyChoice::Guided => {
             let guide = Guide::new(env.tools.indexes.clone(), cfg.search.clone());
-            let mut teacher = teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied).guided(guide);
+            let mut teacher = GuidedTeacher::new(teacher.vary_scripted.map_or_else(ScriptedTeacher::default, ScriptedTeacher::varied), guide);
             work(&mut teacher, env)
         }
         PolicyChoice::Http(url) => {

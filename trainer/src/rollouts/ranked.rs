@@ -89,7 +89,7 @@ pub fn rank_search(store: &SnapshotStore, tasks: &[Task], cfg: &rollout::search:
         let snapshot = store.get(&task.repo, &task.base_commit).with_context(|| format!("task '{id}': its snapshot"))?;
         let gold = task_gold(task, &snapshot).with_context(|| format!("task '{id}': its gold"))?;
         let t1 = std::time::Instant::now();
-        let ranking = match rollout::search::search_snapshot(&cache, &snapshot, &task.problem_statement, cfg) {
+        let ranking = match rollout::ranking::search_snapshot(&cache, &snapshot, &task.problem_statement, cfg) {
             Ok((_, r)) => r,
             Err(rollout::search::SearchError::EmptyQuery) => {
                 cost.empty_queries += 1;
