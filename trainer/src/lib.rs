@@ -4,13 +4,13 @@
 //! they are.
 //!
 //! - [`run`]: a run's lifecycle (folder, resume, metrics, SIGINT) and ONE
-//!   loop, `run::drive`, for GRPO (`run::grpo::grpo`) and SFT (`run::sft::sft`);
-//!   [`pipeline`]: the recipe (teacher -> SFT -> GRPO -> evaluation).
+//!   loop, `run::drive`, for GRPO (`run::grpo::grpo`) and SFT (`run::sft::sft`).
 //! - [`rollouts`]: policies and environments set up from a run config,
 //!   episodes written and resumed, vLLM as the engine.
-//! - [`tiny`]: random tiny models. The applications over this library
-//!   (bench, serve, plot, mcp, localize, selftest, dist-check) are the
-//!   `apps` crate's: this one knows no command line, server or plotting.
+//! - The recipe over this library (the pipeline, its evaluations, synthetic
+//!   tasks, repositories, tiny models) is the `recipe` crate's; the
+//!   applications (bench, serve, plot, mcp, localize, selftest, dist-check)
+//!   are the `apps` crate's: this one knows no command line, server or plotting.
 //! - [`checkpoint`]: atomic training checkpoints (model, optimizer, state
 //!   with RNG streams and data cursor, DONE last), retention and resume.
 //! - [`device`]: the device and dtype enums the CLI and configs choose from.
@@ -47,18 +47,13 @@ pub mod malloc;
 pub mod interrupt;
 pub mod optim;
 pub mod packing;
-pub mod pipeline;
 pub mod plan;
 pub mod model_policy;
-pub mod repos;
 pub mod rollouts;
 pub mod run;
 pub mod run_config;
-pub mod synth_tasks;
 pub mod sft;
-pub mod stats;
 pub mod threads;
-pub mod tiny;
 
 // Its own error type (lm's errors wrapped as they are).
 pub use error::{Error, Result};

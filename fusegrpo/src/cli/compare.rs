@@ -16,7 +16,7 @@ use rollout::episode::Episode;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
-use trainer::pipeline::stats;
+use recipe::pipeline::stats;
 use trainer::rollouts::episodes::read_unique as read_episodes;
 
 #[derive(clap::Args)]
@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Ranked files: `None` when the first file is an episode file.
 fn compare_ranked(args: &Args) -> Result<Option<String>> {
-    use trainer::rollouts::ranked;
+    use recipe::ranked;
     let mut columns: Vec<(String, Vec<rollout::ranking::TaskRanking>)> = Vec::new();
     for (i, path) in args.files.iter().enumerate() {
         let rows = ranked::read(path)?;

@@ -1,12 +1,12 @@
 //! `fusegrpo init-tiny`: a random tiny model (Qwen3, or Llama / Qwen2 with
 //! `--architecture`) in Hugging Face format, with a tokenizer
-//! ([`trainer::tiny`]).
+//! ([`recipe::tiny`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
 use rollout::chat::SmallChatFormat;
 use lm::config::Architecture;
-use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
+use recipe::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
 /// `--architecture`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

@@ -1,5 +1,5 @@
 //! `fusegrpo pipeline`: the FuseSearch recipe in one command
-//! ([`trainer::pipeline::recipe`]).
+//! ([`recipe::pipeline::stages`]).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -32,6 +32,6 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sft.seed = seed;
     }
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
+    recipe::pipeline::stages::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
     Ok(())
 }

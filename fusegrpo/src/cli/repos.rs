@@ -1,10 +1,10 @@
 //! `fusegrpo repos fetch`: the `owner__name` repositories a task file needs,
-//! cloned with git into a repos dir ([`trainer::repos`]).
+//! cloned with git into a repos dir ([`recipe::repos`]).
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use trainer::repos::{fetch, FetchOptions, Wanted};
+use recipe::repos::{fetch, FetchOptions, Wanted};
 
 /// `fusegrpo repos ...`.
 #[derive(clap::Subcommand)]

@@ -153,18 +153,18 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
             "--out ATTEMPTS.jsonl or --out-dir DIR is required"
         );
         let judge = args.scaling.judge.clone().unwrap_or(super::scaling::JudgeSpec::Evidence);
-        let run = trainer::rollouts::attempts::run(&cfg, &tasks, policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
+        let run = recipe::attempts::run(&cfg, &tasks, policy, &teacher, &judge, &args.scaling.judge_model, &sc)?;
         if let Some(out) = &args.out {
             write_episodes_atomic(out, &run.attempts)?;
         }
         let judge = judge.name();
         if let Some(dir) = &args.scaling.out_dir {
             let policy = policy_name(policy);
-            trainer::rollouts::attempts::write_dir(dir, &run, &sc, &policy, &judge)?;
+            recipe::attempts::write_dir(dir, &run, &sc, &policy, &judge)?;
             apps::plot::scaling::draw_dir(dir, None)?;
             eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
         }
-        print!("{}", trainer::rollouts::attempts::report(&run, &judge));
+        print!("{}", recipe::attempts::report(&run, &judge));
         return Ok(());
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };
@@ -184,7 +184,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     let searched = match policy {
         EvalPolicy::Combined => {
             let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
-            Some(trainer::rollouts::ranked::rank_search(&store, &tasks, &cfg.search)?.0)
+            Some(recipe::ranked::rank_search(&store, &tasks, &cfg.search)?.0)
         }
         EvalPolicy::One(_) | EvalPolicy::Search => None,
     };
@@ -205,7 +205,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
 /// `eval --policy search`: each task's ranking by the index search, the
 /// table, the cost; the rows written to `ranked` when given.
 fn search_table(cfg: &RunConfig, tasks: &[Task], ranked: Option<&std::path::Path>) -> Result<()> {
-    use trainer::rollouts::ranked;
+    use recipe::ranked;
     let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
     let started = std::time::Instant::now();
     let (rows, cost) = ranked::rank_search(&store, tasks, &cfg.search)?;
@@ -291,7 +291,7 @@ fn ranked_table(
     searched: Option<&[rollout::ranking::TaskRanking]>,
     ranked: Option<&std::path::Path>,
 ) -> Result<String> {
-    use trainer::rollouts::ranked;
+    use recipe::ranked;
     let store = rollout::repo::SnapshotStore::open(&cfg.env.repos_dir);
     let mut columns = vec![(policy_name(policy), ranked::rank_episodes(&store, tasks, episodes, &policy_name(policy))?)];
     let mut pairs = Vec::new();

@@ -1,11 +1,11 @@
 //! Test-time scaling options of `fusegrpo eval` and `fusegrpo rollout`
 //! (`--attempts N --select ... [--refine] [--judge ...]`), run by
-//! [`trainer::rollouts::attempts`].
+//! [`recipe::attempts`].
 
 use anyhow::{bail, Result};
 use rollout::scaling::{ScalingConfig, Selector, SummarySource};
 use std::path::PathBuf;
-pub use trainer::rollouts::attempts::JudgeSpec;
+pub use recipe::attempts::JudgeSpec;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ScalingArgs {

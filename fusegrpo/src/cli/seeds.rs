@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
-use trainer::pipeline::{stats, Report};
+use recipe::pipeline::{stats, Report};
 
 #[derive(clap::Args)]
 pub struct Args {

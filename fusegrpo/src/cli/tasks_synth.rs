@@ -1,11 +1,11 @@
 //! `fusegrpo tasks synth`: synthetic tasks of a repository at a commit
-//! ([`trainer::synth_tasks`]).
+//! ([`recipe::synth_tasks`]).
 
 use anyhow::Result;
 use rollout::synth::SynthConfig;
 use std::path::PathBuf;
 use trainer::run_config::PolicyChoice;
-use trainer::synth_tasks::{make_tasks_to, summary_json, SynthRun};
+use recipe::synth_tasks::{make_tasks_to, summary_json, SynthRun};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,8 +60,8 @@ pub struct HttpOpts {
 }
 
 impl HttpOpts {
-    fn opts(&self) -> trainer::synth_tasks::HttpOpts {
-        trainer::synth_tasks::HttpOpts { endpoint: self.endpoint.endpoint(), max_retries: self.max_retries, concurrency: self.concurrency, max_tokens: self.max_tokens }
+    fn opts(&self) -> recipe::synth_tasks::HttpOpts {
+        recipe::synth_tasks::HttpOpts { endpoint: self.endpoint.endpoint(), max_retries: self.max_retries, concurrency: self.concurrency, max_tokens: self.max_tokens }
     }
 }
 

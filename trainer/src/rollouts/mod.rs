@@ -5,8 +5,6 @@
 
 pub mod episodes;
 pub mod issue_cut;
-pub mod attempts;
-pub mod ranked;
 pub mod vllm;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};

@@ -163,8 +163,8 @@ fn lora_sync_loads_each_adapter_under_its_step_name() {
 fn the_training_engine_resumes_a_paused_server_before_its_first_request() {
     let tmp = tempfile::tempdir().unwrap();
     let model_dir = tmp.path().join("model");
-    let spec = trainer::tiny::TinySpec {
-        tokenizer: trainer::tiny::TinyTokenizer::Small { ids: 512, corpus: None, format: rollout::chat::SmallChatFormat::Qwen3 },
+    let spec = crate::tiny::TinySpec {
+        tokenizer: crate::tiny::TinyTokenizer::Small { ids: 512, corpus: None, format: rollout::chat::SmallChatFormat::Qwen3 },
         seed: 1,
         hidden_size: 32,
         intermediate_size: 64,
@@ -177,7 +177,7 @@ fn the_training_engine_resumes_a_paused_server_before_its_first_request() {
         architecture: lm::config::Architecture::Qwen3,
         llama3_rope: false,
     };
-    trainer::tiny::write_tiny(&model_dir, &spec).unwrap();
+    crate::tiny::write_tiny(&model_dir, &spec).unwrap();
     for (lora, resumes) in [("", true), ("[lora]\nr = 4\n", false)] {
         let stub = StubServer::start(|_| StubReply::json(200, &json!({"status": "ok"})));
         let text = format!(

@@ -3,6 +3,11 @@
 // lm's fixtures and their helpers, one copy (lm/tests/fixtures).
 #[path = "../../../lm/tests/suite/common/mod.rs"]
 mod common;
+// The random tiny models `fusegrpo init-tiny` writes, one copy: the
+// `recipe` crate's (which depends on this one, so it cannot be a dependency).
+#[path = "../../../recipe/src/tiny.rs"]
+#[allow(dead_code)]
+mod tiny;
 mod chatml_episodes;
 mod checkpoints;
 mod configs;

@@ -11,7 +11,7 @@ use trainer::rollouts::{episodes, run_policy, TeacherOpts};
 use trainer::run::{RunEnd, RunOptions};
 use trainer::run_config::{PolicyChoice, RunConfig};
 use lm::config::Architecture;
-use trainer::tiny::{write_tiny, TinySpec, TinyTokenizer};
+use crate::tiny::{write_tiny, TinySpec, TinyTokenizer};
 
 /// A repository, its two tasks, a tiny random Qwen3 with a 1,024-id BPE,
 /// and a run config (`run.toml`) in `dir`.

@@ -2,14 +2,14 @@
 //! synth -> filter -> sft -> grpo -> eval (`fusegrpo pipeline`), and the
 //! report it writes (`<run>/report.json`).
 
-pub mod recipe;
+pub mod stages;
 /// The statistics of the report (moved to [`crate::stats`], shared with the ranked evaluations).
 pub use crate::stats;
 
 use rollout::episode::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use crate::run_config::{PipelineSection, RunConfig, SynthSection, TasksFrom};
+use trainer::run_config::{PipelineSection, RunConfig, SynthSection, TasksFrom};
 use std::path::Path;
 
 /// Where `fusegrpo pipeline` gets its tasks.
@@ -25,8 +25,8 @@ pub enum TaskSource<'a> {
 /// `[pipeline]` section and a task file (`pipeline.tasks`, else
 /// `train.tasks`), or `tasks_from = "synth"`. `path` is the config file,
 /// named in the error.
-pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> crate::error::Result<(&'a PipelineSection, TaskSource<'a>)> {
-    let missing = |key: &str, message: &str| crate::Error::Config { path: path.into(), key: key.into(), message: message.into() };
+pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> trainer::error::Result<(&'a PipelineSection, TaskSource<'a>)> {
+    let missing = |key: &str, message: &str| trainer::Error::Config { path: path.into(), key: key.into(), message: message.into() };
     let p = cfg.pipeline.as_ref().ok_or_else(|| missing("pipeline", "no [pipeline] section (fusegrpo pipeline needs one)"))?;
     if p.tasks_from == TasksFrom::Synth {
         return Ok((p, TaskSource::Synth(&p.synth)));

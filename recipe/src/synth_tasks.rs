@@ -11,7 +11,7 @@
 //! and left out; the others are written, atomically. No task at all is an
 //! error (and no file is written).
 
-use crate::run_config::PolicyChoice;
+use trainer::run_config::PolicyChoice;
 use anyhow::{bail, Context, Result};
 use rollout::policy::Policy;
 use rollout::repo::SnapshotStore;
@@ -30,7 +30,7 @@ use std::time::Duration;
 /// How to reach an HTTP issue writer or localizer.
 #[derive(Clone, Debug)]
 pub struct HttpOpts {
-    pub endpoint: crate::rollouts::Endpoint,
+    pub endpoint: trainer::rollouts::Endpoint,
     /// Retries of a failed request (408, 429, 5xx, transport).
     pub max_retries: u32,
     /// Requests in flight at most.
@@ -162,5 +162,5 @@ pub fn write_tasks_atomic(path: &Path, tasks: &[SynthTask]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    crate::files::write_json_lines(path, tasks)
+    trainer::files::write_json_lines(path, tasks)
 }

@@ -60,7 +60,7 @@ pub fn write_tiny(out: &Path, spec: &TinySpec) -> Result<ModelConfig> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let vocab = match &spec.tokenizer {
         TinyTokenizer::Copy(dir) => {
-            crate::files::copy_tokenizer(dir, out, true)?;
+            trainer::files::copy_tokenizer(dir, out, true)?;
             QWEN3_VOCAB_ROWS
         }
         TinyTokenizer::Small { ids, corpus, format } => {

@@ -12,12 +12,12 @@
 //! (task lists, markers, the report) runs on rank 0, the others waiting for
 //! its result ([`on_rank0`]).
 
-use crate::rollouts::episodes::run_policy_resumable;
-use crate::rollouts::{with_env, Endpoint, TeacherOpts};
-use crate::run_config::PolicyChoice;
+use trainer::rollouts::episodes::run_policy_resumable;
+use trainer::rollouts::{with_env, Endpoint, TeacherOpts};
+use trainer::run_config::PolicyChoice;
 use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, ScalingRow};
-use crate::run::{RunEnd, RunOptions};
+use trainer::run::{RunEnd, RunOptions};
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -28,8 +28,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use super::{stats, Report, StageReport, TaskSource};
-use crate::run_config::{PipelineSection, SynthSection};
-use crate::run_config::RunConfig;
+use trainer::run_config::{PipelineSection, SynthSection};
+use trainer::run_config::RunConfig;
 
 /// The file a finished training stage leaves: `{"checkpoint": ".."}`.
 const COMPLETE: &str = "complete.json";
@@ -44,10 +44,10 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     let stage_opts = |stage: &Path| RunOptions { resume: Some("auto".into()), tensorboard: tensorboard.map(|d| d.join(stage)), ..Default::default() };
     let cfg = cfg.clone();
     let (p, source) = super::pipeline_inputs(&cfg, config)?;
-    crate::run::grpo::check_vllm_pipeline(&cfg)?;
-    let world = crate::dist::current().world();
+    trainer::run::grpo::check_vllm_pipeline(&cfg)?;
+    let world = trainer::dist::current().world();
     anyhow::ensure!(
-        world == 1 || cfg.rollout.engine != crate::run_config::Engine::Vllm,
+        world == 1 || cfg.rollout.engine != trainer::run_config::Engine::Vllm,
         "[rollout] engine = \"vllm\" with {world} ranks: a pipeline on a vLLM server runs as one process (the server does the batching); run without mpirun/srun"
     );
     let run_dir = run_dir.to_path_buf();
@@ -56,11 +56,11 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         TaskSource::Synth(s) => on_rank0(|| synth_tasks(&cfg, p, s, &run_dir))?,
     };
     let p = p.clone();
-    let all = crate::rollouts::checked_tasks(&tasks_path, &cfg, skip_bad)
+    let all = trainer::rollouts::checked_tasks(&tasks_path, &cfg, skip_bad)
         .with_context(|| format!("the task file of {} (pipeline.tasks)", config.display()))?;
     let (train, heldout) = match &p.heldout {
         Some(path) => {
-            let held = crate::rollouts::checked_tasks(path, &cfg, skip_bad)
+            let held = trainer::rollouts::checked_tasks(path, &cfg, skip_bad)
                 .with_context(|| format!("the held-out task file of {} (pipeline.heldout)", config.display()))?;
             let ids: std::collections::BTreeSet<&str> = held.iter().map(|t| t.instance_id.as_str()).collect();
             if let Some(t) = all.iter().find(|t| ids.contains(t.instance_id.as_str())) {
@@ -75,8 +75,8 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     let ranks = if world > 1 { format!(", {world} ranks") } else { String::new() };
     say(&format!("pipeline: {} training tasks, {} held out, run folder {}{ranks}", train.len(), heldout.len(), run_dir.display()));
     on_rank0(|| {
-        crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
-        crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)
+        trainer::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
+        trainer::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)
     })?;
 
     let traj = run_dir.join("synth/trajectories.jsonl");
@@ -93,7 +93,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
 
     let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
-        crate::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))
+        trainer::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))
     })?;
 
     let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
@@ -112,7 +112,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         } else if longer {
             opts.allow_config_change = steps_only_change(&grpo_cfg, dir, "grpo: a longer run")?;
         }
-        crate::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
+        trainer::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
     })?;
 
     let mut report = Report {
@@ -201,21 +201,21 @@ fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: 
 /// others wait for rank 0 in the gather; when `work` fails there, rank 0's
 /// error ends every rank (`dist::launch`).
 fn on_rank0<T: serde::Serialize + serde::de::DeserializeOwned>(work: impl FnOnce() -> Result<T>) -> Result<T> {
-    let dist = crate::dist::current();
+    let dist = trainer::dist::current();
     if dist.world() == 1 {
         return work();
     }
     // A list, not an Option: `Some(())` would travel as JSON null, read back as None.
     let mine = if dist.rank() == 0 { vec![work()?] } else { Vec::new() };
-    let all = crate::dist::gather_json(&*dist, &mine)?;
+    let all = trainer::dist::gather_json(&*dist, &mine)?;
     all.into_iter().next().and_then(|r0| r0.into_iter().next()).context("rank 0 sent no result")
 }
 
 /// A line on stderr from rank 0 (one process: every line); ranks share the
 /// launcher's stderr, and the stages' lines are the same on each.
 fn say(line: &str) {
-    if crate::dist::current().rank() == 0 {
-        crate::dist::say(line);
+    if trainer::dist::current().rank() == 0 {
+        trainer::dist::say(line);
     }
 }
 
@@ -277,7 +277,7 @@ fn stage(dir: &Path, name: &str, seconds: &mut BTreeMap<String, f64>, run: impl 
             seconds.insert(name.to_string(), t0.elapsed().as_secs_f64());
             Ok(ckpt)
         }
-        RunEnd::Interrupted(ckpt) => Err(crate::interrupt::Interrupted(format!(
+        RunEnd::Interrupted(ckpt) => Err(trainer::interrupt::Interrupted(format!(
             "pipeline interrupted during {name}: checkpoint {} saved; run the same command again to continue",
             ckpt.display()
         ))
@@ -335,7 +335,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let (mean, answered) = (summary.reward, summary.answered);
     say(&format!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered));
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
-    on_rank0(|| crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept))?;
+    on_rank0(|| trainer::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept))?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
                                      "mean_reward": mean, "answered": answered});
     Ok((kept, Some(figures)))
@@ -357,7 +357,7 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         let name = format!("lr-{lr:e}");
         let dir = run_dir.join("pilot").join(&name);
         stage(&dir, &format!("pilot {name}"), seconds, |dir| {
-            crate::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))
+            trainer::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))
         })?;
         let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
         // Step 1 rolls out before any update: the same for every rate.
@@ -391,7 +391,7 @@ fn previous_stage_seconds(report: &Path) -> BTreeMap<String, f64> {
 fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
     let Some(Ok(ckpt)) = finished_checkpoint(dir)? else { return Ok(false) };
     let marker = dir.join(COMPLETE);
-    let done = crate::checkpoint::load_state(&ckpt)?.step;
+    let done = trainer::checkpoint::load_state(&ckpt)?.step;
     if done >= steps {
         return Ok(false);
     }
@@ -404,10 +404,10 @@ fn reopen_if_longer(dir: &Path, name: &str, steps: u64) -> Result<bool> {
 /// changed config: only `train.steps` (and `[pipeline]`, which no training
 /// run reads, and `[log]`) may differ; anything else is refused, naming the keys.
 fn steps_only_change(cfg: &RunConfig, dir: &Path, what: &str) -> Result<bool> {
-    let Some(latest) = crate::checkpoint::latest(dir)? else { return Ok(false) };
-    let state = crate::checkpoint::load_state(&latest)?;
-    let changed = crate::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
-    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !crate::checkpoint::is_recipe_key(k) && !crate::checkpoint::is_log_key(k)).collect();
+    let Some(latest) = trainer::checkpoint::latest(dir)? else { return Ok(false) };
+    let state = trainer::checkpoint::load_state(&latest)?;
+    let changed = trainer::checkpoint::changed_keys(&state.config, &serde_json::to_value(cfg)?);
+    let others: Vec<&String> = changed.iter().filter(|k| !k.starts_with("train.steps ") && !trainer::checkpoint::is_recipe_key(k) && !trainer::checkpoint::is_log_key(k)).collect();
     anyhow::ensure!(
         others.is_empty(),
         "{what}: {} was made with another config than the long run's (besides train.steps): {}; restore the config, or remove {} to train from the start",
@@ -466,13 +466,13 @@ fn extend_pilot(cfg: &RunConfig, pilot_steps: u64, pilot_dir: &Path, dir: &Path)
         "[pipeline.pilot] extend: the long run's [train] steps ({}) must be more than the pilot's steps ({pilot_steps})",
         cfg.train.steps
     );
-    if crate::checkpoint::latest(dir)?.is_none() {
-        let from = crate::checkpoint::latest(pilot_dir)?
+    if trainer::checkpoint::latest(dir)?.is_none() {
+        let from = trainer::checkpoint::latest(pilot_dir)?
             .with_context(|| format!("[pipeline.pilot] extend: the chosen pilot run {} has no checkpoint", pilot_dir.display()))?;
         say(&format!("== grpo: continuing the chosen pilot run from {} up to step {}", from.display(), cfg.train.steps));
         copy_run(pilot_dir, dir)?;
     }
-    crate::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
+    trainer::checkpoint::latest(dir)?.context("no checkpoint after copying the pilot run")?;
     steps_only_change(cfg, dir, "[pipeline.pilot] extend")
 }
 

@@ -3,10 +3,10 @@
 //! the chosen judge, their table, and their output folder (attempts.jsonl,
 //! selection.jsonl, refine.jsonl, scaling.json, scaling.png).
 
-use super::episodes::write_episodes;
-use super::{http_teacher_config, on_done, progress_bar, with_policy, TeacherOpts};
-use crate::files::write_json_lines;
-use crate::run_config::{PolicyChoice, RunConfig};
+use trainer::rollouts::episodes::write_episodes;
+use trainer::rollouts::{http_teacher_config, on_done, progress_bar, with_policy, TeacherOpts};
+use trainer::files::write_json_lines;
+use trainer::run_config::{PolicyChoice, RunConfig};
 use anyhow::{bail, Context, Result};
 use rollout::scaling::{evaluate, JudgeChoice, ScalingConfig, ScalingRow, ScalingRun};
 use rollout::tasks::Task;
@@ -68,7 +68,7 @@ pub fn run(
         let bar = progress_bar((tasks.len() * (sc.attempts + refines)) as u64, "episodes");
         let mut http = match judge {
             JudgeSpec::Http(url) => {
-                let http = super::Endpoint { model: judge_model.to_string(), ..teacher.http.clone() };
+                let http = trainer::rollouts::Endpoint { model: judge_model.to_string(), ..teacher.http.clone() };
                 let opts = TeacherOpts { http, ..teacher.clone() };
                 Some(http_judge(cfg, url, &opts)?)
             }
