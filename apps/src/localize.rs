@@ -205,7 +205,7 @@ pub fn snapshot(r: &Request) -> Result<(String, Arc<Snapshot>)> {
     Ok((name, Arc::new(snapshot)))
 }
 
-pub use trainer::rollouts::issue_cut::fit_issue;
+pub use trainer::episodes::issue_cut::fit_issue;
 
 /// How far a localization is: `step` of at most `total` steps (the search,
 /// each batch of the model's turns, each model attempt's end; a run whose

@@ -35,7 +35,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::localize::{localize_until, Request, Search};
-use trainer::rollouts::{with_policy, TeacherOpts};
+use trainer::episodes::{with_policy, TeacherOpts};
 
 /// Longest string argument a tool takes (`path`, `repo`, `rev`, `glob`,
 /// `select`); a longer one is refused by its length, not echoed.

@@ -3,8 +3,8 @@
 //! the chosen judge, their table, and their output folder (attempts.jsonl,
 //! selection.jsonl, refine.jsonl, scaling.json, scaling.png).
 
-use trainer::rollouts::episodes::write_episodes;
-use trainer::rollouts::{http_teacher_config, on_done, progress_bar, with_policy, TeacherOpts};
+use trainer::episodes::jsonl::write_episodes;
+use trainer::episodes::{http_teacher_config, on_done, progress_bar, with_policy, TeacherOpts};
 use trainer::files::write_json_lines;
 use trainer::run_config::{PolicyChoice, RunConfig};
 use anyhow::{bail, Context, Result};
@@ -68,7 +68,7 @@ pub fn run(
         let bar = progress_bar((tasks.len() * (sc.attempts + refines)) as u64, "episodes");
         let mut http = match judge {
             JudgeSpec::Http(url) => {
-                let http = trainer::rollouts::Endpoint { model: judge_model.to_string(), ..teacher.http.clone() };
+                let http = trainer::episodes::Endpoint { model: judge_model.to_string(), ..teacher.http.clone() };
                 let opts = TeacherOpts { http, ..teacher.clone() };
                 Some(http_judge(cfg, url, &opts)?)
             }

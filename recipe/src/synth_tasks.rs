@@ -30,7 +30,7 @@ use std::time::Duration;
 /// How to reach an HTTP issue writer or localizer.
 #[derive(Clone, Debug)]
 pub struct HttpOpts {
-    pub endpoint: trainer::rollouts::Endpoint,
+    pub endpoint: trainer::episodes::Endpoint,
     /// Retries of a failed request (408, 429, 5xx, transport).
     pub max_retries: u32,
     /// Requests in flight at most.

@@ -5,8 +5,10 @@
 //!
 //! - [`run`]: a run's lifecycle (folder, resume, metrics, SIGINT) and ONE
 //!   loop, `run::drive`, for GRPO (`run::grpo::grpo`) and SFT (`run::sft::sft`).
-//! - [`rollouts`]: policies and environments set up from a run config,
-//!   episodes written and resumed, vLLM as the engine.
+//! - [`episodes`]: episodes as the commands make them (their rollouts):
+//!   policies and environments set up from a run config, checked task
+//!   files, episode files written and resumed ([`episodes::jsonl`]), vLLM
+//!   as the engine.
 //! - The recipe over this library (the pipeline, its evaluations, synthetic
 //!   tasks, repositories, tiny models) is the `recipe` crate's; the
 //!   applications (bench, serve, plot, mcp, localize, selftest, dist-check)
@@ -49,7 +51,7 @@ pub mod optim;
 pub mod packing;
 pub mod plan;
 pub mod model_policy;
-pub mod rollouts;
+pub mod episodes;
 pub mod run;
 pub mod run_config;
 pub mod sft;

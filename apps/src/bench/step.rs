@@ -199,12 +199,12 @@ pub fn run(a: Args) -> Result<()> {
     });
     merge(&mut report, a.shape.json());
     // The memory planner's figure for this step, beside the measured peak.
-    let target = trainer::plan::run::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
+    let target = trainer::plan::phases::Target { model: &cfg, dtype, device: a.on.device, threads: rayon::current_num_threads(), lora: None, fused_attention: a.on.device == trainer::device::DeviceKind::Cpu || kernels::cuda_kernels_on() };
     let recompute = match a.recompute {
         Recompute::Off => lm::model::recompute::Recompute::Off,
         Recompute::PerLayer => lm::model::recompute::Recompute::PerLayer,
     };
-    let plan = trainer::plan::run::for_bench_step(&target, a.rows, a.tokens, recompute);
+    let plan = trainer::plan::phases::for_bench_step(&target, a.rows, a.tokens, recompute);
     let predicted = plan.peak_bytes() as f64 / (1u64 << 20) as f64;
     // On the CPU the measured peak is the RSS; on CUDA it is the GPU's,
     // which only a sampler outside sees (scripts/gpu-check, with

@@ -100,8 +100,8 @@ impl Default for HttpTeacherArgs {
 
 impl HttpTeacherArgs {
     /// The endpoint these flags describe.
-    pub fn endpoint(&self) -> trainer::rollouts::Endpoint {
-        trainer::rollouts::Endpoint { model: self.teacher_model.clone(), api_key_env: self.api_key_env.clone(), requests_per_second: self.requests_per_second }
+    pub fn endpoint(&self) -> trainer::episodes::Endpoint {
+        trainer::episodes::Endpoint { model: self.teacher_model.clone(), api_key_env: self.api_key_env.clone(), requests_per_second: self.requests_per_second }
     }
 }
 

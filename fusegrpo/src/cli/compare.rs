@@ -17,7 +17,7 @@ use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
 use recipe::pipeline::stats;
-use trainer::rollouts::episodes::read_unique as read_episodes;
+use trainer::episodes::jsonl::read_unique as read_episodes;
 
 #[derive(clap::Args)]
 pub struct Args {

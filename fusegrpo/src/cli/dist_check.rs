@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<()> {
     let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;
     let weights = load_weights(&dir, &model_cfg, cfg.model.dtype.into(), &device)?;
     let episodes = match &args.episodes {
-        Some(path) => trainer::rollouts::episodes::read(path)?,
+        Some(path) => trainer::episodes::jsonl::read(path)?,
         None => check::synthetic_episodes(model_cfg.vocab_size, args.groups, cfg.rollout.group, args.seed),
     };
     let group = cfg.rollout.group; // >= 1: checked at config load

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use apps::localize::{check_request, localize_episodes, Request, Search};
 use trainer::run_config::RunConfig;
 
-use trainer::rollouts::{with_policy, TeacherOpts};
+use trainer::episodes::{with_policy, TeacherOpts};
 
 /// The localizer both `localize` and `mcp` load: a config and its model overrides.
 #[derive(clap::Args)]
@@ -105,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
         localize_episodes(&cfg, policy, env, &request, &mut |p| eprintln!("localize: {}", p.message), &cancel)
     })?;
     if let Some(out) = &args.out {
-        trainer::rollouts::episodes::write_episodes_atomic(out, &episodes)?;
+        trainer::episodes::jsonl::write_episodes_atomic(out, &episodes)?;
     }
     if args.json {
         let mut json = serde_json::to_value(&result)?;

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use trainer::plan::{bytes, run::for_run};
+use trainer::plan::{bytes, phases::for_run};
 use trainer::run_config::RunConfig;
 use lm::ModelConfig;
 

@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use rollout::episode::summary::Summary;
 use rollout::tasks::Task;
 use std::path::PathBuf;
-use trainer::rollouts::episodes::{write_episodes_atomic, write_episodes_made_by, MadeBy};
-use trainer::rollouts::{run_policy, TeacherOpts};
+use trainer::episodes::jsonl::{write_episodes_atomic, write_episodes_made_by, MadeBy};
+use trainer::episodes::{run_policy, TeacherOpts};
 use trainer::run_config::{PolicyChoice, RunConfig};
 
 #[derive(clap::Args)]
@@ -110,13 +110,13 @@ fn inputs(args: &Args, eval: bool) -> Result<(RunConfig, Vec<Task>, TeacherOpts)
     // `eval` cuts an issue that leaves the model no turn (as `localize`
     // does) instead of refusing it; `rollout` keeps the tasks as given.
     let mut tasks = if eval {
-        let (tasks, cut) = trainer::rollouts::issue_cut::checked_tasks_cut(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
+        let (tasks, cut) = trainer::episodes::issue_cut::checked_tasks_cut(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
         if cut > 0 {
             eprintln!("eval: {cut} issue(s) over the episode's token budget cut to fit (their beginning and end kept)");
         }
         tasks
     } else {
-        trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?
+        trainer::episodes::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?
     };
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
@@ -233,8 +233,8 @@ fn search_table(cfg: &RunConfig, tasks: &[Task], ranked: Option<&std::path::Path
 /// file written before these were recorded (no `made_by`) is checked for
 /// its tasks and group only, with a warning.
 fn reused(path: &std::path::Path, tasks: &[Task], want: &MadeBy) -> Result<Vec<rollout::episode::Episode>> {
-    let all = trainer::rollouts::episodes::read_unique(path).with_context(|| format!("--reuse {}", path.display()))?;
-    let made_by = trainer::rollouts::episodes::read_made_by(path).with_context(|| format!("--reuse {}", path.display()))?;
+    let all = trainer::episodes::jsonl::read_unique(path).with_context(|| format!("--reuse {}", path.display()))?;
+    let made_by = trainer::episodes::jsonl::read_made_by(path).with_context(|| format!("--reuse {}", path.display()))?;
     let ids: std::collections::BTreeSet<&str> = tasks.iter().map(|t| t.instance_id.as_str()).collect();
     let have: std::collections::BTreeSet<&str> = all.iter().map(|e| e.task_id.as_str()).collect();
     let missing: Vec<&&str> = ids.iter().filter(|t| !have.contains(**t)).collect();

@@ -4,7 +4,7 @@
 //! task is one bootstrap cluster across runs), and how many held-out tasks a
 //! given gain would need at the measured spread.
 
-use trainer::rollouts::episodes::read as read_episodes;
+use trainer::episodes::jsonl::read as read_episodes;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write;

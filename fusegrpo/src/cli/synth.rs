@@ -3,8 +3,8 @@
 //! with retries and a rate limit), each scored: F1_file, F1_func, e, R and
 //! calls per turn. The output feeds `fusegrpo sft`.
 
-use trainer::rollouts::episodes::write_episodes_atomic;
-use trainer::rollouts::{run_policy, TeacherOpts};
+use trainer::episodes::jsonl::write_episodes_atomic;
+use trainer::episodes::{run_policy, TeacherOpts};
 use trainer::run_config::PolicyChoice;
 use anyhow::Result;
 use rollout::episode::summary::Summary;
@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Result<()> {
     trainer::run_config::check_flag("--samples", args.samples, trainer::run_config::MAX_GROUP)?;
     let cfg = args.set.load(&args.config)?;
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
-    let mut tasks = trainer::rollouts::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
+    let mut tasks = trainer::episodes::checked_tasks(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
     if let Some(n) = args.max_tasks {
         tasks.truncate(n);
     }

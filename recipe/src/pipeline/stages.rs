@@ -12,8 +12,8 @@
 //! (task lists, markers, the report) runs on rank 0, the others waiting for
 //! its result ([`on_rank0`]).
 
-use trainer::rollouts::episodes::run_policy_resumable;
-use trainer::rollouts::{with_env, Endpoint, TeacherOpts};
+use trainer::episodes::jsonl::run_policy_resumable;
+use trainer::episodes::{with_env, Endpoint, TeacherOpts};
 use trainer::run_config::PolicyChoice;
 use rollout::scaling::judge::EvidenceJudge;
 use rollout::scaling::{ScalingConfig, ScalingRow};
@@ -56,11 +56,11 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         TaskSource::Synth(s) => on_rank0(|| synth_tasks(&cfg, p, s, &run_dir))?,
     };
     let p = p.clone();
-    let all = trainer::rollouts::checked_tasks(&tasks_path, &cfg, skip_bad)
+    let all = trainer::episodes::checked_tasks(&tasks_path, &cfg, skip_bad)
         .with_context(|| format!("the task file of {} (pipeline.tasks)", config.display()))?;
     let (train, heldout) = match &p.heldout {
         Some(path) => {
-            let held = trainer::rollouts::checked_tasks(path, &cfg, skip_bad)
+            let held = trainer::episodes::checked_tasks(path, &cfg, skip_bad)
                 .with_context(|| format!("the held-out task file of {} (pipeline.heldout)", config.display()))?;
             let ids: std::collections::BTreeSet<&str> = held.iter().map(|t| t.instance_id.as_str()).collect();
             if let Some(t) = all.iter().find(|t| ids.contains(t.instance_id.as_str())) {

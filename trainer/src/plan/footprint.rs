@@ -96,7 +96,7 @@ pub fn cuda_logprob_workspace_bytes(cfg: &ModelConfig, tokens: u64, dtype: DType
 /// stream-ordered pool's fragmentation. Fitted, with a margin, to the peaks
 /// measured on one H200 (BENCHMARKS.md "On one H200": 4 layers x 8K and 16K,
 /// 36 x 16K), which need about 1.2 layers more than counted; the tests in
-/// `plan/run.rs` hold the plan to them.
+/// `plan/phases.rs` hold the plan to them.
 pub const CUDA_EXTRA_LAYERS_PER_TOKEN: f64 = 1.5;
 
 pub fn logprob_workspace_bytes(cfg: &ModelConfig, threads: usize) -> u64 {

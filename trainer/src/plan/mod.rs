@@ -13,7 +13,7 @@ pub mod bytes;
 pub mod device_memory;
 pub mod footprint;
 pub mod known;
-pub mod run;
+pub mod phases;
 
 use crate::error::{Error, Result};
 use serde_json::{json, Map, Value};
@@ -99,7 +99,7 @@ impl MemoryPlan {
         if peak.total() <= limit {
             return Ok(());
         }
-        let mut adjustable: Vec<&Part> = peak.parts.iter().filter(|p| p.setting.is_some() && p.setting != Some(run::CUDA_KERNELS_SETTING)).collect();
+        let mut adjustable: Vec<&Part> = peak.parts.iter().filter(|p| p.setting.is_some() && p.setting != Some(phases::CUDA_KERNELS_SETTING)).collect();
         adjustable.sort_by_key(|p| std::cmp::Reverse(p.bytes));
         let lower: Vec<String> = adjustable
             .iter()
@@ -107,10 +107,10 @@ impl MemoryPlan {
             .map(|p| format!("{} ({} for {})", p.setting.expect("filtered"), bytes::format(p.bytes), p.name))
             .collect();
         let mut hint = if lower.is_empty() { "nothing in the config sizes it: a smaller model or dtype".to_string() } else { format!("lower {}", lower.join(" or ")) };
-        if let Some(scores) = peak.parts.iter().find(|p| p.setting == Some(run::CUDA_KERNELS_SETTING)) {
+        if let Some(scores) = peak.parts.iter().find(|p| p.setting == Some(phases::CUDA_KERNELS_SETTING)) {
             hint = format!(
                 "set {} = \"on\" (the reference attention's scores take {} of it; the fused kernel's memory is linear), or {hint}",
-                run::CUDA_KERNELS_SETTING,
+                phases::CUDA_KERNELS_SETTING,
                 bytes::format(scores.bytes)
             );
         }

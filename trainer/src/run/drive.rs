@@ -62,7 +62,7 @@ pub fn drive<S: Steps>(run: &Run, steps: &mut S, schedule: &Schedule) -> Result<
     let mut rank_log = run.rank_log(steps.done())?;
     let stop = interrupt::flag()?;
     let save_every = schedule.save_every.max(1);
-    let bar = crate::rollouts::progress_bar(schedule.total, schedule.unit);
+    let bar = crate::episodes::progress_bar(schedule.total, schedule.unit);
     if dist.rank() > 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }

@@ -54,7 +54,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
             "[rollout] engine = \"vllm\" with {} ranks: GRPO on a vLLM server runs as one process so far (the server does the batching); run without mpirun/srun",
             dist.world()
         );
-        trainer.engine = Some(crate::rollouts::vllm::training_engine(cfg, &tok, run_dir)?);
+        trainer.engine = Some(crate::episodes::vllm::training_engine(cfg, &tok, run_dir)?);
     }
     if cfg.rollout.off_policy > 0 && cfg.rollout.engine == crate::run_config::Engine::Builtin && cfg.model.device == crate::device::DeviceKind::Cpu {
         tracing::warn!("[rollout] off_policy = 1 with the built-in engine on the CPU: the next step's decoding and the update share the cores (measured on 2 cores: 1.32x the on-policy wall time per step; BENCHMARKS.md, \"Off-policy rollouts\"); the overlap pays with a vLLM server");

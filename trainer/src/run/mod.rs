@@ -130,7 +130,7 @@ fn check_memory(cfg: &RunConfig, model: &ModelConfig, device: &Device, check: Me
         MemoryCheck::Limit(b) => (b, "--gpu-memory"),
         MemoryCheck::Device => crate::plan::device_memory::available(device)?,
     };
-    let mut plan = crate::plan::run::for_run(cfg, model, rayon::current_num_threads(), dist::current().world())?;
+    let mut plan = crate::plan::phases::for_run(cfg, model, rayon::current_num_threads(), dist::current().world())?;
     let kinds: &[PhaseKind] = match stage {
         Stage::Grpo => &[PhaseKind::Rollout, PhaseKind::GrpoUpdate],
         Stage::Sft => &[PhaseKind::SftUpdate],

@@ -31,7 +31,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         super::check_folder(&run_dir.join(format!("opening-{}", k + 1)), opts)?;
     }
     super::check_folder(run_dir, opts)?;
-    let episodes = crate::rollouts::episodes::read(data)?;
+    let episodes = crate::episodes::jsonl::read(data)?;
     let (examples, report) = filter(&episodes, &cfg.sft.filter);
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     if crate::dist::current().rank() == 0 {
@@ -173,7 +173,7 @@ fn evaluate_heldout(cfg: &RunConfig, checkpoint: &Path, examples: &[SftExample],
         return Ok(());
     }
     let eval_cfg = cfg.with_trained(checkpoint);
-    let episodes = crate::rollouts::run_policy(&eval_cfg, &held, &crate::run_config::PolicyChoice::Model, 1, &Default::default())?;
+    let episodes = crate::episodes::run_policy(&eval_cfg, &held, &crate::run_config::PolicyChoice::Model, 1, &Default::default())?;
     let summary = Summary::of(&episodes);
     std::fs::write(run_dir.join("heldout_eval.json"), serde_json::to_string_pretty(&summary)?)?;
     eprintln!("sft held-out episodes:\n{}\n{}", Summary::HEADER, summary.row("sft"));

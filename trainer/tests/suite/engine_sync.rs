@@ -189,7 +189,7 @@ fn the_training_engine_resumes_a_paused_server_before_its_first_request() {
         let tok = cfg.chat_tokenizer(&model_dir).unwrap();
         // The stand-in answers nothing useful, so the checks after fail;
         // what matters is what was asked first.
-        let _ = trainer::rollouts::vllm::training_engine(&cfg, &tok, &tmp.path().join("run"));
+        let _ = trainer::episodes::vllm::training_engine(&cfg, &tok, &tmp.path().join("run"));
         let what: Vec<String> = stub.requests().into_iter().map(|r| r.what).collect();
         assert!(!what.is_empty(), "no request");
         assert_eq!(what[0] == "POST /resume", resumes, "lora {lora:?}: {what:?}");

@@ -52,7 +52,7 @@ fn the_memory_plan_counts_the_adapter_not_the_full_optimizer_state() {
     let plan = |p: &std::path::Path| {
         let mut cfg = trainer::run_config::RunConfig::from_file(p).unwrap();
         cfg.model.cuda_kernels = trainer::gpu_check::CudaKernels::On;
-        trainer::plan::run::for_run(&cfg, &model, 2, 1).unwrap()
+        trainer::plan::phases::for_run(&cfg, &model, 2, 1).unwrap()
     };
     let (full, lora) = (plan(&full_path), plan(&lora_path));
     let part = |plan: &trainer::plan::MemoryPlan, phase: usize, name: &str| plan.phases[phase].parts.iter().find(|p| p.name == name).map(|p| p.bytes);

@@ -7,7 +7,7 @@
 use rollout::chat::SmallChatFormat;
 use rollout::tasks::Task;
 use std::path::{Path, PathBuf};
-use trainer::rollouts::{episodes, run_policy, TeacherOpts};
+use trainer::episodes::{jsonl, run_policy, TeacherOpts};
 use trainer::run::{RunEnd, RunOptions};
 use trainer::run_config::{PolicyChoice, RunConfig};
 use lm::config::Architecture;
@@ -238,7 +238,7 @@ fn sft_through_the_library_resumes_bitwise() {
     let trajectories = run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 4, &teacher).unwrap();
     assert_eq!(trajectories.len(), 8);
     let data = tmp.path().join("traj.jsonl");
-    episodes::write_episodes(&data, &trajectories).unwrap();
+    jsonl::write_episodes(&data, &trajectories).unwrap();
 
     let straight = tmp.path().join("straight");
     let last = done(trainer::run::sft::sft(&cfg, &data, &straight, &tasks, &opts(false, None)).unwrap());
@@ -269,7 +269,7 @@ fn sft_stops_after_nonfinite_steps_in_a_row() {
     cfg.train.max_nonfinite_steps = 2;
     let teacher = TeacherOpts { vary_scripted: Some(1), ..Default::default() };
     let data = tmp.path().join("traj.jsonl");
-    episodes::write_episodes(&data, &run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 4, &teacher).unwrap()).unwrap();
+    jsonl::write_episodes(&data, &run_policy(&cfg, &tasks, &PolicyChoice::Scripted, 4, &teacher).unwrap()).unwrap();
     let run = tmp.path().join("run");
     let e = trainer::run::sft::sft(&cfg, &data, &run, &tasks, &opts(false, None)).unwrap_err().to_string();
     assert!(e.contains("2 steps in a row had a NaN/inf loss or gradient") && e.contains("saved"), "{e}");
@@ -304,7 +304,7 @@ fn a_llama3_chat_format_runs_sft_and_grpo() {
         assert_eq!(ends, vec![id("<|eot_id|>"); ep.turns.len()], "{:?}", ep.turns);
     }
     let data = tmp.path().join("traj.jsonl");
-    episodes::write_episodes(&data, &trajectories).unwrap();
+    jsonl::write_episodes(&data, &trajectories).unwrap();
     done(trainer::run::sft::sft(&cfg, &data, &tmp.path().join("sft"), &tasks, &opts(false, None)).unwrap());
     let m = metrics(&tmp.path().join("sft"));
     assert_eq!(m.len(), 2, "4 trajectories in batches of 2");

@@ -1,9 +1,10 @@
-//! Rollouts as the commands and the recipe run them: the environment of a
-//! run config (tokenizer, repositories, tools, reward), the policy it names
-//! (our model on the builtin or the vLLM engine, the scripted teacher, an
-//! HTTP teacher), a checked task file, progress, and episode files.
+//! Episodes as the commands and the recipe make them (their rollouts): the
+//! environment of a run config (tokenizer, repositories, tools, reward),
+//! the policy it names (our model on the builtin or the vLLM engine, the
+//! scripted teacher, an HTTP teacher), a checked task file, progress, and
+//! episode files ([`jsonl`]).
 
-pub mod episodes;
+pub mod jsonl;
 pub mod issue_cut;
 pub mod vllm;
 
