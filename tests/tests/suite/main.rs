@@ -1,5 +1,6 @@
 //! End-to-end tests of the fusegrpo binary, one test binary.
 
+mod architecture_doc;
 mod cli_chat_render;
 mod cli_engine;
 mod cli_env;
