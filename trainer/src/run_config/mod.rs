@@ -15,6 +15,7 @@ mod lora;
 mod model;
 mod overrides;
 mod pipeline;
+mod ranks;
 mod rollout;
 mod sampling;
 
@@ -25,6 +26,7 @@ pub use log::LogSection;
 pub use lora::LoraSection;
 pub use model::{default_workspace_mib, ModelSection};
 pub use overrides::Override;
+pub use ranks::Job;
 pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
 pub use sampling::SamplingSection;
