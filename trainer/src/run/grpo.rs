@@ -24,8 +24,8 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
     let pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
-    let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0, cfg.lora.is_some()) {
-        (Some(_), true, false) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
+    let reference = match (&run.resume_dir, cfg.reference()) {
+        (Some(_), crate::grpo::Reference::Copy) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
         _ => None,
     };
     let dist = crate::dist::current();

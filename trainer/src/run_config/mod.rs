@@ -220,10 +220,11 @@ impl RunConfig {
     /// `[sampling]`, `[episode]`, `[reward]` and `[lora]`.
     pub fn grpo_trainer(&self) -> crate::grpo::TrainerConfig {
         crate::grpo::TrainerConfig {
-            grpo: self.grpo.clone(),
+            update: self.grpo.update(),
             train: self.train.clone(),
             optim: self.optim.clone(),
             loss: self.loss_config(),
+            reference: self.reference(),
             group: self.rollout.group,
             limits: self.rollout.limits(),
             sampler: self.sampling.sampler(),
@@ -232,6 +233,13 @@ impl RunConfig {
             lora: self.lora(),
             off_policy: self.rollout.off_policy,
         }
+    }
+
+    /// The KL reference of this config's GRPO: none at `[grpo] beta = 0`,
+    /// else the base under a LoRA adapter or a frozen copy of the starting
+    /// weights; the one place this is decided.
+    pub fn reference(&self) -> crate::grpo::Reference {
+        crate::grpo::Reference::of(self.grpo.beta, self.lora.is_some())
     }
 
     /// The SFT trainer's settings: `[sft]`, `[optim]` and `[lora]`'s.
