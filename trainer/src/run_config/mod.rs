@@ -591,9 +591,10 @@ impl RunConfig {
         out
     }
 
-    /// The validated `[lora]` setting, if the run trains an adapter.
+    /// The `[lora]` setting, if the run trains an adapter: the section as
+    /// the model crate takes it ([`LoraSection::config`]).
     pub fn lora(&self) -> Option<lm::lora::LoraConfig> {
-        self.lora.as_ref().map(|l| l.validate().expect("validated when the config was read"))
+        self.lora.as_ref().map(LoraSection::config)
     }
 
     /// The tokenizer folder: explicit, else the model folder.
