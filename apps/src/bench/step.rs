@@ -87,8 +87,9 @@ pub fn run(a: Args) -> Result<()> {
         None => None,
         Some(r) => {
             ensure!(r > 0, "--lora-r must be at least 1");
-            let section = trainer::run_config::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: lm::lora::Target::ALL.iter().map(|t| t.name().to_string()).collect(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
-            Some(section.validate().map_err(|(k, m)| anyhow::anyhow!("--lora-r: {k}: {m}"))?)
+            let section = trainer::run_config::LoraSection { r, alpha: 2.0 * r as f64, dropout: 0.0, target_modules: lm::lora::Target::ALL.to_vec(), use_rslora: false, init_seed: a.seed, merge_for_rollouts: false };
+            section.validate().map_err(|(k, m)| anyhow::anyhow!("--lora-r: {k}: {m}"))?;
+            Some(section.config())
         }
     };
     let (model, params) = match &lora {

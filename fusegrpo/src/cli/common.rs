@@ -119,6 +119,17 @@ pub struct SetArgs {
 impl SetArgs {
     /// The run config of `config` with the `--set` keys.
     pub fn load(&self, config: &std::path::Path) -> Result<trainer::run_config::RunConfig> {
-        Ok(trainer::run_config::RunConfig::from_file_with(config, &self.set)?)
+        self.load_with(config, Vec::new())
+    }
+
+    /// The run config of `config` with the `--set` keys, then `flags`, the
+    /// config keys a command's own flags set ([`Override::flag`]): checked
+    /// once, as the `--set` keys are.
+    ///
+    /// [`Override::flag`]: trainer::run_config::Override::flag
+    pub fn load_with(&self, config: &std::path::Path, flags: Vec<trainer::run_config::Override>) -> Result<trainer::run_config::RunConfig> {
+        let mut all = self.set.clone();
+        all.extend(flags);
+        Ok(trainer::run_config::RunConfig::from_file_with(config, &all)?)
     }
 }

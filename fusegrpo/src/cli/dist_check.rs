@@ -42,11 +42,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut inputs = vec![("--config", args.config.as_path())];
     inputs.extend(args.episodes.as_deref().map(|e| ("--episodes", e)));
     trainer::files::check_outputs(&inputs, &args.out.iter().map(|o| ("--out", o.as_path())).collect::<Vec<_>>())?;
-    let mut cfg = args.set.load(&args.config)?;
-    if let Some(g) = args.group {
-        anyhow::ensure!(g > 0, "--group: must be at least 1");
-        cfg.rollout.group = g;
-    }
+    let group_flag = args.group.map(|g| trainer::run_config::Override::flag(format!("--group {g}"), "rollout.group", g)).transpose()?;
+    let cfg = args.set.load_with(&args.config, group_flag.into_iter().collect())?;
     let dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let model_cfg = ModelConfig::from_file(&dir.join("config.json"))?;
     let device = trainer::device::open_with_kernels(cfg.model.device, cfg.model.cuda_kernels)?;

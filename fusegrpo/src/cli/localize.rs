@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use apps::localize::{check_request, localize_episodes, Request, Search};
-use trainer::run_config::RunConfig;
+use trainer::run_config::{Override, RunConfig};
 
 use trainer::episodes::{with_policy, TeacherOpts};
 
@@ -35,18 +35,18 @@ pub struct LocalizerArgs {
 impl LocalizerArgs {
     /// The config with the model overrides.
     pub fn config(&self) -> Result<RunConfig> {
-        let mut cfg = self.set.load(&self.config)?;
+        let mut flags = vec![];
         if let Some(m) = &self.model {
-            cfg.model.path = m.clone();
-            cfg.model.adapter = None;
+            flags.push(Override::flag(format!("--model {m}"), "model.path", m)?);
+            flags.push(Override::flag_unset(format!("--model {m}"), "model.adapter"));
         }
         if let Some(a) = &self.adapter {
-            cfg.model.adapter = Some(a.clone());
+            flags.push(Override::flag(format!("--adapter {}", a.display()), "model.adapter", a.to_string_lossy())?);
         }
         if self.no_adapter {
-            cfg.model.adapter = None;
+            flags.push(Override::flag_unset("--no-adapter", "model.adapter"));
         }
-        Ok(cfg)
+        self.set.load_with(&self.config, flags)
     }
 }
 

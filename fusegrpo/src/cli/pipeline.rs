@@ -26,11 +26,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cfg = args.set.load(&args.config)?;
+    let mut flags = vec![];
     if let Some(seed) = args.seed {
-        cfg.sampling.seed = seed;
-        cfg.sft.seed = seed;
+        for key in ["sampling.seed", "sft.seed"] {
+            flags.push(trainer::run_config::Override::flag(format!("--seed {seed}"), key, seed)?);
+        }
     }
+    let cfg = args.set.load_with(&args.config, flags)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
     recipe::pipeline::stages::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
     Ok(())

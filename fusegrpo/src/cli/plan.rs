@@ -38,10 +38,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut cfg = a.set.load(&a.config)?;
-    if let Some(k) = a.cuda_kernels {
-        cfg.model.cuda_kernels = k;
-    }
+    let kernels = a.cuda_kernels.map(|k| trainer::run_config::Override::flag(format!("--cuda-kernels {}", serde_json::to_value(k).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()), "model.cuda_kernels", k)).transpose()?;
+    let cfg = a.set.load_with(&a.config, kernels.into_iter().collect())?;
     let model = model_config(&cfg, a.model_config.as_deref())?;
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
     let plan = for_run(&cfg, &model, threads, a.gpus as usize)?;

@@ -8,7 +8,7 @@ use rollout::tasks::Task;
 use std::path::PathBuf;
 use trainer::episodes::jsonl::{write_episodes_atomic, write_episodes_made_by, MadeBy};
 use trainer::episodes::{run_policy, TeacherOpts};
-use trainer::run_config::{PolicyChoice, RunConfig};
+use trainer::run_config::{Override, PolicyChoice, RunConfig};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -85,27 +85,27 @@ impl std::str::FromStr for EvalPolicy {
 
 /// The config, tasks and teacher options of `args`.
 fn inputs(args: &Args, eval: bool) -> Result<(RunConfig, Vec<Task>, TeacherOpts)> {
-    let mut cfg = args.set.load(&args.config)?;
+    // The flags that set config keys: overrides, checked with the config.
+    let mut flags = vec![];
     if let Some(model) = &args.model {
-        cfg.model.path = model.to_string_lossy().into_owned();
+        flags.push(Override::flag(format!("--model {}", model.display()), "model.path", model.to_string_lossy())?);
     }
     if let Some(dir) = &args.repos_dir {
-        cfg.env.repos_dir = dir.clone();
+        flags.push(Override::flag(format!("--repos-dir {}", dir.display()), "env.repos_dir", dir.to_string_lossy())?);
     }
     if let Some(adapter) = &args.adapter {
-        cfg.model.adapter = Some(adapter.clone());
+        flags.push(Override::flag(format!("--adapter {}", adapter.display()), "model.adapter", adapter.to_string_lossy())?);
     }
     if args.no_adapter {
-        cfg.model.adapter = None;
+        flags.push(Override::flag_unset("--no-adapter", "model.adapter"));
     }
     if let Some(t) = args.temperature {
-        anyhow::ensure!(t >= 0.0 && t.is_finite(), "--temperature {t}: must be >= 0 (0: greedy)");
-        cfg.sampling.temperature = t;
+        flags.push(Override::flag(format!("--temperature {t}"), "sampling.temperature", t)?);
     }
-    anyhow::ensure!(args.group != Some(0), "--group 0: at least 1 episode per task");
     if let Some(g) = args.group {
-        trainer::run_config::check_flag("--group", g, trainer::run_config::MAX_GROUP)?;
+        flags.push(Override::flag(format!("--group {g}"), "rollout.group", g)?);
     }
+    let cfg = args.set.load_with(&args.config, flags)?;
     anyhow::ensure!(args.max_tasks != Some(0), "--max-tasks 0: at least 1 task");
     // `eval` cuts an issue that leaves the model no turn (as `localize`
     // does) instead of refusing it; `rollout` keeps the tasks as given.
@@ -168,7 +168,7 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
         return Ok(());
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };
-    let group = args.group.unwrap_or(cfg.rollout.group);
+    let group = cfg.rollout.group; // --group's, when given
     let main = match &policy {
         EvalPolicy::One(p) => p.clone(),
         EvalPolicy::Search | EvalPolicy::Combined => PolicyChoice::Model,

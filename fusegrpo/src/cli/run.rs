@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use trainer::run::{MemoryCheck, RunOptions};
-use trainer::run_config::RunConfig;
+use trainer::run_config::{Override, RunConfig};
 
 /// How `train` and `sft` start and stop (their shared flags).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -41,14 +41,16 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The config with `--model` and `--adapter` in place of its own.
-    pub fn apply(&self, cfg: &mut RunConfig) {
+    /// `--model` and `--adapter` as the config keys they set.
+    pub fn flags(&self) -> anyhow::Result<Vec<Override>> {
+        let mut flags = vec![];
         if let Some(m) = &self.model {
-            cfg.model.path = m.clone();
+            flags.push(Override::flag(format!("--model {m}"), "model.path", m)?);
         }
         if let Some(a) = &self.adapter {
-            cfg.model.adapter = Some(a.clone());
+            flags.push(Override::flag(format!("--adapter {}", a.display()), "model.adapter", a.to_string_lossy())?);
         }
+        Ok(flags)
     }
 
     pub fn options(&self) -> RunOptions {
@@ -108,8 +110,7 @@ pub struct KeptArgs {
 /// change is, unless --allow-config-change). `run_dir` names the folder
 /// from the config (`--out`, else a default of the run's name).
 pub fn run_config(config: &std::path::Path, set: &super::common::SetArgs, run: &RunArgs, run_dir: impl Fn(&RunConfig) -> PathBuf) -> anyhow::Result<(RunConfig, PathBuf, KeptArgs)> {
-    let mut cfg = set.load(config)?;
-    run.apply(&mut cfg);
+    let cfg = set.load_with(config, run.flags()?)?;
     let dir = run_dir(&cfg);
     let given = KeptArgs { set: set.set.iter().map(|o| o.text.clone()).collect(), model: run.model.clone(), adapter: run.adapter.clone() };
     let path = dir.join(KEPT_ARGS_FILE);
@@ -122,11 +123,11 @@ pub fn run_config(config: &std::path::Path, set: &super::common::SetArgs, run: &
     all.extend(given.set.iter().filter(|s| !kept.set.contains(s)).cloned());
     let parsed = all
         .iter()
-        .map(|s| s.parse::<trainer::run_config::Override>().map_err(|e| anyhow::anyhow!("{}: --set {s}: {e}", path.display())))
+        .map(|s| s.parse::<Override>().map_err(|e| anyhow::anyhow!("{}: --set {s}: {e}", path.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let merged = KeptArgs { set: all, model: run.model.clone().or(kept.model), adapter: run.adapter.clone().or(kept.adapter) };
-    let mut cfg = trainer::run_config::RunConfig::from_file_with(config, &parsed)?;
-    RunArgs { model: merged.model.clone(), adapter: merged.adapter.clone(), ..RunArgs::default() }.apply(&mut cfg);
+    let flags = RunArgs { model: merged.model.clone(), adapter: merged.adapter.clone(), ..RunArgs::default() }.flags()?;
+    let cfg = super::common::SetArgs { set: parsed }.load_with(config, flags)?;
     let mut reused: Vec<String> = kept.set.iter().filter(|s| !given.set.contains(s)).map(|s| format!("--set {s}")).collect();
     if run.model.is_none() {
         reused.extend(merged.model.as_ref().map(|m| format!("--model {m}")));

@@ -23,6 +23,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let (cfg, run_dir, kept) = super::run::run_config(&args.config, &args.set, &args.run, |cfg| args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(format!("{}-sft", cfg.name))))?;
+    cfg.check_ranks(trainer::run_config::Job::Sft, trainer::dist::current().world())?;
     let data = args.data.clone().or_else(|| cfg.sft.data.clone()).context("no trajectories: pass --data or set sft.data in the config")?;
     // The task file serves the held-out evaluation alone (sft.eval_tasks).
     let key = if cfg.pipeline.as_ref().is_some_and(|p| p.tasks.is_some()) { "pipeline.tasks" } else { "train.tasks" };

@@ -21,14 +21,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let (cfg, run_dir, kept) = super::run::run_config(&args.config, &args.set, &args.run, |cfg| args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name)))?;
-    let world = trainer::dist::current().world();
-    anyhow::ensure!(
-        cfg.train.tasks_per_step % world == 0,
-        "[train] tasks_per_step = {} is not a multiple of the {world} ranks: each rank rolls out an equal share of a step's tasks, so some would idle a group's rollout every step; set it to {} or {}",
-        cfg.train.tasks_per_step,
-        (cfg.train.tasks_per_step / world).max(1) * world,
-        (cfg.train.tasks_per_step / world + 1) * world
-    );
+    cfg.check_ranks(trainer::run_config::Job::Grpo, trainer::dist::current().world())?;
     let tasks_path = cfg.train.tasks.clone().context("train.tasks is not set in the config")?;
     let mut opts = args.run.options();
     opts.keep.push(kept.file()?);

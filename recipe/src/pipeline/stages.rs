@@ -42,14 +42,12 @@ const COMPLETE: &str = "complete.json";
 /// stage's event files go to `DIR/<stage>` (`sft`, `grpo`, `pilot/lr-<lr>`).
 pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tensorboard: Option<&Path>) -> Result<Report> {
     let stage_opts = |stage: &Path| RunOptions { resume: Some("auto".into()), tensorboard: tensorboard.map(|d| d.join(stage)), ..Default::default() };
+    let world = trainer::dist::current().world();
+    // Before any work: the ranks share each stage's work evenly.
+    cfg.check_ranks(trainer::run_config::Job::Pipeline, world)?;
     let cfg = cfg.clone();
     let (p, source) = super::pipeline_inputs(&cfg, config)?;
     trainer::run::grpo::check_vllm_pipeline(&cfg)?;
-    let world = trainer::dist::current().world();
-    anyhow::ensure!(
-        world == 1 || cfg.rollout.engine != trainer::run_config::Engine::Vllm,
-        "[rollout] engine = \"vllm\" with {world} ranks: a pipeline on a vLLM server runs as one process (the server does the batching); run without mpirun/srun"
-    );
     let run_dir = run_dir.to_path_buf();
     let tasks_path = match source {
         TaskSource::File(path) => path.to_path_buf(),

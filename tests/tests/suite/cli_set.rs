@@ -71,3 +71,33 @@ fn a_set_value_is_saved_with_the_run_and_a_resume_compares_it() {
     fusegrpo_ok(&args(&with(&["--resume", "auto", "--max-steps", "4"])).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(run.join("step_00000004/DONE").exists());
 }
+
+/// A command's flag that sets a config key is an override of it, checked
+/// with the config: `--group 0` and `--set rollout.group=0` (and
+/// `--temperature` and `sampling.temperature`) give the same keyed error,
+/// each naming what gave it, and nothing is written.
+#[test]
+fn a_flag_and_its_set_give_the_same_keyed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = shop_world(tmp.path());
+    let (cfg, tasks, out) = (cfg.to_str().unwrap(), tmp.path().join("tasks.jsonl"), tmp.path().join("episodes.jsonl"));
+    let cases = [
+        (["--group", "0"], "--group 0", "rollout.group=0", "config key `rollout.group`: must be at least 1"),
+        (["--group", "2000"], "--group 2000", "rollout.group=2000", "config key `rollout.group`: must be at most 1024, got 2000"),
+        (["--temperature=-1", "--max-tasks=1"], "--temperature -1", "sampling.temperature=-1", "config key `sampling.temperature`: must be a number >= 0 (0 = greedy), got -1"),
+    ];
+    for cmd in ["eval", "rollout"] {
+        for (flag, given, set, message) in &cases {
+            let base = [cmd, "--config", cfg, "--tasks", tasks.to_str().unwrap(), "--policy", "scripted", "--out", out.to_str().unwrap()];
+            let by_flag = refused(&[&base[..], &flag[..]].concat(), &out);
+            let by_set = refused(&[&base[..], &["--set", set]].concat(), &out);
+            assert!(by_flag.contains(&format!("{given}: {message}")), "{cmd} {flag:?}:\n{by_flag}");
+            assert!(by_set.contains(&format!("--set {set}: {message}")), "{cmd} --set {set}:\n{by_set}");
+        }
+    }
+    // dist-check's --group is the same override.
+    let by_flag = refused(&["dist-check", "--config", cfg, "--group", "0"], &out);
+    let by_set = refused(&["dist-check", "--config", cfg, "--set", "rollout.group=0"], &out);
+    assert!(by_flag.contains("--group 0: config key `rollout.group`: must be at least 1"), "{by_flag}");
+    assert!(by_set.contains("--set rollout.group=0: config key `rollout.group`: must be at least 1"), "{by_set}");
+}

@@ -527,3 +527,22 @@ fn pipeline_on_two_ranks_plays_one_process_episodes_and_resumes_after_kill_9() {
         assert!(file(&killed.join("grpo"), 2, name) == file(&two.join("grpo"), 2, name), "GRPO {name} of the resumed pipeline differs");
     }
 }
+
+/// The pipeline's GRPO stage shares a step's tasks among the ranks as
+/// `train` does: `tasks_per_step` not a multiple of the ranks is refused
+/// before any work (no run folder, no teacher episode), naming the key.
+#[test]
+#[ignore = "needs mpirun and fusegrpo built with --features mpi: scripts/test-mpi.sh"]
+fn pipeline_on_two_ranks_refuses_tasks_per_step_not_a_multiple_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = pipeline_world(tmp.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("tasks_per_step = 2", "tasks_per_step = 3")).unwrap();
+    let run = tmp.path().join("run");
+    let out = mpirun(2, &["pipeline", "--config", s(&cfg), "--out", s(&run)]).output().expect("spawn mpirun (is OpenMPI installed? scripts/test-mpi.sh)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("config key `train.tasks_per_step`") && err.contains("tasks_per_step = 3 is not a multiple of the 2 ranks") && err.contains("set it to 2 or 4"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!run.exists(), "the refused pipeline made {}", run.display());
+}

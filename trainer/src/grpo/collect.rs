@@ -77,7 +77,7 @@ impl Collector<'_> {
         let tasks = draw(self.cfg.train.tasks_per_step);
         let mut rolled = Rolled::default();
         let mut episodes = self.round(env, &tasks, &mut rolled)?;
-        let refill = match self.cfg.grpo.zero_std_groups {
+        let refill = match self.cfg.update.zero_std_groups {
             ZeroStdGroups::Resample => Some(self.refill(env, &mut episodes, tasks.len(), draw, &mut rolled)?),
             ZeroStdGroups::Keep | ZeroStdGroups::Drop => None,
         };
@@ -110,7 +110,7 @@ impl Collector<'_> {
     /// max_resample_draws` further tasks were drawn. Every rank decides on
     /// the gathered episodes, so all draw the same tasks.
     fn refill(&mut self, env: &Env<'_>, episodes: &mut Vec<Episode>, target: usize, draw: &mut Draw<'_>, rolled: &mut Rolled) -> Result<resample::Refill> {
-        let (group, max_more) = (self.cfg.group, self.cfg.grpo.resample_draws(target));
+        let (group, max_more) = (self.cfg.group, self.cfg.update.resample_draws(target));
         let reward = self.cfg.reward.clone();
         resample::refill(episodes, group, target, max_more, |e| e.training_reward(&reward), |k| {
             let tasks = draw(k);

@@ -90,7 +90,61 @@ impl GrpoSection {
     /// The bound on a step's further draws under `zero_std_groups =
     /// "resample"` (`max_resample_draws`, else 2 x `tasks_per_step`).
     pub fn resample_draws(&self, tasks_per_step: usize) -> usize {
+        self.update().resample_draws(tasks_per_step)
+    }
+
+    /// What the trainer takes of this section besides the loss's settings
+    /// (clip range, beta, aggregation, rollout correction, TIS cap,
+    /// importance sampling: `RunConfig::loss_config`'s alone).
+    pub fn update(&self) -> GrpoUpdate {
+        GrpoUpdate { scaling: self.scaling, zero_std_groups: self.zero_std_groups, max_resample_draws: self.max_resample_draws, num_iterations: self.num_iterations }
+    }
+}
+
+/// `[grpo]`'s settings of a step besides its loss: how rewards become
+/// advantages, what a group without a reward spread does, and how many
+/// updates each batch of rollouts gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpoUpdate {
+    pub scaling: AdvantageScaling,
+    pub zero_std_groups: ZeroStdGroups,
+    /// The bound of `zero_std_groups = "resample"` ([`GrpoUpdate::resample_draws`]).
+    pub max_resample_draws: Option<usize>,
+    /// Updates per batch of rollouts (mu, >= 1: checked at config load).
+    pub num_iterations: usize,
+}
+
+impl GrpoUpdate {
+    /// The bound on a step's further draws under `zero_std_groups =
+    /// "resample"` (`max_resample_draws`, else 2 x `tasks_per_step`).
+    pub fn resample_draws(&self, tasks_per_step: usize) -> usize {
         self.max_resample_draws.unwrap_or(2 * tasks_per_step)
+    }
+}
+
+/// The frozen model the KL term measures against, decided once
+/// ([`Reference::of`]) and used by the trainer, the run that loads its
+/// weights and the memory plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// `[grpo] beta = 0`: no KL term, no reference model.
+    None,
+    /// A LoRA run: the base with the adapter off (the same tensors, no copy).
+    Base,
+    /// A full-weight run: a frozen copy of the run's starting weights (on a
+    /// resume, read again from the run's starting model).
+    Copy,
+}
+
+impl Reference {
+    /// The reference of a loss with KL coefficient `beta` (> 0: a KL term)
+    /// in a run that trains an `adapter` (LoRA) or every weight.
+    pub fn of(beta: f64, adapter: bool) -> Reference {
+        match (beta > 0.0, adapter) {
+            (false, _) => Reference::None,
+            (true, true) => Reference::Base,
+            (true, false) => Reference::Copy,
+        }
     }
 }
 
@@ -116,17 +170,23 @@ impl Default for GrpoSection {
     }
 }
 
-/// What a GRPO trainer is set up with: its own sections (`[grpo]`,
-/// `[train]`, `[optim]`), its loss, and what it takes of the other
-/// sections. A run config converts into it (`RunConfig::grpo_trainer`), so
-/// the trainer knows no `RunConfig`.
+/// What a GRPO trainer is set up with: its own sections (`[train]`,
+/// `[optim]`), `[grpo]` as its loss and the rest of a step, and what it
+/// takes of the other sections. A run config converts into it
+/// (`RunConfig::grpo_trainer`), so the trainer knows no `RunConfig`; each
+/// setting is here once.
 #[derive(Debug, Clone)]
 pub struct TrainerConfig {
-    pub grpo: GrpoSection,
+    /// `[grpo]` besides the loss.
+    pub update: GrpoUpdate,
     pub train: TrainSection,
     pub optim: crate::optim::OptimSection,
-    /// The loss of every update (`RunConfig::loss_config`).
+    /// The loss of every update (`RunConfig::loss_config`): the one copy of
+    /// `[grpo]`'s clip range, beta, aggregation, rollout correction and
+    /// importance sampling.
     pub loss: crate::grpo::GrpoLossConfig,
+    /// The KL reference (`RunConfig::reference`).
+    pub reference: Reference,
     /// Episodes per task (`[rollout] group`, >= 1: checked at config load).
     pub group: usize,
     /// `[rollout]`'s batching and KV-cache bounds.

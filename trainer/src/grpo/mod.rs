@@ -31,7 +31,7 @@ pub mod trainer;
 
 pub use accumulate::{accumulate_gradients, accumulate_share, GrpoBatch, OldLogprobs};
 pub use advantages::{group_advantages, AdvantageScaling, Advantages, ZeroStdGroups};
-pub use config::{GrpoSection, TrainSection};
+pub use config::{GrpoSection, GrpoUpdate, Reference, TrainSection};
 pub use drift::{DriftMetrics, RolloutCorrection};
 pub use loss::{
     grpo_loss, linear_coefficients, Aggregate, BatchTotals, ClipRange, GrpoLossConfig, GrpoMetrics, ImportanceSampling, Loss,

@@ -180,10 +180,10 @@ impl Trainer {
         };
         // The KL reference: the run's starting weights (a copy), or for a
         // LoRA run the base with the adapter off (the same tensors).
-        let reference = match (cfg.grpo.beta > 0.0, &lora) {
-            (false, _) => None,
-            (true, Some(_)) => Some(model.without_adapter()),
-            (true, None) => {
+        let reference = match cfg.reference {
+            super::config::Reference::None => None,
+            super::config::Reference::Base => Some(model.without_adapter()),
+            super::config::Reference::Copy => {
                 let source = reference.unwrap_or(weights);
                 let frozen: TensorMap = source.iter().map(|(k, t)| Ok((k.clone(), t.copy()?))).collect::<Result<_>>()?;
                 Some(CausalLm::new(model_cfg, &frozen)?)
@@ -291,7 +291,7 @@ impl Trainer {
     fn learn(&mut self, episodes: &[rollout::episode::Episode], lr: f64) -> Result<Learned> {
         let t0 = Instant::now();
         let rewards: Vec<f64> = episodes.iter().map(|e| e.training_reward(&self.cfg.reward)).collect();
-        let g = &self.cfg.grpo;
+        let g = &self.cfg.update;
         let adv = group_advantages(&rewards, self.cfg.group, g.scaling, TRL_ADVANTAGE_EPS, g.zero_std_groups)?;
         let (metrics, update) = if adv.kept_rows.is_empty() {
             // Every group had equal rewards and `zero_std_groups = "drop"`
@@ -378,7 +378,7 @@ impl Trainer {
     pub fn update(&mut self, episodes: &[rollout::episode::Episode], adv: &Advantages, lr: f64) -> Result<(GrpoMetrics, Update)> {
         let (batch, totals) = self.own_batch(episodes, adv)?;
         let mut last = None;
-        for _ in 0..self.cfg.grpo.num_iterations {
+        for _ in 0..self.cfg.update.num_iterations {
             let (grads, metrics) = self.gradients(&batch, totals)?;
             let update = self.apply(grads, metrics.loss, lr)?;
             last = Some((metrics, update));
@@ -398,7 +398,7 @@ impl Trainer {
     /// This rank's rows of the step's batch (with reference and old
     /// log-probs when the loss needs them) and the whole batch's totals.
     pub fn own_batch(&self, episodes: &[rollout::episode::Episode], adv: &Advantages) -> Result<(GrpoBatch, BatchTotals)> {
-        let g = &self.cfg.grpo;
+        let g = &self.cfg.update;
         let device = self.model.device().clone();
         let totals = batch::totals(episodes, &adv.kept_rows, self.cfg.train.mask_truncated);
         let (rows, values) = self.own_rows(episodes.len(), adv);

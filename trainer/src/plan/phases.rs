@@ -116,7 +116,7 @@ impl Target<'_> {
     /// Weights, f32 masters (non-f32 models), AdamW's two moments and the
     /// frozen reference (beta > 0): resident for the whole run. Under ZeRO-1
     /// over `shards` ranks, masters and moments are this rank's shard's.
-    fn training_state(&self, beta: f64, shards: usize) -> Vec<Part> {
+    fn training_state(&self, reference: crate::grpo::Reference, shards: usize) -> Vec<Part> {
         let n = self.params().count;
         let o = self.optimizer_shard(shards);
         let of = |what: &str| if shards > 1 { format!("{what}, ZeRO-1: the largest of {shards} shards, {o} of {} parameters", self.trained().count) } else { what.to_string() };
@@ -125,14 +125,14 @@ impl Target<'_> {
             let a = self.trained().count;
             parts.push(part("adapter", a * 4, format!("LoRA r = {} on {} projections x {} layers: {a} parameters, f32", l.r, l.targets.len(), self.model.num_hidden_layers), Some("[lora] r")));
             parts.push(part("moments", 2 * o * 4, of("AdamW m and v of the adapter, f32"), None));
-            // The KL reference is the base with the adapter off: no copy.
+            // The KL reference (if any) is the base with the adapter off: no copy.
             return parts;
         }
         if self.dtype != DType::F32 {
             parts.push(part("masters", o * 4, of("f32 master weights"), None));
         }
         parts.push(part("moments", 2 * o * 4, of("AdamW m and v, f32"), None));
-        if beta > 0.0 {
+        if reference == crate::grpo::Reference::Copy {
             parts.push(part("reference", n * elem(self.dtype), "frozen reference model (beta > 0)", Some("[grpo] beta")));
         }
         parts
@@ -302,7 +302,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
     let longest = cfg.episode.max_total_tokens;
 
     let on_vllm = cfg.rollout.engine == crate::run_config::Engine::Vllm;
-    let mut rollout = t.training_state(cfg.grpo.beta, shards);
+    let mut rollout = t.training_state(cfg.reference(), shards);
     let merged = t.lora.filter(|l| l.merge_for_rollouts).map(|l| {
         // Rollouts decode through a merged copy of the adapted projections.
         let per_layer: u64 = l.targets.iter().map(|x| { let (o, i) = x.shape(model); (o * i) as u64 }).sum();
@@ -315,7 +315,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
         rollout.extend(rollout_parts(&t, cfg, episodes));
     }
 
-    let mut grpo = t.training_state(cfg.grpo.beta, shards);
+    let mut grpo = t.training_state(cfg.reference(), shards);
     grpo.extend(t.gradients(cfg.train.recompute));
     let grpo_tokens = micro_batch_tokens(cfg.train.micro_batching()?, longest);
     let grpo_setting = if cfg.train.micro_batch_tokens.is_some() { "[train] micro_batch_tokens" } else { "[train] micro_batch_rows" };
@@ -332,7 +332,7 @@ pub fn for_run(cfg: &RunConfig, model: &ModelConfig, threads: usize, ranks: usiz
         grpo.extend(rollout_parts(&t, cfg, episodes));
     }
 
-    let mut sft = t.training_state(0.0, shards);
+    let mut sft = t.training_state(crate::grpo::Reference::None, shards);
     sft.extend(t.gradients(cfg.sft.recompute));
     let sft_tokens = micro_batch_tokens(cfg.sft.micro_batching()?, cfg.sft.filter.max_tokens);
     let sft_setting = if cfg.sft.micro_batch_tokens.is_some() { "[sft] micro_batch_tokens" } else { "[sft] micro_batch_rows" };

@@ -18,19 +18,14 @@ use std::path::{Path, PathBuf};
 
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
-    let world = crate::dist::current().world();
-    anyhow::ensure!(
-        cfg.rollout.off_policy == 0 || world == 1,
-        "[rollout] off_policy = {} with {world} ranks: off-policy rollouts run as one process so far; run without mpirun/srun or set off_policy = 0",
-        cfg.rollout.off_policy
-    );
+    // The ranks were checked by the command ([`RunConfig::check_ranks`]).
     let (run, weights, adapter) = Run::open(cfg, run_dir, opts, cfg.train.keep_last, Stage::Grpo)?;
     // Read (and checked) before anything else of the resume.
     let pending = next_rollouts(run.resume_dir.as_deref(), cfg.rollout.off_policy)?;
     // The KL reference is always the run's starting model, also on resume
     // (a LoRA run's is its base, which `weights` already is).
-    let reference = match (&run.resume_dir, cfg.grpo.beta > 0.0, cfg.lora.is_some()) {
-        (Some(_), true, false) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
+    let reference = match (&run.resume_dir, cfg.reference()) {
+        (Some(_), crate::grpo::Reference::Copy) => Some(load_weights(&run.base_dir, &run.model_cfg, cfg.model.dtype.into(), &run.device)?),
         _ => None,
     };
     let dist = crate::dist::current();
@@ -49,11 +44,6 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
     let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     if cfg.rollout.engine == crate::run_config::Engine::Vllm {
-        anyhow::ensure!(
-            dist.world() == 1,
-            "[rollout] engine = \"vllm\" with {} ranks: GRPO on a vLLM server runs as one process so far (the server does the batching); run without mpirun/srun",
-            dist.world()
-        );
         trainer.engine = Some(crate::episodes::vllm::training_engine(cfg, &tok, run_dir)?);
     }
     if cfg.rollout.off_policy > 0 && cfg.rollout.engine == crate::run_config::Engine::Builtin && cfg.model.device == crate::device::DeviceKind::Cpu {

@@ -1,5 +1,8 @@
 //! `[lora]`: train a LoRA adapter instead of every weight (PEFT's names and
-//! defaults), validated into the model crate's [`LoraConfig`].
+//! defaults). Its module names are read as the model crate's [`Target`]s
+//! (an unknown one is refused where it is read, naming the key), so that
+//! a validated section is the model crate's [`LoraConfig`] as it is
+//! ([`LoraSection::config`], which cannot fail).
 
 use lm::lora::{LoraConfig, Target};
 use serde::{Deserialize, Serialize};
@@ -19,8 +22,8 @@ pub struct LoraSection {
     #[serde(default)]
     pub dropout: f64,
     /// PEFT's module names; default all seven projections.
-    #[serde(default = "all_targets")]
-    pub target_modules: Vec<String>,
+    #[serde(default = "all_targets", serialize_with = "target_names", deserialize_with = "targets_by_name")]
+    pub target_modules: Vec<Target>,
     /// Scale `alpha / sqrt(r)` instead of `alpha / r`.
     #[serde(default)]
     pub use_rslora: bool,
@@ -43,14 +46,40 @@ fn default_alpha() -> f64 {
     8.0
 }
 
-/// Every projection's PEFT name, `[lora] target_modules`' default.
-fn all_targets() -> Vec<String> {
-    Target::ALL.iter().map(|t| t.name().to_string()).collect()
+/// Every projection, `[lora] target_modules`' default.
+fn all_targets() -> Vec<Target> {
+    Target::ALL.to_vec()
+}
+
+/// Every projection's PEFT name, comma-separated.
+fn names() -> String {
+    Target::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// `target_modules` as written: PEFT's names, in the order given.
+fn target_names<S: serde::Serializer>(targets: &[Target], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(targets.iter().map(|t| t.name()))
+}
+
+/// `target_modules` read by PEFT's names; another name is refused, listing
+/// the supported ones.
+fn targets_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Target>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|name| Target::from_name(name).ok_or_else(|| serde::de::Error::custom(format!("`{name}` is not a projection these models have; supported: {}", names()))))
+        .collect()
 }
 
 impl LoraSection {
+    /// The model crate's setting: the section as it is (its names were
+    /// read as projections; its ranges are [`LoraSection::validate`]'s).
+    pub fn config(&self) -> LoraConfig {
+        let targets: BTreeSet<Target> = self.target_modules.iter().copied().collect();
+        LoraConfig { r: self.r, alpha: self.alpha, use_rslora: self.use_rslora, targets, init_seed: self.init_seed, merge_for_rollouts: self.merge_for_rollouts }
+    }
+
     /// Checks every key; `Err((key, message))` names the one at fault.
-    pub fn validate(&self) -> std::result::Result<LoraConfig, (String, String)> {
+    pub fn validate(&self) -> std::result::Result<(), (String, String)> {
         if self.r == 0 {
             return Err(("r".into(), "must be at least 1".into()));
         }
@@ -63,13 +92,6 @@ impl LoraSection {
         if self.target_modules.is_empty() {
             return Err(("target_modules".into(), "lists no module".into()));
         }
-        let mut targets = BTreeSet::new();
-        for name in &self.target_modules {
-            let t = Target::from_name(name).ok_or_else(|| {
-                ("target_modules".to_string(), format!("`{name}` is not a projection these models have; supported: {}", all_targets().join(", ")))
-            })?;
-            targets.insert(t);
-        }
-        Ok(LoraConfig { r: self.r, alpha: self.alpha, use_rslora: self.use_rslora, targets, init_seed: self.init_seed, merge_for_rollouts: self.merge_for_rollouts })
+        Ok(())
     }
 }

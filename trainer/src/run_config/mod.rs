@@ -15,6 +15,7 @@ mod lora;
 mod model;
 mod overrides;
 mod pipeline;
+mod ranks;
 mod rollout;
 mod sampling;
 
@@ -25,6 +26,7 @@ pub use log::LogSection;
 pub use lora::LoraSection;
 pub use model::{default_workspace_mib, ModelSection};
 pub use overrides::Override;
+pub use ranks::Job;
 pub use pipeline::{DifficultySection, PilotSection, PipelineSection, PolicyChoice, SynthSection, TasksFrom};
 pub use rollout::{Engine, RolloutSection, VllmSection, DEFAULT_MAX_PREFILL_TOKENS};
 pub use sampling::SamplingSection;
@@ -218,10 +220,11 @@ impl RunConfig {
     /// `[sampling]`, `[episode]`, `[reward]` and `[lora]`.
     pub fn grpo_trainer(&self) -> crate::grpo::TrainerConfig {
         crate::grpo::TrainerConfig {
-            grpo: self.grpo.clone(),
+            update: self.grpo.update(),
             train: self.train.clone(),
             optim: self.optim.clone(),
             loss: self.loss_config(),
+            reference: self.reference(),
             group: self.rollout.group,
             limits: self.rollout.limits(),
             sampler: self.sampling.sampler(),
@@ -230,6 +233,13 @@ impl RunConfig {
             lora: self.lora(),
             off_policy: self.rollout.off_policy,
         }
+    }
+
+    /// The KL reference of this config's GRPO: none at `[grpo] beta = 0`,
+    /// else the base under a LoRA adapter or a frozen copy of the starting
+    /// weights; the one place this is decided.
+    pub fn reference(&self) -> crate::grpo::Reference {
+        crate::grpo::Reference::of(self.grpo.beta, self.lora.is_some())
     }
 
     /// The SFT trainer's settings: `[sft]`, `[optim]` and `[lora]`'s.
@@ -249,8 +259,10 @@ impl RunConfig {
     }
 
     /// [`RunConfig::from_file`] with `--set` overrides on top of the file
-    /// (and what it extends), in order ([`Override`]): checked as the
-    /// file's keys are, errors naming the `--set` and its key.
+    /// (and what it extends), in order ([`Override`]), then a command's
+    /// flags ([`Override::flag`]): checked as the file's keys are, errors
+    /// naming the `--set` or flag and its key. A path a flag gives is taken
+    /// as given (from the working directory), not from the file's folder.
     pub fn from_file_with(path: &Path, overrides: &[Override]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let value: toml::Table = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
@@ -267,43 +279,51 @@ impl RunConfig {
         // here, so that the config hash records what runs.
         cfg.model.attention = cfg.model.attention.with_env();
         let base = path.parent().unwrap_or(Path::new("."));
-        cfg.resolve_paths(base);
+        cfg.resolve_paths(base, &overrides::flag_keys(overrides));
         cfg.validate(path).map_err(|e| overrides::blame(e, overrides))?;
         Ok(cfg)
     }
 
-    fn resolve_paths(&mut self, base: &Path) {
-        let fix = |p: &mut PathBuf| {
+    /// Relative paths from `base` (the config's folder), `~/` from `$HOME`;
+    /// the keys of `as_given` (set by a flag) stay as they are.
+    fn resolve_paths(&mut self, base: &Path, as_given: &[&str]) {
+        let fix = |key: &str, p: &mut PathBuf| {
+            if as_given.contains(&key) {
+                return;
+            }
             if let Some(home) = home_relative(p) {
                 *p = home;
             } else if p.is_relative() {
                 *p = base.join(&*p);
             }
         };
-        if let Some(home) = home_relative(Path::new(&self.model.path)) {
-            self.model.path = home.to_string_lossy().into_owned();
-        }
-        fix(&mut self.env.repos_dir);
+        fix("env.repos_dir", &mut self.env.repos_dir);
         if let Some(t) = self.model.tokenizer.as_mut() {
-            fix(t);
+            fix("model.tokenizer", t);
         }
         if let Some(t) = self.model.chat_template.as_mut() {
-            fix(t);
+            fix("model.chat_template", t);
         }
         if let Some(t) = self.model.adapter.as_mut() {
-            fix(t);
+            fix("model.adapter", t);
         }
         if let Some(t) = self.train.tasks.as_mut() {
-            fix(t);
+            fix("train.tasks", t);
         }
         if let Some(t) = self.sft.data.as_mut() {
-            fix(t);
+            fix("sft.data", t);
         }
         if let Some(t) = self.pipeline.as_mut().and_then(|p| p.tasks.as_mut()) {
-            fix(t);
+            fix("pipeline.tasks", t);
         }
         if let Some(t) = self.pipeline.as_mut().and_then(|p| p.heldout.as_mut()) {
-            fix(t);
+            fix("pipeline.heldout", t);
+        }
+        if as_given.contains(&"model.path") {
+            return;
+        }
+        if let Some(home) = home_relative(Path::new(&self.model.path)) {
+            self.model.path = home.to_string_lossy().into_owned();
         }
         let local = base.join(&self.model.path);
         if Path::new(&self.model.path).is_relative() && (local.exists() || self.model.path.starts_with('.')) {
@@ -571,9 +591,10 @@ impl RunConfig {
         out
     }
 
-    /// The validated `[lora]` setting, if the run trains an adapter.
+    /// The `[lora]` setting, if the run trains an adapter: the section as
+    /// the model crate takes it ([`LoraSection::config`]).
     pub fn lora(&self) -> Option<lm::lora::LoraConfig> {
-        self.lora.as_ref().map(|l| l.validate().expect("validated when the config was read"))
+        self.lora.as_ref().map(LoraSection::config)
     }
 
     /// The tokenizer folder: explicit, else the model folder.

@@ -7,19 +7,28 @@
 //! `--set model.path=models/x` needs no quotes (but a string that reads as
 //! a number, boolean or date does: `--set 'name="2024"'`). Relative paths
 //! are taken from the config file's folder, as in the file.
+//!
+//! A command's own flags that set a config key (`--group`, `--temperature`,
+//! `--model`, ...) are overrides too ([`Override::flag`]), applied after
+//! the `--set` keys through the same checks, so that a flag and its `--set`
+//! give the same error for the same bad value (naming the flag). A path a
+//! flag gives is taken as given, from the working directory.
 
 use super::RunConfig;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// One `--set KEY=VALUE`.
+/// One `--set KEY=VALUE`, or a command's flag that sets a key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Override {
     /// The dotted key (`grpo.beta`).
     pub key: String,
-    pub value: toml::Value,
-    /// The argument as given, for errors.
+    /// The value; none removes the key (`--no-adapter`).
+    pub value: Option<toml::Value>,
+    /// The argument as given (`KEY=VALUE` of a `--set`).
     pub text: String,
+    /// The flag as given (`--group 0`) when a flag set the key, not a `--set`.
+    pub flag: Option<String>,
 }
 
 impl std::str::FromStr for Override {
@@ -44,7 +53,7 @@ impl std::str::FromStr for Override {
             }
             _ => toml::Value::String(raw.to_string()),
         };
-        Ok(Override { key: key.to_string(), value, text: s.to_string() })
+        Ok(Override { key: key.to_string(), value: Some(value), text: s.to_string(), flag: None })
     }
 }
 
@@ -67,9 +76,29 @@ fn looks_numeric(raw: &str) -> bool {
 }
 
 impl Override {
-    /// An error about this `--set`, naming its key.
+    /// The flag `flag` (as given: `--group 0`) setting `key` to `value`,
+    /// checked as a `--set` of the key is; a value TOML cannot hold (an
+    /// integer above 2^63-1) is refused naming the flag.
+    pub fn flag(flag: impl Into<String>, key: &str, value: impl serde::Serialize) -> Result<Override> {
+        let flag = flag.into();
+        let value = toml::Value::try_from(value).map_err(|e| Error::Invalid { what: flag.clone(), message: format!("config key `{key}`: {e}") })?;
+        let text = format!("{key}={value}");
+        Ok(Override { key: key.to_string(), value: Some(value), text, flag: Some(flag) })
+    }
+
+    /// The flag `flag` removing `key` (back to its default: `--no-adapter`).
+    pub fn flag_unset(flag: impl Into<String>, key: &str) -> Override {
+        Override { key: key.to_string(), value: None, text: format!("{key} unset"), flag: Some(flag.into()) }
+    }
+
+    /// How it was given, as errors name it: `--set KEY=VALUE` or the flag.
+    pub fn given(&self) -> String {
+        self.flag.clone().unwrap_or_else(|| format!("--set {}", self.text))
+    }
+
+    /// An error about this override, naming what gave it and its key.
     fn error(&self, message: impl std::fmt::Display) -> Error {
-        Error::Invalid { what: format!("--set {}", self.text), message: format!("config key `{}`: {message}", self.key) }
+        Error::Invalid { what: self.given(), message: format!("config key `{}`: {message}", self.key) }
     }
 
     /// Sets the key in `table`, making the sections it names.
@@ -85,7 +114,10 @@ impl Override {
                 }
             };
         }
-        t.insert(last.to_string(), self.value.clone());
+        match &self.value {
+            Some(v) => t.insert(last.to_string(), v.clone()),
+            None => t.remove(*last),
+        };
         Ok(())
     }
 }
@@ -122,19 +154,32 @@ pub(super) fn parse(path: &Path, text: &str, table: toml::Table, overrides: &[Ov
             }
         }
     }
-    let sets: Vec<&str> = overrides.iter().map(|o| o.text.as_str()).collect();
-    from_table(&table).map_err(|e| Error::Invalid { what: format!("{} with --set {}", path.display(), sets.join(" --set ")), message: e.message().trim().to_string() })
+    let given: Vec<String> = overrides.iter().map(Override::given).collect();
+    from_table(&table).map_err(|e| Error::Invalid { what: format!("{} with {}", path.display(), given.join(" ")), message: e.message().trim().to_string() })
 }
 
-/// A validation error (naming a key) as the error of the last `--set` of
-/// that key (or of its section), if one set it.
+/// A validation error (naming a key) as the error of the last `--set` or
+/// flag of that key (or of its section), if one set it.
 pub(super) fn blame(e: Error, overrides: &[Override]) -> Error {
     let Error::Config { path, key, message } = e else { return e };
     let names = |o: &Override| key.split(" / ").any(|k| k == o.key || k.starts_with(&format!("{}.", o.key)));
     match overrides.iter().rev().find(|o| names(o)) {
-        Some(o) => Error::Invalid { what: format!("--set {}", o.text), message: format!("config key `{key}`: {message}") },
+        Some(o) => Error::Invalid { what: o.given(), message: format!("config key `{key}`: {message}") },
         None => Error::Config { path, key, message },
     }
+}
+
+/// The keys whose value comes last from a flag: a path there is taken as
+/// given (from the working directory), not from the config's folder.
+pub(super) fn flag_keys(overrides: &[Override]) -> Vec<&str> {
+    let mut keys: Vec<&str> = vec![];
+    for o in overrides {
+        keys.retain(|k| *k != o.key);
+        if o.flag.is_some() {
+            keys.push(&o.key);
+        }
+    }
+    keys
 }
 
 #[cfg(test)]
@@ -147,21 +192,21 @@ mod tests {
 
     #[test]
     fn values_read_as_toml_else_as_strings() {
-        assert_eq!(set("grpo.beta=0.1").value, toml::Value::Float(0.1));
-        assert_eq!(set("train.steps=3").value, toml::Value::Integer(3));
+        assert_eq!(set("grpo.beta=0.1").value, Some(toml::Value::Float(0.1)));
+        assert_eq!(set("train.steps=3").value, Some(toml::Value::Integer(3)));
         assert_eq!(set("rollout.group = 4").key, "rollout.group");
-        assert_eq!(set("model.path=\"x\"").value, toml::Value::String("x".into()));
-        assert_eq!(set("model.path=models/x").value, toml::Value::String("models/x".into()));
-        assert_eq!(set("pipeline.pilot.lrs=[1e-5, 2e-5]").value.as_array().map(Vec::len), Some(2));
+        assert_eq!(set("model.path=\"x\"").value, Some(toml::Value::String("x".into())));
+        assert_eq!(set("model.path=models/x").value, Some(toml::Value::String("models/x".into())));
+        assert_eq!(set("pipeline.pilot.lrs=[1e-5, 2e-5]").value.and_then(|v| v.as_array().map(Vec::len)), Some(2));
         // Another key smuggled in after a newline stays one string.
-        assert_eq!(set("name=a\nb = 1").value, toml::Value::String("a\nb = 1".into()));
+        assert_eq!(set("name=a\nb = 1").value, Some(toml::Value::String("a\nb = 1".into())));
         // Numbers TOML cannot hold are out of range, not strings (issue 66).
         for huge in ["99999999999999999999", "1e400", "-9223372036854775809"] {
             let e = format!("rollout.group={huge}").parse::<Override>().unwrap_err();
             assert!(e.contains("rollout.group") && e.contains("out of range"), "{e}");
         }
         for text in ["1.2.3", "2024-01-01x", "1e5x", "v1"] {
-            assert!(matches!(set(&format!("name={text}")).value, toml::Value::String(_)), "{text}");
+            assert!(matches!(set(&format!("name={text}")).value, Some(toml::Value::String(_))), "{text}");
         }
         for bad in ["grpo.beta", "grpo..beta=1", "=1", "grpo.beta=", "grpo beta=1"] {
             assert!(bad.parse::<Override>().is_err(), "{bad}");

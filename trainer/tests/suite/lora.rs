@@ -20,7 +20,8 @@ fn max_abs(t: &candle_core::Tensor) -> f32 {
 fn a_new_adapter_starts_as_the_base_model_with_peft_initialization() {
     let (cfg, w) = load("untied");
     let section: LoraSection = toml::from_str("r = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"down_proj\"]\ninit_seed = 3").unwrap();
-    let lora = section.validate().unwrap();
+    section.validate().unwrap();
+    let lora = section.config();
     let adapter = Adapter::init(&lora, &cfg, &Device::Cpu).unwrap();
     assert_eq!(adapter.tensors.len(), 2 * 2 * cfg.num_hidden_layers);
     let a = &adapter.tensors[&lm::lora::tensor_name(0, Target::DownProj, "lora_A")];
@@ -32,10 +33,13 @@ fn a_new_adapter_starts_as_the_base_model_with_peft_initialization() {
     let ids: Vec<u32> = (1..40).collect();
     assert_eq!(score_sequence(&base, &ids).unwrap(), score_sequence(&base.with_adapter(&adapter).unwrap(), &ids).unwrap(), "B = 0: the base's log-probs");
     // Keys that cannot work are named.
-    for (text, key) in [("r = 0", "r"), ("r = 4\ndropout = 0.1", "dropout"), ("r = 4\ntarget_modules = [\"c_attn\"]", "target_modules")] {
+    for (text, key) in [("r = 0", "r"), ("r = 4\ndropout = 0.1", "dropout"), ("r = 4\ntarget_modules = []", "target_modules")] {
         let s: LoraSection = toml::from_str(text).unwrap();
         assert_eq!(s.validate().unwrap_err().0, key, "{text}");
     }
+    // A module name these models lack is refused where it is read, listing theirs.
+    let e = toml::from_str::<LoraSection>("r = 4\ntarget_modules = [\"q_proj\", \"c_attn\"]").unwrap_err().to_string();
+    assert!(e.contains("`c_attn` is not a projection these models have; supported: q_proj, k_proj"), "{e}");
 }
 
 
