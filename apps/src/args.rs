@@ -2,6 +2,10 @@
 //! trainer's setting enums (the trainer knows no command line: its enums
 //! are read by name, as configs spell them, with [`choice`]).
 
+// The `///` docs of the arguments are the --help text, where `[model]` names
+// a config section, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use candle_core::Device;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use trainer::device::{DTypeKind, DeviceKind, Placement};

@@ -6,7 +6,7 @@
 //! - [`localize`] and [`mcp`]: the trained localizer on a repository, and as
 //!   an MCP server (stdio) with the sandboxed tools.
 //! - [`serve`]: an OpenAI-compatible chat-completions server over the model.
-//! - [`bench`]: `fusegrpo bench ...`, the benchmarks (ours beside a reference).
+//! - [`bench`](mod@bench): `fusegrpo bench ...`, the benchmarks (ours beside a reference).
 //! - [`plot`]: a training run's curves and the test-time scaling plot (PNG).
 //! - [`dist_check`]: `fusegrpo dist-check`, data parallelism against one process.
 //! - [`selftest`]: the CUDA path against the CPU (without `cuda`, every case fails with the reason).

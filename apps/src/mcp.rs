@@ -57,6 +57,9 @@ struct Job {
 }
 
 /// The `localize` tool's arguments.
+// The `///` docs are the schema's descriptions, sent to clients as they are:
+// `[localize]` names a config section, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LocalizeParams {

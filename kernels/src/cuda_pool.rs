@@ -4,7 +4,7 @@
 //! current memory pool. With the driver's default release threshold (0)
 //! the pool hands its unused memory back to the driver at every
 //! synchronization (a `to_scalar`, a loss read, the end of a step) and the
-//! next step allocates it again from the driver. [`keep_pool_memory`] sets
+//! next step allocates it again from the driver. `keep_pool_memory` sets
 //! the threshold to the whole device (`u64::MAX`) once, when the device is
 //! opened, so a step reuses the previous step's memory: `nvidia-smi` then
 //! shows the pool's high-water mark, not the live tensors. Setting

@@ -14,7 +14,7 @@
 //!
 //! - [`linear_few_rows`]: differentiable in both inputs (backward by stock
 //!   matrix products), f32 on the CPU; others use the reference.
-//! - [`linear_reference`]: `x.matmul(w.t())`.
+//! - [`linear_reference`], the reference: `x.matmul(w.t())`.
 
 use crate::storage::{contiguous_slice, f32_slice};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};

@@ -131,7 +131,7 @@ fn header(tensors: &[(String, &Tensor)], metadata: Option<&HashMap<String, Strin
         offset += bytes;
     }
     let mut text = serde_json::Value::Object(map).to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     Ok(text)

@@ -459,7 +459,7 @@ fn surfaced_files(attempts: &[Episode]) -> Vec<Ranked> {
         }
     }
     let mut out: Vec<Ranked> = order.into_iter().map(|f| Ranked { votes: count[&f], entity: f, search: false, nested: false, evidence: None }).collect();
-    out.sort_by(|a, b| b.votes.cmp(&a.votes));
+    out.sort_by_key(|r| std::cmp::Reverse(r.votes));
     out.truncate(10);
     out
 }

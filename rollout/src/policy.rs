@@ -75,7 +75,7 @@ pub trait Policy {
 
     /// How many episodes may run at once (`None`: any number); the driver
     /// starts the others as earlier ones end. A model whose KV budget cannot
-    /// keep every live episode's cache says so ([rollout] max_live_episodes),
+    /// keep every live episode's cache says so (`[rollout] max_live_episodes`),
     /// so that caches are not dropped and prefilled again at every turn.
     fn max_live(&self) -> Option<usize> {
         None

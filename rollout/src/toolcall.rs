@@ -116,6 +116,23 @@ fn parse_body(body: &str, index: usize) -> Result<ToolCall, ToolCallError> {
     Ok(ToolCall { name, arguments })
 }
 
+/// An assistant turn's text as Qwen3's chat template writes it: the content,
+/// then one `<tool_call>` block per call, each on its own line, with the
+/// arguments serialized as the template's `tojson` does (Python's
+/// `json.dumps`). Teachers that produce structured calls use this so their
+/// token sequences agree with a re-rendering of the conversation.
+pub fn render_tool_calls(content: &str, calls: &[ToolCall]) -> String {
+    let mut out = content.to_string();
+    for (k, call) in calls.iter().enumerate() {
+        if k > 0 || !content.is_empty() {
+            out.push('\n');
+        }
+        let args = crate::chat::python_json_dumps(&Value::Object(call.arguments.clone()), &Default::default());
+        out.push_str(&format!("<tool_call>\n{{\"name\": \"{}\", \"arguments\": {args}}}\n</tool_call>", call.name));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,21 +165,4 @@ mod tests {
         assert!(parse_tool_calls("plain answer\na.py").is_empty());
         assert!(parse_tool_calls("</tool_call>").is_empty());
     }
-}
-
-/// An assistant turn's text as Qwen3's chat template writes it: the content,
-/// then one `<tool_call>` block per call, each on its own line, with the
-/// arguments serialized as the template's `tojson` does (Python's
-/// `json.dumps`). Teachers that produce structured calls use this so their
-/// token sequences agree with a re-rendering of the conversation.
-pub fn render_tool_calls(content: &str, calls: &[ToolCall]) -> String {
-    let mut out = content.to_string();
-    for (k, call) in calls.iter().enumerate() {
-        if k > 0 || !content.is_empty() {
-            out.push('\n');
-        }
-        let args = crate::chat::python_json_dumps(&Value::Object(call.arguments.clone()), &Default::default());
-        out.push_str(&format!("<tool_call>\n{{\"name\": \"{}\", \"arguments\": {args}}}\n</tool_call>", call.name));
-    }
-    out
 }

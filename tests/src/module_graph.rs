@@ -434,7 +434,7 @@ fn blank_comments_and_strings(text: &str) -> String {
             }
             blank(&mut out, i + 1, j.min(b.len()));
             i = j + 1;
-        } else if b[i] == b'\'' && b.get(i + 2) == Some(&b'\'') || b[i] == b'\'' && b.get(i + 1) == Some(&b'\\') {
+        } else if b[i] == b'\'' && (b.get(i + 2) == Some(&b'\'') || b.get(i + 1) == Some(&b'\\')) {
             // A char literal ('x', '\n'); lifetimes are left alone.
             let end = b[i + 1..].iter().skip(1).position(|&c| c == b'\'').map_or(b.len(), |p| i + 2 + p + 1);
             blank(&mut out, i + 1, end.saturating_sub(1).max(i + 1));

@@ -369,7 +369,7 @@ fn optimizer_files(dir: &Path) -> Result<Vec<PathBuf>> {
         let n = name.strip_prefix("optimizer-").and_then(|r| r.strip_suffix(".safetensors")).and_then(|r| r.split_once("-of-")).and_then(|(_, n)| n.parse::<usize>().ok());
         if let Some(n) = n {
             if world.is_some_and(|w| w != n) {
-                return Err(Error::invalid(&dir.display().to_string(), format!("optimizer shards of two world sizes ({} and {n}): a checkpoint holds one run's", world.unwrap_or(0))));
+                return Err(Error::invalid(dir.display().to_string(), format!("optimizer shards of two world sizes ({} and {n}): a checkpoint holds one run's", world.unwrap_or(0))));
             }
             world = Some(n);
         }

@@ -65,6 +65,19 @@ fn apply() -> Tuning {
     Tuning::Applied
 }
 
+/// Returns the heap's free pages to the system (glibc `malloc_trim(0)`,
+/// which also releases whole free pages inside the heap). For one-off
+/// frees the next steps will not reuse, such as the loaded copy of the
+/// weights once they are trainable variables; without it that copy stays in
+/// the process's resident set for the whole run.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn apply() -> Tuning {
     Tuning::Unsupported
@@ -80,18 +93,5 @@ mod tests {
         // glibc refuses out-of-range values (e.g. an mmap threshold above its
         // limit) with 0; every one of ours must be taken.
         assert_eq!(apply(), Tuning::Applied);
-    }
-}
-
-/// Returns the heap's free pages to the system (glibc `malloc_trim(0)`,
-/// which also releases whole free pages inside the heap). For one-off
-/// frees the next steps will not reuse, such as the loaded copy of the
-/// weights once they are trainable variables; without it that copy stays in
-/// the process's resident set for the whole run.
-pub fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory; it is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

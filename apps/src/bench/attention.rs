@@ -67,7 +67,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.tokens > 0 && a.head_dim > 0 && a.reps > 0, "--tokens, --head-dim and --reps must be positive");
-    ensure!(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "--heads must be a positive multiple of --kv-heads");
+    ensure!(a.kv_heads > 0 && a.heads.is_multiple_of(a.kv_heads), "--heads must be a positive multiple of --kv-heads");
     ensure!(!a.direct || (a.backward && matches!(a.mode, Mode::Fused)), "--direct needs --mode fused --backward");
     set_threads(a.threads)?;
     let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));

@@ -33,7 +33,7 @@ impl Shape {
             "--hidden, --intermediate, --layers, --vocab and --head-dim must be positive"
         );
         ensure!(
-            self.kv_heads > 0 && self.heads % self.kv_heads == 0,
+            self.kv_heads > 0 && self.heads.is_multiple_of(self.kv_heads),
             "--heads ({}) must be a positive multiple of --kv-heads ({})",
             self.heads,
             self.kv_heads

@@ -210,7 +210,7 @@ pub fn run(a: Args) -> Result<()> {
     // On the CPU the measured peak is the RSS; on CUDA it is the GPU's,
     // which only a sampler outside sees (scripts/gpu-check, with
     // --no-optimizer so that the peak is the micro-batch's).
-    let measured = (a.on.device == trainer::device::DeviceKind::Cpu).then(|| (peak_steps / 1024) as f64);
+    let measured = (a.on.device == trainer::device::DeviceKind::Cpu).then_some((peak_steps / 1024) as f64);
     // On CUDA the pool's peak over the timed steps (tensors, not the CUDA
     // context or the pool's cache), where the driver reports it.
     let measured = measured.or(device_peak.map(|b| b as f64 / (1u64 << 20) as f64));

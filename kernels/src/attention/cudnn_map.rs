@@ -234,7 +234,7 @@ pub fn overlaps(heads: i64, len: i64, d: i64, hs: i64, ts: i64) -> bool {
         if st < extent {
             return true;
         }
-        extent = st * (n - 1) + extent;
+        extent += st * (n - 1);
     }
     false
 }
@@ -464,7 +464,7 @@ pub fn static_decline(dtype: candle_core::DType, head_dim: usize) -> Option<Stri
     if !matches!(dtype, DType::BF16 | DType::F16) {
         return Some(format!("cuDNN's fused attention takes bf16 and f16, not {dtype:?}"));
     }
-    if head_dim % 8 != 0 || head_dim > 256 {
+    if !head_dim.is_multiple_of(8) || head_dim > 256 {
         return Some(format!("head dim {head_dim}: cuDNN's fused attention takes multiples of 8 up to 256"));
     }
     None

@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn chunks_fit_the_budget_and_cover_the_tokens() {
         assert_eq!(chunk_rows(16_384, 151_936, CHUNK_LOGITS_BYTES), 440);
-        assert!(440 * 151_936 * 4 <= CHUNK_LOGITS_BYTES);
+        const { assert!(440 * 151_936 * 4 <= CHUNK_LOGITS_BYTES) };
         assert_eq!(chunk_rows(100, 151_936, CHUNK_LOGITS_BYTES), 100);
         assert_eq!(chunk_rows(10, 1 << 30, CHUNK_LOGITS_BYTES), 1, "one token's row beyond the budget still runs");
         assert_eq!(chunk_rows(1000, 37, 37 * 4 * 7), 7, "fewer than the alignment: as many as fit");

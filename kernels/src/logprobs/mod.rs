@@ -79,7 +79,7 @@ pub fn token_logprobs(hidden: &Tensor, lm_head: &Tensor, targets: &Tensor, tempe
     if !crate::has_native_path(hidden.device()) {
         return token_logprobs_reference(hidden, lm_head, targets, temperature);
     }
-    Ok(fused_stats(hidden, lm_head, targets, temperature)?.narrow(1, 0, 1)?.squeeze(1)?)
+    fused_stats(hidden, lm_head, targets, temperature)?.narrow(1, 0, 1)?.squeeze(1)
 }
 
 /// [`token_logprobs`] and the entropy `[N]` of each token's distribution

@@ -108,7 +108,7 @@ impl ModelConfig {
                 return Err(config_err(path, key, "must be positive"));
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(config_err(
                 path,
                 "num_key_value_heads",
@@ -118,7 +118,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(config_err(path, "head_dim", "must be even for rotary embeddings"));
         }
         Ok(())

@@ -72,7 +72,7 @@ fn llama3_frequencies_fall_in_the_three_bands() {
 }
 
 fn expect_config_error(raw: serde_json::Map<String, Value>, key: &str, words: &str) {
-    let e = parse(raw).err().expect("config should be rejected").to_string();
+    let e = parse(raw).expect_err("config should be rejected").to_string();
     assert!(e.contains("/models/m/config.json") && e.contains(key) && e.contains(words), "{e}");
 }
 

@@ -75,7 +75,7 @@ fn expect_err(dir: &Path) -> Error {
     let cfg = ModelConfig::from_file(&dir.join("config.json"));
     match cfg {
         Err(e) => e,
-        Ok(cfg) => load_weights(dir, &cfg, DType::F32, &Device::Cpu).err().expect("loading should fail"),
+        Ok(cfg) => load_weights(dir, &cfg, DType::F32, &Device::Cpu).expect_err("loading should fail"),
     }
 }
 

@@ -230,7 +230,7 @@ fn bf16_imports_round_the_dequantized_weights() {
 }
 
 fn expect_err(file: &Path, out: &Path, words: &[&str]) {
-    let e = import(file, out, DType::F32).err().expect("import should fail").to_string();
+    let e = import(file, out, DType::F32).expect_err("import should fail").to_string();
     for w in words {
         assert!(e.contains(w), "error `{e}` should mention `{w}`");
     }

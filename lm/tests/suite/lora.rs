@@ -1,5 +1,5 @@
 //! LoRA against PEFT (fixtures of scripts/make_lora_fixtures.py: transformers
-//! + peft, f32, CPU, r = 8 on all seven projections with random non-zero A
+//! and peft, f32, CPU, r = 8 on all seven projections with random non-zero A
 //! and B; the Qwen2 case with rsLoRA): log-probs, gradients of the mean NLL
 //! with respect to every lora_A and lora_B, the merged weights; PEFT's files
 //! read and written; bad adapters refused naming the file and key.

@@ -182,7 +182,7 @@ mod tests {
         std::fs::write(t.path().join("secret.txt"), "outside").unwrap();
         std::os::unix::fs::symlink("../..", root.join("dir/deeper/up")).unwrap();
         std::os::unix::fs::symlink("dir/f.txt", root.join("l")).unwrap();
-        rustix::fs::mknodat(rustix::fs::CWD, &root.join("fifo"), rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, root.join("fifo"), rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0).unwrap();
         t
     }
 

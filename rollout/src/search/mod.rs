@@ -439,7 +439,7 @@ fn file_docs(path: &str, text: &[u8], spans: Option<&crate::spans::FileSpans>) -
     FileDocs { path: path.to_string(), terms, entities }
 }
 
-/// What the index of a snapshot is made of, before [`Index::finish`].
+/// What the index of a snapshot is made of, before [`Collection::finish`].
 impl Index {
     /// Indexes `snapshot`: every text file of a parsed language (with its
     /// entities) and of `cfg.text_extensions` (file only), up to

@@ -8,7 +8,7 @@
 /// one character are kept (the caller filters).
 pub fn split_identifier(ident: &str) -> Vec<String> {
     let mut parts = Vec::new();
-    for chunk in ident.split(|c: char| c == '_' || c == '.' || c == '-' || c == '/') {
+    for chunk in ident.split(['_', '.', '-', '/']) {
         let chars: Vec<char> = chunk.chars().collect();
         let mut start = 0;
         for i in 1..chars.len() {

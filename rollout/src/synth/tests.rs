@@ -171,7 +171,7 @@ fn verify_stores_recall_and_min_recall_filters() {
     assert!(all.failures.is_empty(), "{:?}", all.failures);
     let recalls: Vec<f64> = all.tasks.iter().map(|t| t.synth.recall.unwrap()).collect();
     assert!(recalls.iter().all(|r| (0.0..=1.0).contains(r)));
-    assert!(recalls.iter().any(|&r| r == 1.0), "the scripted localizer finds some: {recalls:?}");
+    assert!(recalls.contains(&1.0), "the scripted localizer finds some: {recalls:?}");
     let s = summary::RecallSummary::of(&all.tasks);
     assert_eq!(s.count, 4);
     assert_eq!(s.zero + s.partial + s.one, 4);

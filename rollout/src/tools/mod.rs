@@ -1,5 +1,5 @@
 //! The three read-only tools (`grep`, `glob`, `read_file`) over a
-//! [`Snapshot`](crate::repo::Snapshot), and the optional fourth, `search`
+//! [`Snapshot`], and the optional fourth, `search`
 //! (the snapshot's [search index](crate::search), on with
 //! [`ToolConfig::search`]): deterministic (sorted), bounded by
 //! [`ToolConfig`] caps with a visible truncation note, and total: every

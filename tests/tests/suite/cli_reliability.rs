@@ -91,7 +91,7 @@ fn drop_tensors(path: &Path, all: bool) -> String {
     let keep_bytes = if all { 0 } else { header[&last]["data_offsets"][0].as_u64().unwrap() as usize };
     if all { header.clear() } else { header.remove(&last); }
     let mut text = serde_json::Value::Object(header).to_string();
-    while text.len() % 8 != 0 { text.push(' '); }
+    while !text.len().is_multiple_of(8) { text.push(' '); }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(&bytes[8 + n..8 + n + keep_bytes]);

@@ -22,7 +22,7 @@ fn crc32c(data: &[u8]) -> u32 {
 
 fn masked(data: &[u8]) -> u32 {
     let c = crc32c(data);
-    ((c >> 15) | (c << 17)).wrapping_add(0xA282_EAD8)
+    c.rotate_right(15).wrapping_add(0xA282_EAD8)
 }
 
 /// The records of an event file, every CRC checked.

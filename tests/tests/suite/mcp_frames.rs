@@ -230,7 +230,7 @@ fn with_id(id: &Value, rest: &str) -> Vec<u8> {
 fn fuzz_frame(d: &mut Draw, next_id: &mut u64) -> (Vec<u8>, Vec<Value>) {
     let mut id = || {
         *next_id += 1;
-        if *next_id % 3 == 0 {
+        if (*next_id).is_multiple_of(3) {
             json!(format!("s-{next_id}"))
         } else {
             json!(*next_id)

@@ -30,7 +30,7 @@ use std::ops::Range;
 pub enum EntropyMetric {
     /// Compute `entropy` (TRL always logs it).
     Compute,
-    /// Skip it; [`GrpoMetrics::entropy`] is `None`.
+    /// Skip it; [`GrpoMetrics::entropy`](crate::grpo::GrpoMetrics::entropy) is `None`.
     Skip,
 }
 

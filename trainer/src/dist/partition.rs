@@ -1,6 +1,6 @@
 //! [`Partition`]: which rank owns each parameter's optimizer state under
 //! ZeRO-1 ([`super::zero`]); the reduce-scatter and the all-gather
-//! ([`super::reduce`], [`super::nccl`]) cut their buffers by it.
+//! ([`super::reduce`], `super::nccl` (feature `nccl`)) cut their buffers by it.
 
 use candle_core::Var;
 use std::collections::BTreeMap;

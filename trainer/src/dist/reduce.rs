@@ -40,7 +40,7 @@ fn fold_ranks(dist: &dyn Collective, values: &mut [f64], init: f64, f: impl Fn(f
 /// where a rank has none), flattened into f32 buckets of [`BUCKET_VALUES`]
 /// and added in rank order. A parameter no rank has a gradient for stays
 /// absent. One process: nothing is done. Gradients on a GPU in a build with
-/// feature `nccl` are summed there by NCCL instead ([`super::nccl`]).
+/// feature `nccl` are summed there by NCCL instead (`dist::nccl`, built with feature `nccl`).
 pub fn sum_gradients(dist: &dyn Collective, params: &BTreeMap<String, Var>, grads: &mut Gradients) -> Result<()> {
     let world = dist.world();
     if world == 1 {

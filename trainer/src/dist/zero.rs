@@ -229,7 +229,7 @@ mod tests {
         }
         // One big parameter among small ones goes to one rank; nobody owns past the world.
         let sizes = [10usize, 10, 1000, 10, 10];
-        let p = Partition::new(ns.iter().zip(sizes).map(|(n, s)| (n, s)), 4);
+        let p = Partition::new(ns.iter().zip(sizes), 4);
         assert!(ns[..5].iter().all(|n| p.owner(n) < 4));
         // More ranks than parameters: every parameter still has an owner in range.
         let p = Partition::new(ns[..2].iter().map(|n| (n, 5)), 5);

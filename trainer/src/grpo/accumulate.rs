@@ -25,7 +25,7 @@ pub enum OldLogprobs {
     /// value, gradient `A`), as TRL does.
     Current,
     /// mu > 1: log-probs `[B, T]` recorded before the first of the mu updates
-    /// on this batch (see [`detached_logprobs`]).
+    /// on this batch (see [`detached_logprobs`](crate::backward::detached_logprobs)).
     Stored(Tensor),
 }
 
@@ -40,7 +40,7 @@ pub struct GrpoBatch {
     pub advantages: Tensor,
     pub old_logprobs: OldLogprobs,
     /// `[B, T]` f32 log-probs under the frozen reference model (required
-    /// when beta > 0; see [`detached_logprobs`]).
+    /// when beta > 0; see [`detached_logprobs`](crate::backward::detached_logprobs)).
     pub ref_logprobs: Option<Tensor>,
     /// `[B, T]` f32 log-probs the rollout sampled with (0 off the policy
     /// tokens): the drift metrics and `rollout_correction` compare them with
@@ -315,7 +315,7 @@ fn fold_loss(on_policy: bool, cfg: &GrpoLossConfig) -> bool {
 /// maxima and minima stay maxima and minima.
 pub fn sum_loss_sums(dist: &dyn Collective, sums: &LossSums, padding: Padding) -> Result<(LossSums, Padding)> {
     if dist.world() == 1 {
-        return Ok((sums.clone(), padding));
+        return Ok((*sums, padding));
     }
     let opt = |x: Option<f64>| [f64::from(u8::from(x.is_some())), x.unwrap_or(0.0)];
     let d = &sums.drift;

@@ -114,7 +114,7 @@ impl DriftSums {
 }
 
 /// Rollout-vs-trainer drift of one optimizer batch (TRL's names in
-/// [`DriftMetrics::named`]).
+/// [`GrpoMetrics::named`](crate::grpo::GrpoMetrics::named)).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DriftMetrics {
     #[serde(rename = "sampling/sampling_logp_difference/mean")]

@@ -18,7 +18,7 @@
 //! ```
 //!
 //! All tensors are `[b, t]` f32 aligned with the tokens: column `j` is about
-//! token `j` (see [`super::sequence_logprobs`]), and the mask is 1 on the
+//! token `j` (see [`sequence_logprobs`](crate::backward::sequence_logprobs)), and the mask is 1 on the
 //! policy's own tokens and 0 elsewhere (prompt, tool responses, padding, and
 //! always column 0, which nothing predicts).
 
@@ -120,7 +120,7 @@ pub struct GrpoLossConfig {
     /// When the loss is linear in the log-probs (on-policy, no KL, no TIS),
     /// fold it into the log-prob op (same gradients, one vocabulary-sized
     /// product fewer, and none for the positions outside the loss mask:
-    /// [`super::hidden_weighted_logprobs`]). Off only to check that claim.
+    /// [`hidden_weighted_logprobs`](crate::backward::hidden_weighted_logprobs)). Off only to check that claim.
     #[serde(default = "yes")]
     pub fold_linear_loss: bool,
 }

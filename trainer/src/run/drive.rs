@@ -92,7 +92,7 @@ pub fn drive<S: Steps>(run: &Run, steps: &mut S, schedule: &Schedule) -> Result<
         }
         let interrupted = dist::any(&*dist, stop.load(Ordering::SeqCst))?;
         let mut saved = None;
-        if steps.done() % save_every == 0 || steps.done() == schedule.total || interrupted {
+        if steps.done().is_multiple_of(save_every) || steps.done() == schedule.total || interrupted {
             let dir = steps.save(run)?;
             if lines {
                 tracing::info!("saved {}", dir.display());

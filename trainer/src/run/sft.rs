@@ -144,7 +144,7 @@ impl Steps for SftSteps<'_> {
         let t = &mut self.trainer;
         let mut m = t.step(&batch, self.cursor.epoch)?;
         self.cursor = next;
-        if !self.held_rows.is_empty() && (last || (s.eval_every > 0 && t.step % s.eval_every == 0)) {
+        if !self.held_rows.is_empty() && (last || (s.eval_every > 0 && t.step.is_multiple_of(s.eval_every))) {
             m.heldout_loss = Some(heldout_loss(&t.model, self.examples, self.held_rows, s.micro_batching()?, &*t.dist)?);
         }
         let mine: Vec<usize> = rows[crate::dist::share(&*t.dist, rows.len())].to_vec();

@@ -177,11 +177,10 @@ impl Event {
                 (2, Field::Varint(v)) => event.step = v as i64,
                 (3, Field::Bytes(b)) => event.what = What::FileVersion(String::from_utf8_lossy(b).into_owned()),
                 (5, Field::Bytes(b)) => event.what = What::Scalars(summary(b)?),
-                (7, Field::Bytes(b)) => {
-                    if fields(b)?.iter().any(|f| matches!(f, (1, Field::Varint(1)))) {
+                (7, Field::Bytes(b))
+                    if fields(b)?.iter().any(|f| matches!(f, (1, Field::Varint(1)))) => {
                         event.what = What::Start;
                     }
-                }
                 _ => {}
             }
         }

@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
-    /// Name of the run (checkpoints/<name> by default).
+    /// Name of the run (`checkpoints/<name>` by default).
     pub name: String,
     pub model: ModelSection,
     pub env: EnvSection,

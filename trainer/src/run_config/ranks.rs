@@ -47,7 +47,7 @@ impl RunConfig {
             ));
         }
         let tasks = self.train.tasks_per_step;
-        if grpo && tasks % world != 0 {
+        if grpo && !tasks.is_multiple_of(world) {
             return Err((
                 "train.tasks_per_step",
                 format!(

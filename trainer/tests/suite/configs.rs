@@ -141,7 +141,7 @@ fn extends_merges_tables_key_by_key_and_refuses_cycles_and_other_folders() {
     write("d.toml", "extends = \"sub/c.toml\"\n");
     let e = RunConfig::from_file(&tmp.path().join("d.toml")).unwrap_err().to_string();
     assert!(e.contains("same folder") && e.contains("d.toml"), "{e}");
-    write("e.toml", &format!("extends = \"base.toml\"\n[optim]\nbetta = 1\n"));
+    write("e.toml", "extends = \"base.toml\"\n[optim]\nbetta = 1\n");
     std::fs::copy(dir.join("smoke-cpu.toml"), tmp.path().join("base.toml")).unwrap();
     let e = RunConfig::from_file(&tmp.path().join("e.toml")).unwrap_err().to_string();
     assert!(e.contains("e.toml") && e.contains("betta"), "{e}");
