@@ -523,7 +523,7 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
         }
     });
     match ready_rx.recv() {
-        Ok(Ok(())) => eprintln!("fusegrpo mcp: the localizer is loaded; serving MCP over stdio"),
+        Ok(Ok(())) => trainer::progress::say(&format!("fusegrpo mcp: the localizer is loaded; serving MCP over stdio")),
         Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
         Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
     }

@@ -1,10 +1,9 @@
 //! `fusegrpo`: the command-line entry point. Each subcommand lives in its own
 //! module under `cli/`, with its arguments and a `run` function.
 
-// The printing macros that never panic on a closed stream (trainer::print).
+// First: its `out!`, `outln!` and `say!` are the only way to the terminal.
 #[macro_use]
-extern crate trainer;
-
+mod console;
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -119,9 +118,10 @@ fn main() -> ExitCode {
     let malloc = trainer::malloc::tune();
     let threads = trainer::threads::pin();
     let cli = Cli::parse();
+    trainer::progress::install(Box::new(console::StderrSink));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
-        .with_writer(|| trainer::print::QuietStderr)
+        .with_writer(|| console::QuietStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
@@ -145,10 +145,12 @@ fn main() -> ExitCode {
     }
     drop(launch);
     match result {
-        Ok(()) => match trainer::print::stdout_failed() {
+        // A closed or full stdout, handled here once (console): a reader
+        // that left is no error; lost output is.
+        Ok(()) => match console::stdout_failed() {
             None => ExitCode::SUCCESS,
             Some(e) => {
-                eprintln!("Error: writing the output to stdout: {e}");
+                say!("Error: writing the output to stdout: {e}");
                 ExitCode::from(EXIT_FAILURE)
             }
         },
@@ -160,10 +162,10 @@ fn main() -> ExitCode {
 /// stopped by SIGINT/SIGTERM with its checkpoint saved, 1 otherwise.
 fn report(e: &anyhow::Error) -> ExitCode {
     if let Some(stop) = e.downcast_ref::<trainer::interrupt::Interrupted>() {
-        eprintln!("{stop}");
+        say!("{stop}");
         return ExitCode::from(trainer::interrupt::EXIT_INTERRUPTED);
     }
-    eprintln!("Error: {e:?}");
+    say!("Error: {e:?}");
     ExitCode::from(EXIT_FAILURE)
 }
 

@@ -30,10 +30,8 @@
 //! - [`dist`]: data parallelism over MPI ranks (gradients summed in rank
 //!   order, per-rank shares of groups and rows).
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
-
-// First: its printing macros shadow std's in every module below.
-#[macro_use]
-pub mod print;
+//! - [`progress`]: what the library tells the user, through a sink the
+//!   binary installs (it prints nothing itself); errors are returned.
 
 pub mod backward;
 pub mod checkpoint;
@@ -49,6 +47,7 @@ pub mod optim;
 pub mod packing;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
 pub mod model_policy;
 pub mod repos;
 pub mod rollouts;

@@ -32,6 +32,10 @@ pub fn run(args: Args) -> Result<()> {
         cfg.sft.seed = seed;
     }
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
+    let report = trainer::pipeline::recipe::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
+    if trainer::dist::current().rank() == 0 {
+        outln!("{}", trainer::pipeline::recipe::table(&report));
+        outln!("report: {}", run_dir.join("report.json").display());
+    }
     Ok(())
 }

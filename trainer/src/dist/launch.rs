@@ -66,7 +66,7 @@ impl Launch {
     pub fn fail(&self, err: &anyhow::Error) {
         let dist = super::current();
         if dist.world() > 1 {
-            super::say(&format!("fusegrpo rank {} of {}: error: {err:#}", dist.rank(), dist.world()));
+            crate::progress::say(&format!("fusegrpo rank {} of {}: error: {err:#}", dist.rank(), dist.world()));
             dist.abort(1);
         }
     }
@@ -78,7 +78,7 @@ fn abort_on_panic(world: super::Dist) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        super::say(&format!("fusegrpo rank {} of {}: panicked; ending every rank", world.rank(), world.world()));
+        crate::progress::say(&format!("fusegrpo rank {} of {}: panicked; ending every rank", world.rank(), world.world()));
         world.abort(101);
     }));
 }

@@ -37,7 +37,7 @@ const COMPLETE: &str = "complete.json";
 /// The recipe of `cfg` (read from `config`, whose name its errors give)
 /// into `run_dir`: each stage skipped when its output exists, SFT and GRPO
 /// resumed from their newest checkpoint; `<run>/report.json` at the end,
-/// its table printed. `skip_bad` drops the tasks that cannot run instead of
+/// returned (the caller prints its [`table`]). `skip_bad` drops the tasks that cannot run instead of
 /// refusing the file. `tensorboard` (`--tensorboard DIR`): each training
 /// stage's event files go to `DIR/<stage>` (`sft`, `grpo`, `pilot/lr-<lr>`).
 pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tensorboard: Option<&Path>) -> Result<Report> {
@@ -164,8 +164,6 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
     on_rank0(|| {
         std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-        println!("{}", table(&report));
-        println!("report: {}", run_dir.join("report.json").display());
         Ok(())
     })?;
     Ok(report)
@@ -176,11 +174,11 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
 fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: &Path) -> Result<PathBuf> {
     let out = run_dir.join("tasks/synth.jsonl");
     if out.exists() {
-        eprintln!("== tasks: {} exists, skipped", out.display());
+        crate::progress::say(&format!("== tasks: {} exists, skipped", out.display()));
         return Ok(out);
     }
     let repo = s.repo.as_deref().context("pipeline.synth.repo is not set")?;
-    eprintln!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit);
+    crate::progress::say(&format!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit));
     let teacher = s.teacher.clone();
     let http = crate::synth_tasks::HttpOpts { endpoint: Endpoint::of_pipeline(p), ..Default::default() };
     let job = crate::synth_tasks::SynthRun {
@@ -215,7 +213,7 @@ fn on_rank0<T: serde::Serialize + serde::de::DeserializeOwned>(work: impl FnOnce
 /// launcher's stderr, and the stages' lines are the same on each.
 fn say(line: &str) {
     if crate::dist::current().rank() == 0 {
-        crate::dist::say(line);
+        crate::progress::say(line);
     }
 }
 

@@ -205,7 +205,7 @@ pub fn run_policy_resumable(
         done = read_whole_chunks(&partial, tasks, group, chunk)?;
     }
     if !done.is_empty() && writer {
-        eprintln!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group);
+        crate::progress::say(&format!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group));
     }
     let stop = crate::interrupt::flag()?;
     with_policy(cfg, policy, teacher, |policy, env| {

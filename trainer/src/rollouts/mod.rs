@@ -97,12 +97,12 @@ pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
             let left = bar.length().map_or(0, |l| l.saturating_sub(bar.position()));
             let secs = start.elapsed().as_secs_f64();
             let len = bar.length().map_or("?".to_string(), |l| l.to_string());
-            eprintln!(
+            crate::progress::say(&format!(
                 "{}/{len} episodes, {n} of them in {secs:.0} s (eta {:.0} s), mean R {:.3} over those {n}",
                 bar.position(),
                 secs / n as f64 * left as f64,
                 sum / n as f64
-            );
+            ));
         }
     }
 }
@@ -257,8 +257,10 @@ pub(crate) fn checked_with(path: &Path, cfg: &RunConfig, skip_bad: bool, fits: &
     }
     let list = checked.report();
     if skip_bad {
-        eprint!("{list}");
-        eprintln!("--skip-bad-tasks: dropped {} of {total} tasks in {}; {} remain", checked.bad.len(), path.display(), checked.good.len());
+        for line in list.lines() {
+            crate::progress::say(line);
+        }
+        crate::progress::say(&format!("--skip-bad-tasks: dropped {} of {total} tasks in {}; {} remain", checked.bad.len(), path.display(), checked.good.len()));
         anyhow::ensure!(!checked.good.is_empty(), "{}: no task can run", path.display());
         return Ok(checked.tasks());
     }

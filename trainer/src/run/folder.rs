@@ -116,7 +116,7 @@ pub fn prepare_folder(dir: &Path, opts: &RunOptions) -> Result<Option<PathBuf>> 
             }
         }
     }
-    eprintln!("--overwrite: removed the {} of {}", folder.describe(), dir.display());
+    crate::progress::say(&format!("--overwrite: removed the {} of {}", folder.describe(), dir.display()));
     Ok(folder.resume)
 }
 

@@ -164,10 +164,10 @@ fn next_rollouts(checkpoint: Option<&Path>, off_policy: u32) -> Result<Option<cr
 fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn crate::dist::Collective) -> Result<rand_chacha::ChaCha8Rng> {
     let written = super::ranks_in_state(state, "sampling");
     if written != dist.world() && dist.rank() == 0 {
-        eprintln!(
+        crate::progress::say(&format!(
             "resuming a checkpoint of {written} rank(s) with {} rank(s): the data order continues, the sampling streams of the ranks without one are derived afresh (not bitwise the run it would have been)",
             dist.world()
-        );
+        ));
     }
     match state.rngs.get(&super::rank_key("sampling", dist.rank())) {
         Some(rng) => Ok(rng.restore()?),

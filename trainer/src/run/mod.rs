@@ -174,7 +174,7 @@ fn check_model_path(state: &TrainState, cfg: &RunConfig, ckpt: &Path) -> Result<
             cfg.model.path
         ),
         None => {
-            eprintln!("note: the run's starting model {old} no longer exists; taking [model] path = {} as the same model, moved", cfg.model.path);
+            crate::progress::say(&format!("note: the run's starting model {old} no longer exists; taking [model] path = {} as the same model, moved", cfg.model.path));
             Ok(())
         }
     }
@@ -276,7 +276,7 @@ impl Run {
         optimizer.sync_params_from_masters(vars)?;
         sharding.gather_parameters(&*dist::current(), vars)?;
         if dist::current().rank() == 0 {
-            dist::say(&format!("resumed from {} at step {}", dir.display(), state.step));
+            crate::progress::say(&format!("resumed from {} at step {}", dir.display(), state.step));
         }
         Ok(Some(state))
     }
