@@ -139,7 +139,7 @@ fn main() -> ExitCode {
     // An interrupt stops every rank at the same step (they agree on it); an
     // error on one rank ends them all.
     if let Err(e) = &result {
-        if e.downcast_ref::<trainer::interrupt::Interrupted>().is_none() {
+        if interrupted(e).is_none() {
             launch.fail(e);
         }
     }
@@ -161,12 +161,18 @@ fn main() -> ExitCode {
 /// Prints `e` (with its causes) and picks the exit status: 130 for a run
 /// stopped by SIGINT/SIGTERM with its checkpoint saved, 1 otherwise.
 fn report(e: &anyhow::Error) -> ExitCode {
-    if let Some(stop) = e.downcast_ref::<trainer::interrupt::Interrupted>() {
+    if let Some(stop) = interrupted(e) {
         say!("{stop}");
         return ExitCode::from(trainer::interrupt::EXIT_INTERRUPTED);
     }
     say!("Error: {e:?}");
     ExitCode::from(EXIT_FAILURE)
+}
+
+/// The interruption `e` is (from the trainer library, or from the
+/// pipeline's stages), if it is one.
+fn interrupted(e: &anyhow::Error) -> Option<&trainer::interrupt::Interrupted> {
+    e.downcast_ref::<trainer::interrupt::Interrupted>().or_else(|| e.downcast_ref::<trainer::Error>().and_then(trainer::Error::interrupted))
 }
 
 /// Errors are a message and their causes; stack backtraces are for panics.

@@ -2,7 +2,7 @@
 //! to stop after its step with a checkpoint ([`flag`]); a second ends the
 //! process at once, naming the last complete checkpoint.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::path::Path;
 
 /// The process's exit status when a run stopped on SIGINT/SIGTERM with a

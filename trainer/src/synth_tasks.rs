@@ -162,5 +162,5 @@ pub fn write_tasks_atomic(path: &Path, tasks: &[SynthTask]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    crate::files::write_json_lines(path, tasks)
+    Ok(crate::files::write_json_lines(path, tasks)?)
 }

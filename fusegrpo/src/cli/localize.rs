@@ -146,7 +146,7 @@ fn check_paths(args: &Args) -> Result<()> {
     inputs.extend(l.model.as_deref().map(|m| ("--model", std::path::Path::new(m))));
     trainer::files::check_outputs(&inputs, &[("--out", out)])?;
     trainer::files::check_not_inside("--out", out, "--repo", &args.repo)?;
-    trainer::files::check_writable("--out", out)
+    Ok(trainer::files::check_writable("--out", out)?)
 }
 
 fn read_issue(arg: &str) -> Result<String> {

@@ -321,7 +321,7 @@ fn check_paths(args: &Args) -> Result<()> {
     inputs.extend(args.reuse.as_deref().map(|r| ("--reuse", r)));
     trainer::files::check_outputs(&inputs, &outputs)?;
     // Found now, not after every episode has run.
-    args.out.as_deref().map_or(Ok(()), |out| trainer::files::check_writable("--out", out))
+    args.out.as_deref().map_or(Ok(()), |out| Ok(trainer::files::check_writable("--out", out)?))
 }
 
 fn policy_name(p: &PolicyChoice) -> String {

@@ -3,7 +3,7 @@
 //! aside) defines printing macros of std's names or prints to stdout or
 //! stderr outside its tests (what they tell the user goes through
 //! `trainer::progress` or a writer their caller passes, their notes through
-//! `tracing`).
+//! `tracing`); and `trainer` returns its own error type, not anyhow's.
 
 use std::path::{Path, PathBuf};
 
@@ -91,4 +91,33 @@ fn no_library_crate_prints_or_shadows_std_printing() {
     println!("{} library crates, {files} files", crates.len());
     assert!(files > 200, "only {files} files read");
     assert!(found.is_empty(), "library code that prints (return it, or tell it through trainer::progress or tracing):\n  {}", found.join("\n  "));
+}
+
+/// The files of `trainer` that leave it for the binary's recipe crate
+/// (issue 63, item 3), which keep anyhow: checked once they have left.
+const LEAVING: [&str; 7] = ["pipeline", "rollouts/attempts.rs", "rollouts/ranked.rs", "stats.rs", "synth_tasks.rs", "repos.rs", "tiny.rs"];
+
+#[test]
+fn trainer_returns_its_own_errors_not_anyhow() {
+    let src = root().join("trainer/src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut found = Vec::new();
+    for path in &paths {
+        let rel = path.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        if LEAVING.iter().any(|l| rel == *l || rel.starts_with(&format!("{l}/"))) {
+            continue;
+        }
+        for (n, line) in std::fs::read_to_string(path).unwrap().lines().enumerate() {
+            if line.contains("anyhow") {
+                found.push(format!("trainer/src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(paths.len() > 50, "only {} files read", paths.len());
+    assert!(found.is_empty(), "anyhow in trainer (its errors are trainer::Error):\n  {}", found.join("\n  "));
+    if LEAVING.iter().all(|l| !src.join(l).exists()) {
+        let manifest = std::fs::read_to_string(root().join("trainer/Cargo.toml")).unwrap();
+        assert!(!manifest.lines().any(|l| l.trim_start().starts_with("anyhow")), "trainer/Cargo.toml depends on anyhow");
+    }
 }

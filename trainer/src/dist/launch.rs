@@ -63,7 +63,8 @@ impl Launch {
     /// A command's error on this rank: with several ranks, printed with the
     /// rank and then every rank is ended (MPI_Abort), so none waits in a
     /// collective for this one.
-    pub fn fail(&self, err: &anyhow::Error) {
+    /// `err` is shown with its causes (`{:#}`).
+    pub fn fail(&self, err: &dyn std::fmt::Display) {
         let dist = super::current();
         if dist.world() > 1 {
             crate::progress::say(&format!("fusegrpo rank {} of {}: error: {err:#}", dist.rank(), dist.world()));

@@ -76,7 +76,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     say(&format!("pipeline: {} training tasks, {} held out, run folder {}{ranks}", train.len(), heldout.len(), run_dir.display()));
     on_rank0(|| {
         crate::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
-        crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)
+        Ok(crate::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?)
     })?;
 
     let traj = run_dir.join("synth/trajectories.jsonl");
@@ -93,7 +93,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
 
     let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
-        crate::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))
+        Ok(crate::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))?)
     })?;
 
     let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
@@ -112,7 +112,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         } else if longer {
             opts.allow_config_change = steps_only_change(&grpo_cfg, dir, "grpo: a longer run")?;
         }
-        crate::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
+        Ok(crate::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)?)
     })?;
 
     let mut report = Report {
@@ -289,7 +289,7 @@ fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], policy: &Pol
     let mut eval_cfg = cfg.clone();
     eval_cfg.sampling.temperature = p.eval_temperature;
     let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
-    run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)
+    Ok(run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)?)
 }
 
 /// A seeded draw of `n` of `tasks` in their file order (all when `n` is 0 or
@@ -333,7 +333,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let (mean, answered) = (summary.reward, summary.answered);
     say(&format!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered));
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
-    on_rank0(|| crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept))?;
+    on_rank0(|| Ok(crate::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?))?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
                                      "mean_reward": mean, "answered": answered});
     Ok((kept, Some(figures)))
@@ -355,7 +355,7 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         let name = format!("lr-{lr:e}");
         let dir = run_dir.join("pilot").join(&name);
         stage(&dir, &format!("pilot {name}"), seconds, |dir| {
-            crate::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))
+            Ok(crate::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))?)
         })?;
         let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
         // Step 1 rolls out before any update: the same for every rate.
@@ -529,7 +529,7 @@ fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[
     }
     let sc = ScalingConfig::from_episodes(p.eval_attempts, p.eval_select, cfg.sampling.seed);
     let summaries = rollout::scaling::summarize(episodes, sc.attempts);
-    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
+    let selections = with_env(cfg, |env| Ok::<_, anyhow::Error>(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
     Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
 }
 

@@ -3,7 +3,7 @@
 //! a probe against ours), and GRPO's engine kept in step with the weights.
 
 use crate::run_config::RunConfig;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rollout::chat::ChatTokenizer;
 use rollout::engine::vllm::{VllmConfig, VllmEngine};
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result
         load_config_model(cfg, engine)?;
         (mean, max) = crate::grpo::engine_sync::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     }
-    anyhow::ensure!(
+    crate::error::ensure!(
         mean <= v.probe_tolerance,
         "vllm engine at {}: serves another model than this config's ({}{}): the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Serve that model (and the adapter, as served_model), point [model] at what the server has, or set [rollout.vllm] load_model = true to load it onto the server",
         engine.base(),

@@ -8,7 +8,7 @@ use crate::checkpoint::{self, DataCursor, RngState};
 use crate::run_config::RunConfig;
 use crate::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
 use lm::weights::load_weights;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rand::SeedableRng;
 use rollout::episode::driver::Env;
 use rollout::repo::SnapshotStore;
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// GRPO on `tasks` into `run_dir` (checkpoints, metrics.jsonl).
 pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) -> Result<RunEnd> {
     let world = crate::dist::current().world();
-    anyhow::ensure!(
+    crate::error::ensure!(
         cfg.rollout.off_policy == 0 || world == 1,
         "[rollout] off_policy = {} with {world} ranks: off-policy rollouts run as one process so far; run without mpirun/srun or set off_policy = 0",
         cfg.rollout.off_policy
@@ -49,7 +49,7 @@ pub fn grpo(cfg: &RunConfig, run_dir: &Path, tasks: &[Task], opts: &RunOptions) 
     let tok_dir = cfg.tokenizer_dir(&run.base_dir);
     let tok = cfg.chat_tokenizer(&run.base_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
     if cfg.rollout.engine == crate::run_config::Engine::Vllm {
-        anyhow::ensure!(
+        crate::error::ensure!(
             dist.world() == 1,
             "[rollout] engine = \"vllm\" with {} ranks: GRPO on a vLLM server runs as one process so far (the server does the batching); run without mpirun/srun",
             dist.world()
@@ -171,7 +171,7 @@ fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn crate::dist
     }
     match state.rngs.get(&super::rank_key("sampling", dist.rank())) {
         Some(rng) => Ok(rng.restore()?),
-        None if dist.rank() == 0 => anyhow::bail!("state.json has no `sampling` RNG"),
+        None if dist.rank() == 0 => crate::error::bail!("state.json has no `sampling` RNG"),
         None => {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ state.step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             rng.set_stream(dist.rank() as u64);
@@ -191,7 +191,7 @@ pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> l
 /// stage loads its own, which `[rollout.vllm] load_model = true` allows.
 pub fn check_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
     if let (crate::run_config::Engine::Vllm, Some(v)) = (cfg.rollout.engine, &cfg.rollout.vllm) {
-        anyhow::ensure!(
+        crate::error::ensure!(
             v.load_model,
             "[rollout] engine = \"vllm\" in `pipeline`: its stages roll out from several models (base, SFT, GRPO), which each load onto the server; set [rollout.vllm] load_model = true"
         );

@@ -12,7 +12,7 @@ pub mod metrics;
 pub mod sft;
 pub mod tensorboard;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use candle_core::{Device, Var};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -167,7 +167,7 @@ fn check_model_path(state: &TrainState, cfg: &RunConfig, ckpt: &Path) -> Result<
     };
     match same(old, &cfg.model.path) {
         Some(true) => Ok(()),
-        Some(false) => anyhow::bail!(
+        Some(false) => crate::error::bail!(
             "{}: config key `model.path`: the run started from {old}, the config now names {}; a resumed run keeps its starting model (its weights and KL reference), even with --allow-config-change. Start a new run (another --out, or --overwrite without --resume) to train from {}",
             ckpt.join(checkpoint::STATE_FILE).display(),
             cfg.model.path,
@@ -205,7 +205,7 @@ impl Run {
             std::fs::canonicalize(&base_dir).unwrap_or_else(|_| base_dir.clone()).to_string_lossy().into_owned()
         };
         let lora = cfg.lora();
-        anyhow::ensure!(
+        crate::error::ensure!(
             lora.is_some() || cfg.model.adapter.is_none(),
             "[model] adapter = {}: training from an adapter needs a [lora] section (or merge it first: fusegrpo merge-adapter)",
             cfg.model.adapter.as_deref().unwrap_or(Path::new("")).display()
@@ -270,7 +270,7 @@ impl Run {
     pub fn resume(&self, optimizer: &mut AdamW, sharding: &Sharding, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
         let (Some(dir), Some(state)) = (&self.resume_dir, self.resume_state.clone()) else { return Ok(None) };
         checkpoint::OptimizerFile::open(dir, &self.device)
-            .map_err(anyhow::Error::from)
+            .map_err(crate::error::Error::from)
             .and_then(|file| Ok(optimizer.import_from(&file)?))
             .map_err(|e| broken_checkpoint(e, dir, &self.dir))?;
         optimizer.sync_params_from_masters(vars)?;

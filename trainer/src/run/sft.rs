@@ -11,7 +11,7 @@ use crate::run_config::{OpeningPhase, RunConfig};
 use crate::sft::batches::{batch_at, heldout_split, total_steps};
 use crate::sft::{heldout_loss, SftBatch};
 use crate::sft;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rollout::episode::filter::{filter, SftExample};
 use rollout::episode::opening::openings;
 use rollout::episode::summary::Summary;
@@ -38,7 +38,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
         std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
         crate::progress::say(&format!("sft filter: {}", report.summary()));
     }
-    anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
+    crate::error::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
     let mut start = cfg.clone();
     if !cfg.sft.openings.is_empty() {
         let turn_start = turn_start_id(cfg)?;
@@ -63,7 +63,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
 /// `cfg`'s model, into `dir`.
 fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, turn_start: u32, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
     let examples = openings(episodes, phase.turns, turn_start);
-    anyhow::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
+    crate::error::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
     let mut pcfg = cfg.clone();
     pcfg.sft.epochs = phase.epochs;
     pcfg.sft.batch_rows = phase.batch_rows;
@@ -91,7 +91,7 @@ fn turn_start_id(cfg: &RunConfig) -> Result<u32> {
 fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOptions) -> Result<(RunEnd, Vec<usize>)> {
     let s = &cfg.sft;
     let (train_rows, held_rows) = heldout_split(examples, s.heldout_fraction, s.seed);
-    anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
+    crate::error::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
     let run_steps = total_steps(train_rows.len(), s.batch_rows, s.epochs);
     let total = opts.max_steps.unwrap_or(run_steps);
     if crate::dist::current().rank() == 0 {
