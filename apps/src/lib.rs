@@ -13,10 +13,10 @@
 //! - [`vllm_server`]: `fusegrpo engine vllm`, a vLLM server as a child process.
 //! - [`args`]: argument groups several commands share (`--device`, `--dtype`,
 //!   `--cuda-kernels`), and clap's parser of the trainer's enums.
-
-// The printing macros that never panic on a closed stream (trainer::print).
-#[macro_use]
-extern crate trainer;
+//!
+//! What a command outputs goes to the writer its caller passes (the
+//! binary's stdout), its progress through `trainer::progress`: nothing
+//! here writes to the terminal itself.
 
 pub mod bench;
 pub mod args;

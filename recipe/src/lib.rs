@@ -15,10 +15,6 @@
 //! - [`tiny`]: random tiny models with a tokenizer (`init-tiny`), for
 //!   tests, demos and benchmarks.
 
-// The printing macros that never panic on a closed stream (trainer::print).
-#[macro_use]
-extern crate trainer;
-
 pub mod attempts;
 pub mod pipeline;
 pub mod ranked;

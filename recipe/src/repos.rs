@@ -44,7 +44,7 @@ pub fn fetch(wanted: &Wanted, args: &FetchOptions) -> Result<()> {
             for t in &tasks {
                 by_repo.entry(t.repo.clone()).or_default().push((t.instance_id.clone(), t.base_commit.clone()));
             }
-            eprintln!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), path.display(), by_repo.len());
+            trainer::progress::say(&format!("repos fetch: {} tasks in {} need {} repositories", tasks.len(), path.display(), by_repo.len()));
             format!("tasks in {}", path.display())
         }
         Wanted::List(list) => {
@@ -56,21 +56,22 @@ pub fn fetch(wanted: &Wanted, args: &FetchOptions) -> Result<()> {
                     by_repo.entry(name.to_string()).or_default();
                 }
             }
-            eprintln!("repos fetch: {} repositories listed in {}", by_repo.len(), list.display());
+            trainer::progress::say(&format!("repos fetch: {} repositories listed in {}", by_repo.len(), list.display()));
             format!("listed in {}", list.display())
         }
     };
     std::fs::create_dir_all(&args.repos_dir).with_context(|| format!("creating the repositories folder {}", args.repos_dir.display()))?;
     for (i, (repo, needs)) in by_repo.iter().enumerate() {
-        eprint!("[{}/{}] ", i + 1, by_repo.len());
-        fetch_one(repo, needs, args).with_context(|| format!("repository {repo} ({what})"))?;
+        let lead = format!("[{}/{}] ", i + 1, by_repo.len());
+        fetch_one(repo, needs, args, &lead).with_context(|| format!("repository {repo} ({what})"))?;
     }
     Ok(())
 }
 
 /// One repository: skipped when present with every base commit, else
-/// cloned (or, when present but lacking commits, fetched into), then checked.
-fn fetch_one(repo: &str, needs: &Needs, args: &FetchOptions) -> Result<()> {
+/// cloned (or, when present but lacking commits, fetched into), then
+/// checked; its first line opens with `lead` (`[i/n] `).
+fn fetch_one(repo: &str, needs: &Needs, args: &FetchOptions, lead: &str) -> Result<()> {
     let base = repo_dir_name(repo)?;
     let url = source_url(&args.source, repo)?;
     let existing = [base.clone(), format!("{base}.git")].into_iter().map(|n| args.repos_dir.join(n)).find(|p| p.is_dir());
@@ -78,19 +79,19 @@ fn fetch_one(repo: &str, needs: &Needs, args: &FetchOptions) -> Result<()> {
         Some(dir) => {
             let missing = missing_commits(&dir, needs)?;
             if missing.is_empty() {
-                eprintln!("{repo}: {} holds all {} base commits, skipped", dir.display(), needs.len());
+                trainer::progress::say(&format!("{lead}{repo}: {} holds all {} base commits, skipped", dir.display(), needs.len()));
                 return Ok(());
             }
-            eprintln!("{repo}: {} lacks {} of {} base commits; fetching from {url}", dir.display(), missing.len(), needs.len());
+            trainer::progress::say(&format!("{lead}{repo}: {} lacks {} of {} base commits; fetching from {url}", dir.display(), missing.len(), needs.len()));
             git(&dir, &["fetch", "--quiet", "--tags", &url, "+refs/heads/*:refs/remotes/fetched/*"])?;
             dir
         }
-        None => clone(&url, &args.repos_dir.join(&base), repo)?,
+        None => clone(&url, &args.repos_dir.join(&base), repo, lead)?,
     };
     let missing = missing_commits(&dir, needs)?;
     if args.allow_missing_commits && !missing.is_empty() {
         let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
-        eprintln!("{repo}: {} of {} base commits are missing (missing commits allowed): {}", missing.len(), needs.len(), ids.join(", "));
+        trainer::progress::say(&format!("{repo}: {} of {} base commits are missing (missing commits allowed): {}", missing.len(), needs.len(), ids.join(", ")));
         return Ok(());
     }
     if let Some((id, commit)) = missing.first() {
@@ -100,7 +101,7 @@ fn fetch_one(repo: &str, needs: &Needs, args: &FetchOptions) -> Result<()> {
             if missing.len() > 1 { format!("; {} tasks' base commits are missing in all", missing.len()) } else { String::new() }
         );
     }
-    eprintln!("{repo}: {} ready, all {} base commits present", dir.display(), needs.len());
+    trainer::progress::say(&format!("{repo}: {} ready, all {} base commits present", dir.display(), needs.len()));
     Ok(())
 }
 
@@ -120,12 +121,12 @@ fn source_url(template: &str, repo: &str) -> Result<String> {
 
 /// `git clone --bare` into `<dest>.part`, renamed to `dest` once complete
 /// (an interrupted clone is never mistaken for a repository).
-fn clone(url: &str, dest: &Path, repo: &str) -> Result<PathBuf> {
+fn clone(url: &str, dest: &Path, repo: &str, lead: &str) -> Result<PathBuf> {
     let part = dest.with_file_name(format!("{}.part", dest.file_name().and_then(|n| n.to_str()).unwrap_or("repo")));
     if part.exists() {
         std::fs::remove_dir_all(&part).with_context(|| format!("removing the unfinished clone {}", part.display()))?;
     }
-    eprintln!("{repo}: cloning {url} into {}", dest.display());
+    trainer::progress::say(&format!("{lead}{repo}: cloning {url} into {}", dest.display()));
     git(Path::new("."), &["clone", "--bare", "--quiet", url, &part.to_string_lossy()])?;
     std::fs::rename(&part, dest).with_context(|| format!("renaming {} to {}", part.display(), dest.display()))?;
     Ok(dest.to_path_buf())

@@ -73,7 +73,7 @@ pub struct SynthRun<'a> {
 pub fn make_tasks_to(job: &SynthRun<'_>, out: &Path) -> Result<SynthReport> {
     let report = make_tasks(job)?;
     write_tasks_atomic(out, &report.tasks)?;
-    eprintln!("{} tasks -> {}", report.tasks.len(), out.display());
+    trainer::progress::say(&format!("{} tasks -> {}", report.tasks.len(), out.display()));
     Ok(report)
 }
 
@@ -122,24 +122,24 @@ fn localizer_of(localizer: &PolicyChoice, http: &HttpOpts, seed: u64) -> Result<
 /// Each failure, then one line of counts, and the recall line when verified.
 fn print_report(report: &SynthReport, job: &SynthRun<'_>) {
     for f in &report.failures {
-        eprintln!("synth: failed: {f}");
+        trainer::progress::say(&format!("synth: failed: {f}"));
     }
     if report.drawn < job.config.count {
-        eprintln!(
+        trainer::progress::say(&format!(
             "synth: {} at {}: {} tasks asked for, only {} functions qualify: all of them were taken",
             job.repo, job.commit, job.config.count, report.candidates
-        );
+        ));
     }
-    eprintln!(
+    trainer::progress::say(&format!(
         "synth: {} of {} candidate functions drawn, {} tasks kept, {} failed, {} below min recall",
         report.drawn,
         report.candidates,
         report.tasks.len(),
         report.failures.len(),
         report.below_min_recall
-    );
+    ));
     if job.localizer.is_some() {
-        eprintln!("synth: {}", RecallSummary::of(&report.tasks).line());
+        trainer::progress::say(&format!("synth: {}", RecallSummary::of(&report.tasks).line()));
     }
 }
 
@@ -162,5 +162,5 @@ pub fn write_tasks_atomic(path: &Path, tasks: &[SynthTask]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    trainer::files::write_json_lines(path, tasks)
+    Ok(trainer::files::write_json_lines(path, tasks)?)
 }

@@ -64,7 +64,7 @@ pub fn open_with_kernels(device: DeviceKind, kernels: crate::gpu_check::CudaKern
     if device == DeviceKind::Cuda {
         let choice = kernels.apply();
         if crate::dist::current().rank() == 0 {
-            crate::dist::say(&choice.to_string());
+            crate::progress::say(&choice.to_string());
         }
     }
     device.open()

@@ -3,7 +3,7 @@
 //! the tokenizer files a checkpoint carries, and the check that a
 //! command's outputs are none of its inputs ([`check_outputs`]).
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
@@ -15,7 +15,7 @@ pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Res
     for (i, (out_flag, out)) in outputs.iter().enumerate() {
         for (in_flag, input) in inputs {
             if same_file(out, input) {
-                anyhow::bail!(
+                crate::error::bail!(
                     "{out_flag} {} is the input {in_flag} {}: writing it would destroy the input; nothing was done (choose another {out_flag})",
                     out.display(),
                     input.display()
@@ -24,7 +24,7 @@ pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Res
         }
         for (other_flag, other) in &outputs[..i] {
             if same_file(out, other) {
-                anyhow::bail!(
+                crate::error::bail!(
                     "{out_flag} {} is also {other_flag} {}: one output would replace the other; nothing was done (give them different paths)",
                     out.display(),
                     other.display()
@@ -45,7 +45,7 @@ pub fn check_not_inside(out_flag: &str, out: &Path, dir_flag: &str, dir: &Path) 
     }
     if let (Some(o), Some(d)) = (resolved(out), resolved(dir)) {
         if o != d && o.starts_with(&d) {
-            anyhow::bail!(
+            crate::error::bail!(
                 "{out_flag} {} is a file inside the input {dir_flag} {}: writing it would destroy the input; nothing was done (choose another {out_flag})",
                 out.display(),
                 dir.display()
@@ -216,7 +216,7 @@ impl RowStream {
 /// the rest) not a writable folder (a probe file is created there and
 /// removed).
 pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
-    anyhow::ensure!(!path.is_dir(), "{flag} {} is a folder: give a file path; nothing was run", path.display());
+    crate::error::ensure!(!path.is_dir(), "{flag} {} is a folder: give a file path; nothing was run", path.display());
     let mut dir = path;
     loop {
         dir = dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -224,7 +224,7 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
             break;
         }
     }
-    anyhow::ensure!(dir.is_dir(), "{flag} {}: {} is not a folder; nothing was run", path.display(), dir.display());
+    crate::error::ensure!(dir.is_dir(), "{flag} {}: {} is not a folder; nothing was run", path.display(), dir.display());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
     std::fs::File::create(&probe).with_context(|| format!("{flag} {}: cannot write into {}; nothing was run", path.display(), dir.display()))?;

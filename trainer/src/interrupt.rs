@@ -2,7 +2,7 @@
 //! to stop after its step with a checkpoint ([`flag`]); a second ends the
 //! process at once, naming the last complete checkpoint.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::path::Path;
 
 /// The process's exit status when a run stopped on SIGINT/SIGTERM with a
@@ -49,14 +49,14 @@ pub fn flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     let handler_flag = flag.clone();
     ctrlc::set_handler(move || {
         if !handler_flag.swap(true, Ordering::SeqCst) {
-            eprintln!("interrupt: stopping after this step with a checkpoint (interrupt again to stop at once)");
+            crate::progress::say("interrupt: stopping after this step with a checkpoint (interrupt again to stop at once)");
             return;
         }
         let dir = RUN_DIR.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let last = dir.as_deref().and_then(|d| crate::checkpoint::latest(d).ok().flatten());
         match last {
-            Some(last) => eprintln!("second interrupt: stopped at once; the last complete checkpoint is {} (resume with --resume auto)", last.display()),
-            None => eprintln!("second interrupt: stopped at once; no complete checkpoint was saved"),
+            Some(last) => crate::progress::say(&format!("second interrupt: stopped at once; the last complete checkpoint is {} (resume with --resume auto)", last.display())),
+            None => crate::progress::say("second interrupt: stopped at once; no complete checkpoint was saved"),
         }
         std::process::exit(EXIT_INTERRUPTED as i32);
     })

@@ -32,10 +32,8 @@
 //! - [`dist`]: data parallelism over MPI ranks (gradients summed in rank
 //!   order, per-rank shares of groups and rows).
 //! - [`optim`]: AdamW (fp32 moments and masters), grad-norm clipping, LR schedules.
-
-// First: its printing macros shadow std's in every module below.
-#[macro_use]
-pub mod print;
+//! - [`progress`]: what the library tells the user, through a sink the
+//!   binary installs (it prints nothing itself); errors are returned.
 
 pub mod backward;
 pub mod checkpoint;
@@ -50,6 +48,7 @@ pub mod interrupt;
 pub mod optim;
 pub mod packing;
 pub mod plan;
+pub mod progress;
 pub mod model_policy;
 pub mod episodes;
 pub mod run;

@@ -11,6 +11,7 @@
 //! (the fused CUDA kernel), `cpu` or `reference`); the clock is read after
 //! synchronizing the device, and the checksums are taken after the clock.
 
+use std::io::Write;
 use super::{median, reset_peak_rss, rss_kib, set_threads, Clock};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, Var};
@@ -65,7 +66,7 @@ pub struct Args {
     pub on: crate::args::RunOn,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(a: Args, out: &mut dyn Write) -> Result<()> {
     ensure!(a.tokens > 0 && a.head_dim > 0 && a.reps > 0, "--tokens, --head-dim and --reps must be positive");
     ensure!(a.kv_heads > 0 && a.heads.is_multiple_of(a.kv_heads), "--heads must be a positive multiple of --kv-heads");
     ensure!(!a.direct || (a.backward && matches!(a.mode, Mode::Fused)), "--direct needs --mode fused --backward");
@@ -166,7 +167,7 @@ pub fn run(a: Args) -> Result<()> {
         "peak_over_inputs_outputs_mib": (peak_reset && a.direct).then(|| (peak.saturating_sub(rss_inputs) as usize).saturating_sub(input_bytes / 1024) / 1024),
         "threads": rayon::current_num_threads(),
     });
-    println!("{report}");
+    writeln!(out, "{report}")?;
     ensure!(checksum.is_finite(), "non-finite result");
     Ok(())
 }

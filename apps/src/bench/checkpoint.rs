@@ -4,6 +4,7 @@
 //! the save, and during the resume into a fresh optimizer, next to the
 //! largest tensor's size. Prints one JSON line.
 
+use std::io::Write;
 use super::shape::Shape;
 use super::{reset_peak_rss, rss_kib, Clock};
 use anyhow::{ensure, Result};
@@ -23,7 +24,7 @@ pub struct Args {
     pub on: crate::args::RunOn,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(a: Args, out: &mut dyn Write) -> Result<()> {
     let cfg = a.shape.config(64)?;
     let (device, dtype) = (a.on.open()?, DType::from(a.on.dtype));
     let w = lm::init::random_weights(&cfg, 0, dtype, &device)?;
@@ -73,7 +74,8 @@ pub fn run(a: Args) -> Result<()> {
         std::fs::remove_dir_all(&scratch)?;
     }
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
-    println!(
+    writeln!(
+        out,
         "{}",
         serde_json::json!({
             "save_seconds": save_seconds,
@@ -85,6 +87,6 @@ pub fn run(a: Args) -> Result<()> {
             "resume_peak_growth_mib": resume_growth as f64 / 1024.0,
             "dtype": format!("{dtype:?}").to_lowercase(),
         })
-    );
+    )?;
     Ok(())
 }

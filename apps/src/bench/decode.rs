@@ -6,6 +6,7 @@
 //! and log-probs (JSONL) for comparison with transformers
 //! (`scripts/bench_generate.py` runs both on one checkpoint).
 
+use std::io::Write;
 use super::shape::Shape;
 use super::step::merge;
 use super::{median, rss_kib, set_threads, Clock};
@@ -61,7 +62,7 @@ pub fn prompts(rows: usize, len: usize, vocab: usize) -> Vec<Vec<u32>> {
     (0..rows).map(|r| (0..len).map(|j| ((r * 131 + j * 17) % span + 10).min(vocab - 1) as u32).collect()).collect()
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(a: Args, out: &mut dyn Write) -> Result<()> {
     ensure!(a.rows > 0 && a.new > 0 && a.prompt_len > 0 && a.reps > 0, "--rows, --new, --prompt-len and --reps must be positive");
     ensure!(a.temperature >= 0.0, "--temperature must be >= 0");
     set_threads(a.threads)?;
@@ -119,6 +120,6 @@ pub fn run(a: Args) -> Result<()> {
         "hidden": c.hidden_size, "layers": c.num_hidden_layers, "heads": c.num_attention_heads,
         "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim, "vocab": c.vocab_size,
     }));
-    println!("{report}");
+    writeln!(out, "{report}")?;
     Ok(())
 }

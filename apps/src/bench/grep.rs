@@ -1,6 +1,7 @@
 //! `fusegrpo bench grep`: our grep on a warm in-memory snapshot against
 //! ripgrep (`rg`) on a checkout of the same tree, side by side.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -50,7 +51,7 @@ pub struct Args {
     pub runs: usize,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, out: &mut dyn Write) -> Result<()> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -60,7 +61,8 @@ pub fn run(args: Args) -> Result<()> {
     let snapshot = args.snapshot.load()?;
     let load_s = start.seconds()?;
     let rss_after = rss_mib();
-    println!(
+    writeln!(
+        out,
         "snapshot {}@{}: {} entries, {:.1} MiB of text, load {:.3} s, RSS {:.0} -> {:.0} MiB (+{:.0}), rayon threads {}",
         args.snapshot.repo,
         &snapshot.commit()[..12],
@@ -71,14 +73,14 @@ pub fn run(args: Args) -> Result<()> {
         rss_after,
         rss_after - rss_before,
         rayon::current_num_threads()
-    );
+    )?;
     let patterns: Vec<String> = if args.patterns.is_empty() {
         DEFAULT_PATTERNS.iter().map(|s| s.to_string()).collect()
     } else {
         args.patterns.clone()
     };
-    println!("| pattern | matches (ours / rg) | ours, all matches (ms) | ours, tool call capped (ms) | rg (ms) | ours/rg |");
-    println!("|---|---|---|---|---|---|");
+    writeln!(out, "| pattern | matches (ours / rg) | ours, all matches (ms) | ours, tool call capped (ms) | rg (ms) | ours/rg |")?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
     let config = ToolConfig::default();
     let runner = ToolRunner::default();
     for pattern in &patterns {
@@ -96,11 +98,12 @@ pub fn run(args: Args) -> Result<()> {
         let rg_ms = median_ms(args.runs, || {
             let _ = rg(pattern, &args.checkout);
         })?;
-        println!(
+        writeln!(
+            out,
             "| `{}` | {ours_count} / {rg_count} | {full:.1} | {capped:.1} | {rg_ms:.1} | {:.2} |",
             pattern.replace('|', "\\|"),
             full / rg_ms
-        );
+        )?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! CUDA `device_peak_mib` is the peak of the GPU memory pool over the timed
 //! runs (the RSS figures are the host's).
 
+use std::io::Write;
 use anyhow::{ensure, Result};
 use super::{device_peak_bytes, median, reset_device_peak, reset_peak_rss, rss_kib, set_threads, Clock};
 use candle_core::{Device, Tensor, Var};
@@ -58,7 +59,7 @@ pub struct Args {
     pub on: crate::args::RunOn,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, out: &mut dyn Write) -> Result<()> {
     ensure!(args.tokens > 0 && args.hidden > 0 && args.vocab > 0 && args.reps > 0, "tokens, hidden, vocab and reps must be positive");
     set_threads(args.threads)?;
     let (device, dtype) = (args.on.open()?, candle_core::DType::from(args.on.dtype));
@@ -132,7 +133,7 @@ pub fn run(args: Args) -> Result<()> {
         "gradient_outputs_mib": last.gradient_elems * 4 / (1 << 20),
         "device_peak_mib": device_peak.map(|b| b as f64 / (1u64 << 20) as f64),
     });
-    println!("{report}");
+    writeln!(out, "{report}")?;
     ensure!(logprob_sum.is_finite(), "non-finite log-probs");
     Ok(())
 }

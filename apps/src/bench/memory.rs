@@ -4,6 +4,7 @@
 //! of this binary, so the peaks do not mix; the parent prints both, their
 //! ratio, and the activation bytes per token per layer implied by them.
 
+use std::io::Write;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::process::Command;
@@ -150,39 +151,43 @@ fn run_child(a: &Args, mode: Mode) -> Result<Measured> {
     Ok(Measured { base_kib: field("base_kib")?.parse()?, peak_kib: field("peak_kib")?.parse()?, secs: field("secs")?.parse()? })
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(a: Args, out: &mut dyn Write) -> Result<()> {
     if let Some(mode) = a.child {
         let m = measure(&a, mode)?;
-        println!("RESULT base_kib={} peak_kib={} secs={:.3}", m.base_kib, m.peak_kib, m.secs);
+        writeln!(out, "RESULT base_kib={} peak_kib={} secs={:.3}", m.base_kib, m.peak_kib, m.secs)?;
         return Ok(());
     }
     let cfg = config(&a);
-    println!(
+    writeln!(
+        out,
         "model: hidden {}, intermediate {}, {} layers, {}x{} q heads, {} kv heads, vocab {} (f32, CPU); batch {} rows x {} tokens",
         cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads, cfg.vocab_size, a.rows, a.tokens
-    );
+    )?;
     let off = run_child(&a, Mode::Off)?;
     let on = run_child(&a, Mode::PerLayer)?;
     let mib = |k: u64| k as f64 / 1024.0;
     for (name, m) in [("off", &off), ("per_layer", &on)] {
-        println!(
+        writeln!(
+            out,
             "recompute={name:<9} peak RSS {:>8.1} MiB (model + batch {:>7.1} MiB, forward+backward +{:>8.1} MiB), {:.2} s",
             mib(m.peak_kib),
             mib(m.base_kib),
             mib(m.peak_kib.saturating_sub(m.base_kib)),
             m.secs
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "peak ratio off / per_layer = {:.2}; time ratio per_layer / off = {:.2}",
         off.peak_kib as f64 / on.peak_kib as f64,
         on.secs / off.secs
-    );
+    )?;
     let saved = off.peak_kib as f64 - on.peak_kib as f64;
     let per_token_layer = saved * 1024.0 / (a.rows * a.tokens) as f64 / (cfg.num_hidden_layers.saturating_sub(1)).max(1) as f64;
-    println!(
+    writeln!(
+        out,
         "activation bytes per token per layer (off - per_layer) / (tokens x (layers - 1)) = {per_token_layer:.0} B ({:.1} x hidden x 4 B)",
         per_token_layer / (cfg.hidden_size as f64 * 4.0)
-    );
+    )?;
     Ok(())
 }

@@ -226,18 +226,22 @@ mod tests {
     /// timed run (warm-up included): at least two calls per run.
     #[test]
     fn every_benchmark_synchronizes_around_its_timed_runs() {
-        let runs: [(&str, Box<dyn Fn() -> Result<()>>, u64); 5] = [
-            ("attention", Box::new(|| attention::run(parse(&["--tokens", "16", "--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--mode", "fused", "--backward", "--reps", "3"]))), 4),
-            ("logprob", Box::new(|| logprob::run(parse(&["--tokens", "8", "--hidden", "16", "--vocab", "64", "--mode", "fused", "--reps", "3"]))), 4),
-            ("step", Box::new(|| step::run(parse(&["--hidden", "16", "--intermediate", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--vocab", "64", "--rows", "1", "--tokens", "8", "--reps", "3", "--no-optimizer"]))), 4),
-            ("decode", Box::new(|| decode::run(parse(&["--hidden", "16", "--intermediate", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--vocab", "64", "--rows", "2", "--new", "2", "--prompt-len", "3", "--reps", "3"]))), 4),
-            ("ops", Box::new(|| ops::run(parse(&["--tokens", "4", "--hidden", "16", "--heads", "2", "--head-dim", "8", "--reps", "3"]))), 4 * 3),
+        let runs: [(&str, Box<dyn Fn(&mut Vec<u8>) -> Result<()>>, u64); 5] = [
+            ("attention", Box::new(|out| attention::run(parse(&["--tokens", "16", "--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--mode", "fused", "--backward", "--reps", "3"]), out)), 4),
+            ("logprob", Box::new(|out| logprob::run(parse(&["--tokens", "8", "--hidden", "16", "--vocab", "64", "--mode", "fused", "--reps", "3"]), out)), 4),
+            ("step", Box::new(|out| step::run(parse(&["--hidden", "16", "--intermediate", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--vocab", "64", "--rows", "1", "--tokens", "8", "--reps", "3", "--no-optimizer"]), out)), 4),
+            ("decode", Box::new(|out| decode::run(parse(&["--hidden", "16", "--intermediate", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--vocab", "64", "--rows", "2", "--new", "2", "--prompt-len", "3", "--reps", "3"]), out)), 4),
+            ("ops", Box::new(|out| ops::run(parse(&["--tokens", "4", "--hidden", "16", "--heads", "2", "--head-dim", "8", "--reps", "3"]), out)), 4 * 3),
         ];
         for (name, run, timed) in runs {
             let before = sync_count();
-            run().unwrap();
+            let mut out = Vec::new();
+            run(&mut out).unwrap();
             let calls = sync_count() - before;
             assert!(calls >= 2 * timed, "bench {name}: {calls} synchronizations for {timed} timed runs");
+            // Its report, one JSON line, to the writer it was given.
+            let report: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("bench {name}: {e}: {}", String::from_utf8_lossy(&out)));
+            assert!(report.is_object(), "bench {name}: {report}");
         }
     }
 }

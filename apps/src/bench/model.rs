@@ -1,6 +1,7 @@
 //! `fusegrpo bench model`: load time, resident memory and forward time of a
 //! full-size architecture with random weights, written as the hub lays it out.
 
+use std::io::Write;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::PathBuf;
@@ -34,7 +35,7 @@ pub struct Args {
     pub shards: usize,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, out: &mut dyn Write) -> Result<()> {
     let cfg = match args.arch {
         Arch::Qwen3_4b => lm::init::qwen3_4b_config(),
     };
@@ -44,7 +45,7 @@ pub fn run(args: Args) -> Result<()> {
         let w = lm::init::random_weights(&cfg, 0, dtype, &Device::Cpu)?;
         save_checkpoint(&args.dir, &cfg, &w, ShardPolicy::Count(args.shards))
             .with_context(|| format!("writing {}", args.dir.display()))?;
-        eprintln!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), clock.seconds()?);
+        trainer::progress::say(&format!("wrote random {:?} checkpoint to {} in {:.1}s", args.arch, args.dir.display(), clock.seconds()?));
     }
     let rss_before = rss_kib("VmRSS");
     let clock = Clock::start(&Device::Cpu)?;
@@ -76,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
         "logits_finite": finite,
         "threads": rayon::current_num_threads(),
     });
-    println!("{report}");
+    writeln!(out, "{report}")?;
     anyhow::ensure!(finite, "non-finite logits");
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! uses, at Qwen3-4B's shapes (f32), so the model only switches where the
 //! fused op is faster.
 
+use std::io::Write;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
@@ -29,7 +30,7 @@ pub struct Args {
     pub reps: usize,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, out: &mut dyn Write) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let x = Var::from_tensor(&random(&mut rng, &[1, args.tokens, args.hidden])?)?;
     let w = Var::from_tensor(&random(&mut rng, &[args.hidden])?)?;
@@ -49,7 +50,7 @@ pub fn run(args: Args) -> Result<()> {
         "rope_composed_ms": rope_composed * 1e3,
         "rope_fused_ms": rope_fused * 1e3,
     });
-    println!("{report}");
+    writeln!(out, "{report}")?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! its build time from a freshly loaded snapshot (tree-sitter spans parsed
 //! anew every run), the time of one query, its heap and the process's RSS.
 
+use std::io::Write;
 use anyhow::{bail, Result};
 use rollout::search::{Index, IndexConfig, Query, SearchConfig};
 
@@ -27,7 +28,7 @@ pub struct Args {
     pub runs: usize,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, out: &mut dyn Write) -> Result<()> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -55,7 +56,8 @@ pub fn run(args: Args) -> Result<()> {
         warm.push(clock.seconds()?);
     }
     warm.sort_by(f64::total_cmp);
-    println!(
+    writeln!(
+        out,
         "index of {}@{}: {} files, {} entities, build median {:.2} s (min {:.2}, max {:.2}; {:.2} s of it without parsing spans; {} runs, rayon threads {}), index heap {:.1} MiB, RSS {:.0} MiB with the snapshot loaded",
         args.snapshot.repo,
         &snapshot.commit()[..12.min(snapshot.commit().len())],
@@ -69,16 +71,16 @@ pub fn run(args: Args) -> Result<()> {
         rayon::current_num_threads(),
         index.heap_bytes() as f64 / (1 << 20) as f64,
         rss_loaded,
-    );
+    )?;
     let queries: Vec<String> = if args.queries.is_empty() { DEFAULT_QUERIES.iter().map(|s| s.to_string()).collect() } else { args.queries.clone() };
     let search = SearchConfig::default();
-    println!("| query | first file | query (ms) |");
-    println!("|---|---|---|");
+    writeln!(out, "| query | first file | query (ms) |")?;
+    writeln!(out, "|---|---|---|")?;
     for text in &queries {
         let query = match Query::from_issue(text, &search) {
             Ok(q) => q,
             Err(e) => {
-                println!("| {} | ({e}) | - |", one_line(text));
+                writeln!(out, "| {} | ({e}) | - |", one_line(text))?;
                 continue;
             }
         };
@@ -86,7 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         let ms = super::grep::median_ms(args.runs, || {
             index.search(&query, &search);
         })?;
-        println!("| {} | {first} | {ms:.1} |", one_line(text));
+        writeln!(out, "| {} | {first} | {ms:.1} |", one_line(text))?;
     }
     Ok(())
 }

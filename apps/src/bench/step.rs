@@ -12,6 +12,7 @@
 //! head, norms and rotary, the optimizer and the rest, of the profiled step
 //! whose time was the median.
 
+use std::io::Write;
 use super::shape::Shape;
 use super::{device_peak_bytes, median, minor_faults, reset_device_peak, rss_kib, set_threads, Clock};
 use anyhow::{ensure, Result};
@@ -75,7 +76,7 @@ pub struct Args {
     pub on: crate::args::RunOn,
 }
 
-pub fn run(a: Args) -> Result<()> {
+pub fn run(a: Args, out: &mut dyn Write) -> Result<()> {
     ensure!(a.rows > 0 && a.tokens >= 2 && a.reps > 0, "--rows and --reps must be positive, --tokens at least 2");
     set_threads(a.threads)?;
     let mut cfg = a.shape.config(a.tokens)?;
@@ -230,7 +231,7 @@ pub fn run(a: Args) -> Result<()> {
             .collect::<Result<Vec<_>>>()?;
         merge(&mut report, serde_json::json!({"phases": phases_json(&profiled)}));
     }
-    println!("{report}");
+    writeln!(out, "{report}")?;
     Ok(())
 }
 

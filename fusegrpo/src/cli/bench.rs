@@ -29,17 +29,18 @@ pub enum Command {
 }
 
 pub fn run(cmd: Command) -> Result<()> {
+    let out = &mut crate::console::Stdout;
     match cmd {
-        Command::Step(args) => bench::step::run(args),
-        Command::Decode(args) => bench::decode::run(args),
-        Command::Attention(args) => bench::attention::run(args),
-        Command::Logprob(args) => bench::logprob::run(args),
-        Command::Ops(args) => bench::ops::run(args),
-        Command::Model(args) => bench::model::run(args),
-        Command::Memory(args) => bench::memory::run(args),
-        Command::Grep(args) => bench::grep::run(args),
-        Command::Search(args) => bench::search::run(args),
-        Command::Checkpoint(args) => bench::checkpoint::run(args),
+        Command::Step(args) => bench::step::run(args, out),
+        Command::Decode(args) => bench::decode::run(args, out),
+        Command::Attention(args) => bench::attention::run(args, out),
+        Command::Logprob(args) => bench::logprob::run(args, out),
+        Command::Ops(args) => bench::ops::run(args, out),
+        Command::Model(args) => bench::model::run(args, out),
+        Command::Memory(args) => bench::memory::run(args, out),
+        Command::Grep(args) => bench::grep::run(args, out),
+        Command::Search(args) => bench::search::run(args, out),
+        Command::Checkpoint(args) => bench::checkpoint::run(args, out),
     }
 }
 

@@ -61,6 +61,6 @@ fn render(args: &RenderArgs) -> Result<()> {
         .render_ids(&request)
         .with_context(|| format!("rendering {}", args.input.display()))?;
     let line = serde_json::json!({ "text": text, "ids": ids });
-    println!("{line}");
+    outln!("{line}");
     Ok(())
 }

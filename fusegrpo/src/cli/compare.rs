@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<()> {
     let inputs: Vec<(&str, &std::path::Path)> = args.files.iter().map(|p| ("FILES", p.as_path())).collect();
     trainer::files::check_outputs(&inputs, &args.json.iter().map(|j| ("--json", j.as_path())).collect::<Vec<_>>())?;
     if let Some(out) = compare_ranked(&args)? {
-        print!("{out}");
+        out!("{out}");
         return Ok(());
     }
     // Each file: its name, episodes and per-task mean R.
@@ -97,7 +97,7 @@ pub fn run(args: Args) -> Result<()> {
             worse: diffs.iter().filter(|d| **d < -1e-12).count(),
         });
     }
-    print!("{}", markdown(&files, &pairs));
+    out!("{}", markdown(&files, &pairs));
     if let Some(path) = &args.json {
         let json = serde_json::json!({ "files": files, "paired": pairs });
         std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;

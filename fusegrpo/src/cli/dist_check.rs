@@ -64,16 +64,16 @@ pub fn run(args: Args) -> Result<()> {
     if let candle_core::Device::Cuda(gpu) = &device {
         let line = dist::nccl::self_check(&*d, gpu, 1_000_003)?;
         if d.rank() == 0 {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     let groups = episodes.len() / group;
-    dist::say(&format!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups)));
+    say!("rank {} of {}: groups {:?} of {groups}", d.rank(), d.world(), dist::share(&*d, groups));
     let cases = check::run(&d, &cfg, &model_cfg, &weights, &episodes)?;
     if d.rank() != 0 {
         return Ok(());
     }
-    print!("{}", check::table(&cases, &*d));
+    out!("{}", check::table(&cases, &*d));
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string_pretty(&cases)?).with_context(|| format!("writing {}", out.display()))?;
     }

@@ -12,6 +12,6 @@ pub enum Command {
 
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Vllm(args) => apps::vllm_server::serve(args),
+        Command::Vllm(args) => apps::vllm_server::serve(args, &mut crate::console::Stdout),
     }
 }

@@ -40,7 +40,7 @@ pub fn run_tool(args: ToolArgs) -> Result<()> {
     let call: ToolCall = serde_json::from_str(&args.call).context("--call is not a tool call JSON object")?;
     let snapshot = SnapshotStore::open(&args.repos_dir).get(&args.repo, &args.commit)?;
     let result = ToolRunner::default().run(&snapshot, &call);
-    println!("{}", serde_json::to_string(&result)?);
+    outln!("{}", serde_json::to_string(&result)?);
     Ok(())
 }
 
@@ -92,7 +92,7 @@ pub fn run_reward(args: RewardArgs) -> Result<()> {
     };
     let answer_text = episode.turns.iter().rev().find(|t| !has_tool_call(t)).map_or("", String::as_str);
     let result = score(&parse_answer(answer_text), &gold, &config, efficiency(&calls));
-    println!("{}", serde_json::to_string(&result)?);
+    outln!("{}", serde_json::to_string(&result)?);
     Ok(())
 }
 

@@ -23,6 +23,6 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     trainer::files::check_outputs(&[("--adapter", &args.adapter)], &[("--out", &args.out)])?;
     let bytes = lm::lora::peft::export(&args.adapter, &args.out, args.dtype.into())?;
-    eprintln!("exported {} -> {} ({:?} weights, {:.1} MB)", args.adapter.display(), args.out.display(), args.dtype, bytes as f64 / 1e6);
+    say!("exported {} -> {} ({:?} weights, {:.1} MB)", args.adapter.display(), args.out.display(), args.dtype, bytes as f64 / 1e6);
     Ok(())
 }

@@ -34,6 +34,6 @@ pub fn run(args: Args) -> Result<()> {
         "out": report.out, "architecture": report.architecture, "parameters": report.parameters,
         "vocab_size": report.vocab_size, "tensor_types": report.tensor_types,
     });
-    println!("{line}");
+    outln!("{line}");
     Ok(())
 }

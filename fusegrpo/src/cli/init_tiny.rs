@@ -108,6 +108,6 @@ pub fn run(args: Args) -> Result<()> {
         llama3_rope: args.llama3_rope,
     };
     write_tiny(&args.out, &spec)?;
-    println!("{}", args.out.display());
+    outln!("{}", args.out.display());
     Ok(())
 }

@@ -37,19 +37,19 @@ pub enum Command {
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Status { cuda_kernels, attention, attention_deterministic } => {
-            println!("build {} (fusegrpo {})", gpu_check::build_id()?, env!("CARGO_PKG_VERSION"));
+            outln!("build {} (fusegrpo {})", gpu_check::build_id()?, env!("CARGO_PKG_VERSION"));
             match gpu_check::passed() {
-                Some(r) => println!("gpu-check: passed on {} ({}), report {}", r.passed_at, r.gpu, r.report),
-                None => println!("gpu-check: no record for this build in {}", gpu_check::record_dir().display()),
+                Some(r) => outln!("gpu-check: passed on {} ({}), report {}", r.passed_at, r.gpu, r.report),
+                None => outln!("gpu-check: no record for this build in {}", gpu_check::record_dir().display()),
             }
             let choice = cuda_kernels.resolve();
-            println!("{choice}");
-            println!("{}", gpu_check::attention_line(choice.on, true, gpu_check::attention_settings(attention, attention_deterministic, trainer::run_config::default_workspace_mib())));
+            outln!("{choice}");
+            outln!("{}", gpu_check::attention_line(choice.on, true, gpu_check::attention_settings(attention, attention_deterministic, trainer::run_config::default_workspace_mib())));
         }
         Command::Record { gpu, report, at } => {
             anyhow::ensure!(report.is_file(), "--report {}: no such file", report.display());
             let path = gpu_check::record(&gpu, &report, &at)?;
-            println!("recorded: {} (kernels on for this build under cuda_kernels = \"auto\")", path.display());
+            outln!("recorded: {} (kernels on for this build under cuda_kernels = \"auto\")", path.display());
         }
     }
     Ok(())

@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<()> {
     apps::localize::temperature(&cfg, &request).context("--temperature / --attempts")?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (result, episodes) = with_policy(&cfg, &request.search.loads(), &TeacherOpts::default(), |policy, env| {
-        localize_episodes(&cfg, policy, env, &request, &mut |p| eprintln!("localize: {}", p.message), &cancel)
+        localize_episodes(&cfg, policy, env, &request, &mut |p| say!("localize: {}", p.message), &cancel)
     })?;
     if let Some(out) = &args.out {
         trainer::episodes::jsonl::write_episodes_atomic(out, &episodes)?;
@@ -112,9 +112,9 @@ pub fn run(args: Args) -> Result<()> {
         // What was searched, so the answer can be reproduced.
         json["repository"] = serde_json::json!(std::fs::canonicalize(&args.repo).unwrap_or_else(|_| args.repo.clone()).display().to_string());
         json["revision"] = serde_json::json!(searched_revision(&args.repo, args.rev.as_deref()));
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        outln!("{}", serde_json::to_string_pretty(&json)?);
     } else {
-        print!("{}", result.render());
+        out!("{}", result.render());
     }
     Ok(())
 }
@@ -146,7 +146,7 @@ fn check_paths(args: &Args) -> Result<()> {
     inputs.extend(l.model.as_deref().map(|m| ("--model", std::path::Path::new(m))));
     trainer::files::check_outputs(&inputs, &[("--out", out)])?;
     trainer::files::check_not_inside("--out", out, "--repo", &args.repo)?;
-    trainer::files::check_writable("--out", out)
+    Ok(trainer::files::check_writable("--out", out)?)
 }
 
 fn read_issue(arg: &str) -> Result<String> {

@@ -59,7 +59,7 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::remove_dir(&args.out).with_context(|| format!("replacing the empty {}", args.out.display()))?;
     }
     tmp.commit(&args.out)?;
-    eprintln!(
+    say!(
         "merged {} (r = {}, {} targets, scale {}) into {} -> {}",
         args.adapter.display(),
         adapter.cfg.r,

@@ -34,6 +34,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     let cfg = args.set.load_with(&args.config, flags)?;
     let run_dir = args.out.clone().unwrap_or_else(|| PathBuf::from("checkpoints").join(&cfg.name));
-    recipe::pipeline::stages::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
+    let report = recipe::pipeline::stages::run(&cfg, &args.config, &run_dir, args.tasks_check.skip_bad_tasks, args.tensorboard.as_deref())?;
+    if trainer::dist::current().rank() == 0 {
+        outln!("{}", recipe::pipeline::stages::table(&report));
+        outln!("report: {}", run_dir.join("report.json").display());
+    }
     Ok(())
 }

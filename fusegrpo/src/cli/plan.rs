@@ -44,9 +44,9 @@ pub fn run(a: Args) -> Result<()> {
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
     let plan = for_run(&cfg, &model, threads, a.gpus as usize)?;
     if a.json {
-        println!("{}", plan.json(a.gpu_memory));
+        outln!("{}", plan.json(a.gpu_memory));
     } else {
-        print!("{}", plan.table(a.gpu_memory));
+        out!("{}", plan.table(a.gpu_memory));
     }
     // Not fitting is a failure a script can see, with the settings to lower.
     if let Some(limit) = a.gpu_memory {

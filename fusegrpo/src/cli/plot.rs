@@ -25,6 +25,6 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let metrics = args.run_dir.join("metrics.jsonl");
     trainer::files::check_outputs(&[("RUN_DIR", &args.run_dir), ("RUN_DIR's", &metrics)], &args.out.iter().map(|o| ("--out", o.as_path())).collect::<Vec<_>>())?;
-    println!("{}", apps::plot::plot_run(&args.run_dir, args.out.as_deref(), args.width, args.height, args.smooth)?);
+    outln!("{}", apps::plot::plot_run(&args.run_dir, args.out.as_deref(), args.width, args.height, args.smooth)?);
     Ok(())
 }

@@ -17,7 +17,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let out = apps::plot::scaling::draw_dir(&args.eval_dir, args.out.as_deref())?;
-    eprintln!("plot-scaling: {}", out.display());
+    say!("plot-scaling: {}", out.display());
     Ok(())
 }
 

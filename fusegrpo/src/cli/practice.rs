@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let config = PracticeConfig { name: args.name.clone(), seed: args.seed, commits: args.commits };
     let repo = generate(&args.out, &config).with_context(|| format!("generating {} (--force replaces an existing one)", args.name))?;
-    eprintln!("{}: {} commits (seed {}) in {}", args.name, repo.commits, args.seed, repo.path.display());
-    println!("{}", repo.head);
+    say!("{}: {} commits (seed {}) in {}", args.name, repo.commits, args.seed, repo.path.display());
+    outln!("{}", repo.head);
     Ok(())
 }

@@ -112,7 +112,7 @@ fn inputs(args: &Args, eval: bool) -> Result<(RunConfig, Vec<Task>, TeacherOpts)
     let mut tasks = if eval {
         let (tasks, cut) = trainer::episodes::issue_cut::checked_tasks_cut(&args.tasks, &cfg, args.tasks_check.skip_bad_tasks)?;
         if cut > 0 {
-            eprintln!("eval: {cut} issue(s) over the episode's token budget cut to fit (their beginning and end kept)");
+            say!("eval: {cut} issue(s) over the episode's token budget cut to fit (their beginning and end kept)");
         }
         tasks
     } else {
@@ -162,9 +162,9 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
             let policy = policy_name(policy);
             recipe::attempts::write_dir(dir, &run, &sc, &policy, &judge)?;
             apps::plot::scaling::draw_dir(dir, None)?;
-            eprintln!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
+            say!("{label}: attempts, selections and scaling.json/png in {}", dir.display());
         }
-        print!("{}", recipe::attempts::report(&run, &judge));
+        out!("{}", recipe::attempts::report(&run, &judge));
         return Ok(());
     }
     let out = if out_required { Some(args.out.clone().context("--out EPISODES.jsonl is required")?) } else { args.out.clone() };
@@ -195,9 +195,9 @@ fn run_args(args: &Args, label: &str, out_required: bool) -> Result<()> {
     let ranked = ranked_table(&cfg, &tasks, &main, &episodes, searched.as_deref(), args.ranked.as_deref())?;
     let table = format!("{table}\n\n{ranked}");
     if out_required {
-        eprintln!("{table}");
+        say!("{table}");
     } else {
-        println!("{table}");
+        outln!("{table}");
     }
     Ok(())
 }
@@ -213,8 +213,8 @@ fn search_table(cfg: &RunConfig, tasks: &[Task], ranked: Option<&std::path::Path
         trainer::files::write_json_lines(path, &rows)?;
     }
     let wall = started.elapsed().as_secs_f64();
-    println!("{}", ranked::markdown(&[("search".into(), rows.as_slice())], &[]));
-    println!(
+    outln!("{}", ranked::markdown(&[("search".into(), rows.as_slice())], &[]));
+    outln!(
         "search: {} tasks, {} indexes built, {:.3} s per task in all ({:.3} s searching, index builds included; {:.3} s loading snapshots); {} tasks with nothing to search for",
         cost.tasks,
         cost.indexes_built,
@@ -321,7 +321,7 @@ fn check_paths(args: &Args) -> Result<()> {
     inputs.extend(args.reuse.as_deref().map(|r| ("--reuse", r)));
     trainer::files::check_outputs(&inputs, &outputs)?;
     // Found now, not after every episode has run.
-    args.out.as_deref().map_or(Ok(()), |out| trainer::files::check_writable("--out", out))
+    args.out.as_deref().map_or(Ok(()), |out| Ok(trainer::files::check_writable("--out", out)?))
 }
 
 fn policy_name(p: &PolicyChoice) -> String {

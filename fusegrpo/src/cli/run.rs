@@ -136,7 +136,7 @@ pub fn run_config(config: &std::path::Path, set: &super::common::SetArgs, run: &
         reused.extend(merged.adapter.as_ref().map(|a| format!("--adapter {}", a.display())));
     }
     if !reused.is_empty() {
-        eprintln!("resuming with the run's {} (kept in {})", reused.join(" "), path.display());
+        say!("resuming with the run's {} (kept in {})", reused.join(" "), path.display());
     }
     Ok((cfg, dir, merged))
 }

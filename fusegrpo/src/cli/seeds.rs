@@ -41,11 +41,11 @@ pub fn run(args: Args) -> Result<()> {
     trainer::files::check_outputs(&inputs, &args.json.iter().map(|j| ("--json", j.as_path())).collect::<Vec<_>>())?;
     let runs = args.runs.iter().map(|dir| load(dir)).collect::<Result<Vec<_>>>()?;
     let pooled = pool(&runs);
-    print!("{}", stage_table(&runs));
-    println!();
-    print!("{}", paired_table(&runs, &pooled));
-    println!();
-    print!("{}", sizes(&pooled, args.gain));
+    out!("{}", stage_table(&runs));
+    outln!();
+    out!("{}", paired_table(&runs, &pooled));
+    outln!();
+    out!("{}", sizes(&pooled, args.gain));
     if let Some(path) = &args.json {
         let map: BTreeMap<String, stats::Pooled> = pooled.iter().map(|(k, v)| (k.clone(), *v)).collect();
         std::fs::write(path, serde_json::to_string_pretty(&map)?).with_context(|| format!("writing {}", path.display()))?;

@@ -33,15 +33,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     if args.device == DeviceKind::Cpu {
-        println!("selftest on the CPU: the CUDA paths cannot run here, so every case fails with its reason (a dry run of the sequence)");
+        outln!("selftest on the CPU: the CUDA paths cannot run here, so every case fails with its reason (a dry run of the sequence)");
     }
     let dev = args.device.open()?;
-    let mut report = apps::selftest::Report::default();
+    let mut report = apps::selftest::Report::new(Box::new(crate::console::Stdout));
     apps::selftest::check_all(&dev, args.seed, &args.only, &mut report);
     if args.bench && args.device == DeviceKind::Cuda {
-        apps::selftest::bench_logprobs(&dev, args.seed)?;
+        apps::selftest::bench_logprobs(&dev, args.seed, &mut crate::console::Stdout)?;
     }
-    println!("selftest: {} checks, {} failed", report.total, report.failed.len());
+    outln!("selftest: {} checks, {} failed", report.total, report.failed.len());
     anyhow::ensure!(report.failed.is_empty(), "selftest failed: {}", report.failed.join(", "));
     Ok(())
 }

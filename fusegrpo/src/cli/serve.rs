@@ -69,10 +69,9 @@ pub fn run(args: Args) -> Result<()> {
         },
     )?;
     let (listener, addr) = bind(&args.host, args.port)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::console::Stdout;
     writeln!(out, "listening on http://{addr}")?;
     out.flush()?;
-    drop(out);
     tracing::info!(%addr, "serving POST /v1/chat/completions, GET /v1/models");
     server.run(listener, apps::serve::http::Limits::default());
     Ok(())

@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut opts = args.run.options();
     opts.keep.push(kept.file()?);
     trainer::run::check_folder(&run_dir, &opts)?;
-    trainer::run::sft::sft(&cfg, &data, &run_dir, &tasks, &opts)?.into_result()
+    Ok(trainer::run::sft::sft(&cfg, &data, &run_dir, &tasks, &opts)?.into_result()?)
 }
 
 

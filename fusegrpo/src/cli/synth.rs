@@ -64,7 +64,7 @@ pub fn synth(cfg: &RunConfig, tasks: &[Task], teacher: &PolicyChoice, samples: u
     anyhow::ensure!(!tasks.is_empty(), "synth: no tasks");
     let episodes = run_policy(cfg, tasks, teacher, samples, opts)?;
     write_episodes_atomic(out, &episodes)?;
-    eprintln!("{} trajectories ({} tasks x {samples}) -> {}", episodes.len(), tasks.len(), out.display());
-    eprintln!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
+    say!("{} trajectories ({} tasks x {samples}) -> {}", episodes.len(), tasks.len(), out.display());
+    say!("{}\n{}", Summary::HEADER, Summary::of(&episodes).row("teacher"));
     Ok(episodes)
 }

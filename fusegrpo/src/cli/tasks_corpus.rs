@@ -81,7 +81,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
             Ok(row) => row,
             Err(e) => {
                 let id = format!("{}:{}", args.input.display(), i + 1);
-                eprintln!("skipped {id}: not a row: {e}");
+                say!("skipped {id}: not a row: {e}");
                 report.skipped.insert(id, format!("not a row: {e}"));
                 continue;
             }
@@ -89,7 +89,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
         let git = repos.entry(row.repo.clone()).or_insert_with(|| match rollout::repo::open_repository(&args.repos_dir, &row.repo) {
             Ok(git) => Some(git),
             Err(e) => {
-                eprintln!("{}: {e}; its rows are skipped", row.repo);
+                say!("{}: {e}; its rows are skipped", row.repo);
                 None
             }
         });
@@ -109,7 +109,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
                 tasks.push(imported.task);
             }
             Err(why) => {
-                eprintln!("skipped {} ({}:{}): {why}", row.instance_id, args.input.display(), i + 1);
+                say!("skipped {} ({}:{}): {why}", row.instance_id, args.input.display(), i + 1);
                 report.skipped.insert(row.instance_id.clone(), why);
             }
         }
@@ -119,7 +119,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
         report.agreement = Some(Agreement::of(pairs.iter().map(|(a, b)| (a, b))));
     }
     trainer::files::write_json_lines(&args.out, &tasks)?;
-    eprintln!(
+    say!(
         "tasks import: {} of {} rows imported into {} ({} skipped)",
         report.imported,
         report.rows,
@@ -127,7 +127,7 @@ pub fn import(args: ImportArgs) -> Result<()> {
         report.skipped.len()
     );
     if let Some(a) = &report.agreement {
-        eprintln!(
+        say!(
             "gold functions against the rows' edited_entities: {} of {} equal, mean Jaccard {:.3}, mean recall {:.3}",
             a.equal, a.rows, a.mean_jaccard, a.mean_recall
         );
@@ -240,20 +240,20 @@ pub fn split(args: SplitArgs) -> Result<()> {
     }
     let empty: Vec<&String> = held.iter().filter(|(key, _)| !heldout.iter().any(|t| t.repo.to_lowercase() == **key)).map(|(_, name)| name).collect();
     if !empty.is_empty() {
-        eprintln!("tasks split: no task of the held-out repositories {empty:?} is kept (all over --max-statement-chars)");
+        say!("tasks split: no task of the held-out repositories {empty:?} is kept (all over --max-statement-chars)");
     }
     if repeated > 0 {
-        eprintln!("tasks split: {repeated} tasks repeated word for word in a later input, kept once");
+        say!("tasks split: {repeated} tasks repeated word for word in a later input, kept once");
     }
     if long > 0 {
-        eprintln!("tasks split: {long} tasks dropped, their problem statement is over --max-statement-chars");
+        say!("tasks split: {long} tasks dropped, their problem statement is over --max-statement-chars");
     }
     if swe_bench > 0 {
-        eprintln!("tasks split: {swe_bench} tasks of SWE-bench's repositories left out of training");
+        say!("tasks split: {swe_bench} tasks of SWE-bench's repositories left out of training");
     }
     trainer::files::write_json_lines(&args.train, &train)?;
     trainer::files::write_json_lines(&args.heldout, &heldout)?;
-    eprintln!(
+    say!(
         "tasks split: {} training tasks from {} repositories -> {}; {} held-out tasks from {} repositories -> {}",
         train.len(),
         count(&train),

@@ -80,7 +80,7 @@ pub fn run(args: Args) -> Result<()> {
         config,
     };
     let report = make_tasks_to(&job, &args.out)?;
-    println!("{}", summary_json(&report, args.count));
+    outln!("{}", summary_json(&report, args.count));
     Ok(())
 }
 

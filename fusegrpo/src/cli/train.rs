@@ -28,6 +28,6 @@ pub fn run(args: Args) -> Result<()> {
     // Refusals first, before anything is read at length or written.
     trainer::run::check_folder(&run_dir, &opts)?;
     let tasks = trainer::episodes::checked_tasks(&tasks_path, &cfg, args.tasks_check.skip_bad_tasks)?;
-    trainer::run::grpo::grpo(&cfg, &run_dir, &tasks, &opts)?.into_result()
+    Ok(trainer::run::grpo::grpo(&cfg, &run_dir, &tasks, &opts)?.into_result()?)
 }
 

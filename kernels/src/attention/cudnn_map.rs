@@ -187,7 +187,7 @@ pub fn sequences(vis: &Visibility) -> Result<Vec<Sequence>, String> {
     Ok(out)
 }
 
-/// Logs `message` on stderr once per process for each message that
+/// Logs `message` (a `tracing` info event) once per process for each message that
 /// differs from the others in more than its numbers ("attention: ...").
 pub fn note_once(message: &str) {
     static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -195,7 +195,7 @@ pub fn note_once(message: &str) {
     let Ok(mut seen) = SEEN.lock() else { return };
     if !seen.contains(&shape) {
         seen.push(shape);
-        eprintln!("attention: {message}");
+        tracing::info!("attention: {message}");
     }
 }
 

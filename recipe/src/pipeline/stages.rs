@@ -37,7 +37,7 @@ const COMPLETE: &str = "complete.json";
 /// The recipe of `cfg` (read from `config`, whose name its errors give)
 /// into `run_dir`: each stage skipped when its output exists, SFT and GRPO
 /// resumed from their newest checkpoint; `<run>/report.json` at the end,
-/// its table printed. `skip_bad` drops the tasks that cannot run instead of
+/// returned (the caller prints its [`table`]). `skip_bad` drops the tasks that cannot run instead of
 /// refusing the file. `tensorboard` (`--tensorboard DIR`): each training
 /// stage's event files go to `DIR/<stage>` (`sft`, `grpo`, `pilot/lr-<lr>`).
 pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tensorboard: Option<&Path>) -> Result<Report> {
@@ -74,7 +74,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     say(&format!("pipeline: {} training tasks, {} held out, run folder {}{ranks}", train.len(), heldout.len(), run_dir.display()));
     on_rank0(|| {
         trainer::files::write_json_lines(&ensure_dir(&run_dir.join("tasks"))?.join("train.jsonl"), &train)?;
-        trainer::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)
+        Ok(trainer::files::write_json_lines(&run_dir.join("tasks/heldout.jsonl"), &heldout)?)
     })?;
 
     let traj = run_dir.join("synth/trajectories.jsonl");
@@ -91,7 +91,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
 
     let sft_ckpt = stage(&run_dir.join("sft"), "sft", &mut seconds, |dir| {
-        trainer::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))
+        Ok(trainer::run::sft::sft(&cfg, &traj, dir, &train, &stage_opts(Path::new("sft")))?)
     })?;
 
     let mut grpo_cfg = cfg.with_trained(&sft_ckpt);
@@ -110,7 +110,7 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         } else if longer {
             opts.allow_config_change = steps_only_change(&grpo_cfg, dir, "grpo: a longer run")?;
         }
-        trainer::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)
+        Ok(trainer::run::grpo::grpo(&grpo_cfg, dir, &grpo_tasks, &opts)?)
     })?;
 
     let mut report = Report {
@@ -162,8 +162,6 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
     }
     on_rank0(|| {
         std::fs::write(run_dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-        println!("{}", table(&report));
-        println!("report: {}", run_dir.join("report.json").display());
         Ok(())
     })?;
     Ok(report)
@@ -174,11 +172,11 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
 fn synth_tasks(cfg: &RunConfig, p: &PipelineSection, s: &SynthSection, run_dir: &Path) -> Result<PathBuf> {
     let out = run_dir.join("tasks/synth.jsonl");
     if out.exists() {
-        eprintln!("== tasks: {} exists, skipped", out.display());
+        trainer::progress::say(&format!("== tasks: {} exists, skipped", out.display()));
         return Ok(out);
     }
     let repo = s.repo.as_deref().context("pipeline.synth.repo is not set")?;
-    eprintln!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit);
+    trainer::progress::say(&format!("== tasks: {} synthetic tasks of {repo} at {}", s.count, s.commit));
     let teacher = s.teacher.clone();
     let http = crate::synth_tasks::HttpOpts { endpoint: Endpoint::of_pipeline(p), ..Default::default() };
     let job = crate::synth_tasks::SynthRun {
@@ -213,7 +211,7 @@ fn on_rank0<T: serde::Serialize + serde::de::DeserializeOwned>(work: impl FnOnce
 /// launcher's stderr, and the stages' lines are the same on each.
 fn say(line: &str) {
     if trainer::dist::current().rank() == 0 {
-        trainer::dist::say(line);
+        trainer::progress::say(line);
     }
 }
 
@@ -289,7 +287,7 @@ fn evaluate(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], policy: &Pol
     let mut eval_cfg = cfg.clone();
     eval_cfg.sampling.temperature = p.eval_temperature;
     let group = if p.eval_attempts > 0 { p.eval_attempts } else { p.eval_group };
-    run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)
+    Ok(run_policy_resumable(&eval_cfg, heldout, policy, group, &TeacherOpts::default(), p.chunk_tasks, out)?)
 }
 
 /// A seeded draw of `n` of `tasks` in their file order (all when `n` is 0 or
@@ -333,7 +331,7 @@ fn difficulty_filter(cfg: &RunConfig, p: &PipelineSection, train: &[Task], run_d
     let (mean, answered) = (summary.reward, summary.answered);
     say(&format!("difficulty: {} of {} tasks have a reward spread ({} all zero); mean reward {mean:.3}, {:.0}% answered", kept.len(), probe.len(), all_zero, 100.0 * answered));
     anyhow::ensure!(!kept.is_empty(), "difficulty: no probed task has a reward spread: GRPO would have nothing to learn from");
-    on_rank0(|| trainer::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept))?;
+    on_rank0(|| Ok(trainer::files::write_json_lines(&run_dir.join("tasks/grpo.jsonl"), &kept)?))?;
     let figures = serde_json::json!({"probed": probe.len(), "samples": d.samples, "kept": kept.len(), "all_zero": all_zero,
                                      "mean_reward": mean, "answered": answered});
     Ok((kept, Some(figures)))
@@ -355,7 +353,7 @@ fn pilot(cfg: &RunConfig, p: &PipelineSection, tasks: &[Task], run_dir: &Path, s
         let name = format!("lr-{lr:e}");
         let dir = run_dir.join("pilot").join(&name);
         stage(&dir, &format!("pilot {name}"), seconds, |dir| {
-            trainer::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))
+            Ok(trainer::run::grpo::grpo(&c, dir, tasks, &opts(&Path::new("pilot").join(&name)))?)
         })?;
         let rewards = metric_column(&dir.join("metrics.jsonl"), "reward")?;
         // Step 1 rolls out before any update: the same for every rate.
@@ -529,7 +527,7 @@ fn selected(cfg: &RunConfig, p: &PipelineSection, heldout: &[Task], episodes: &[
     }
     let sc = ScalingConfig::from_episodes(p.eval_attempts, p.eval_select, cfg.sampling.seed);
     let summaries = rollout::scaling::summarize(episodes, sc.attempts);
-    let selections = with_env(cfg, |env| Ok(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
+    let selections = with_env(cfg, |env| Ok::<_, anyhow::Error>(rollout::scaling::select(episodes, &summaries, heldout, env, &sc, &mut EvidenceJudge)?))?;
     Ok(rollout::scaling::table(&selections, &sc).into_iter().find(|r| r.attempts == p.eval_attempts))
 }
 

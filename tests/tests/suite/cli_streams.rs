@@ -213,3 +213,55 @@ fn train_and_sft_log_a_line_per_step_outside_a_terminal() {
         assert!(log.lines().any(|l| l.contains(&format!("sft steps {k}/")) && l.contains("loss ")), "sft step {k}:\n{log}");
     }
 }
+
+/// Issue 63: `eval ... 2>&1 >/dev/null | head -1` (stderr's reader leaves
+/// after a line) and `eval ... | head -1` (stdout's), and the same with a
+/// reader that leaves before the first line (`head -n 0`): the job goes on
+/// and exits as it would have (status 0, no panic), its `--out` file
+/// complete, and nothing written after the pipe closed reaches the other
+/// stream (no "Broken pipe", no error).
+#[test]
+fn eval_whose_reader_left_exits_as_it_would_have() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    shop_world(dir);
+    let bin = fusegrpo_bin();
+    let eval = |out: &str| format!("'{}' eval --config run.toml --tasks tasks.jsonl --group 2 --out {out}", s(&bin));
+    let shell = |script: &str| {
+        let run = Command::new("bash").args(["-c", script]).current_dir(dir).env("FUSEGRPO_LOG", "info").stdin(Stdio::null()).output().unwrap();
+        assert!(run.status.success(), "{script}: {}", String::from_utf8_lossy(&run.stderr));
+        (String::from_utf8_lossy(&run.stdout).into_owned(), String::from_utf8_lossy(&run.stderr).into_owned())
+    };
+    // As it would have: the same eval with its streams kept.
+    let (table, log) = shell(&format!("{} 2>err.txt; echo \"status $?\"; cat err.txt >&2", eval("whole.jsonl")));
+    assert!(table.trim_end().ends_with("status 0"), "{table}");
+    assert!(table.lines().count() > 3 && log.lines().count() > 1, "a table on stdout and a log on stderr:\n{table}\n{log}");
+    let whole = read_jsonl(&dir.join("whole.jsonl"));
+    assert!(!whole.is_empty());
+    let cases = [
+        ("stderr-1", "2>&1 >/dev/null | head -1"),
+        ("stderr-0", "2>&1 >/dev/null | head -n 0"),
+        ("stdout-1", "2>err.txt | head -1"),
+        ("stdout-0", "2>err.txt | head -n 0"),
+    ];
+    for (name, pipe) in cases {
+        let _ = std::fs::remove_file(dir.join("err.txt"));
+        let out = format!("{name}.jsonl");
+        let script = format!("set -o pipefail; {} {pipe} > first.txt; echo \"status ${{PIPESTATUS[0]}}\"", eval(&out));
+        let (status, _) = shell(&script);
+        assert_eq!(status.trim(), "status 0", "{name}: {script}");
+        let first = std::fs::read_to_string(dir.join("first.txt")).unwrap();
+        assert!(first.lines().count() <= 1, "{name}: {first}");
+        let episodes = read_jsonl(&dir.join(&out));
+        assert_eq!(episodes.len(), whole.len(), "{name}: the --out file is complete");
+        let ids = |eps: &[serde_json::Value]| eps.iter().map(|e| (e["task_id"].to_string(), e["sample"].to_string(), e["tokens"].to_string())).collect::<Vec<_>>();
+        assert_eq!(ids(&episodes), ids(&whole), "{name}");
+        if name.starts_with("stdout") {
+            // stderr kept: the log as it would have been, with no word of the closed stdout.
+            let err = std::fs::read_to_string(dir.join("err.txt")).unwrap();
+            for word in ["panicked", "Broken pipe", "Error", "error"] {
+                assert!(!err.contains(word), "{name}: {word}:\n{err}");
+            }
+        }
+    }
+}

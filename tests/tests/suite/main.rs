@@ -27,6 +27,7 @@ mod cli_train;
 mod cli_userdocs;
 mod docs_commands;
 mod gpu_bench;
+mod library_output;
 mod mcp_frames;
 mod module_cycles;
 mod mpi;

@@ -63,10 +63,11 @@ impl Launch {
     /// A command's error on this rank: with several ranks, printed with the
     /// rank and then every rank is ended (MPI_Abort), so none waits in a
     /// collective for this one.
-    pub fn fail(&self, err: &anyhow::Error) {
+    /// `err` is shown with its causes (`{:#}`).
+    pub fn fail(&self, err: &dyn std::fmt::Display) {
         let dist = super::current();
         if dist.world() > 1 {
-            super::say(&format!("fusegrpo rank {} of {}: error: {err:#}", dist.rank(), dist.world()));
+            crate::progress::say(&format!("fusegrpo rank {} of {}: error: {err:#}", dist.rank(), dist.world()));
             dist.abort(1);
         }
     }
@@ -78,7 +79,7 @@ fn abort_on_panic(world: super::Dist) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        super::say(&format!("fusegrpo rank {} of {}: panicked; ending every rank", world.rank(), world.world()));
+        crate::progress::say(&format!("fusegrpo rank {} of {}: panicked; ending every rank", world.rank(), world.world()));
         world.abort(101);
     }));
 }

@@ -120,17 +120,6 @@ impl Collective for Single {
 
 static CURRENT: OnceLock<Dist> = OnceLock::new();
 
-/// Prints one line to stderr in a single write: ranks share the launcher's
-/// stderr, and `eprintln!` writes each formatted piece separately, so two
-/// ranks' lines could interleave mid-line (seen in the MPI tests).
-pub fn say(line: &str) {
-    use std::io::Write;
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.push(b'\n');
-    let _ = std::io::stderr().lock().write_all(&bytes);
-}
-
 /// The process's group: the one [`set_current`] installed at start-up
 /// (MPI under `mpirun`), else [`Single`].
 pub fn current() -> Dist {

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use crate::error::{bail, Result};
 use rollout::chat::ChatTokenizer;
 use rollout::episode::driver::prompt_tokens;
 use rollout::localization::IssueCut;
@@ -50,7 +50,7 @@ pub fn fit_issue(tok: &ChatTokenizer, task: &Task, cfg: &RunConfig, given: Optio
         (whole.to_string(), None)
     };
     let issue = view.as_str();
-    let encoding = tok.inner().encode(issue, false).map_err(|e| anyhow::anyhow!("tokenizing the issue: {e}"))?;
+    let encoding = tok.inner().encode(issue, false).map_err(|e| crate::error::format_err!("tokenizing the issue: {e}"))?;
     let n = encoding.len();
     if n <= budget && n_whole.is_none() {
         return Ok((issue.to_string(), None));
@@ -121,9 +121,9 @@ fn head_and_tail(tok: &ChatTokenizer, text: &str, tokens: usize) -> Result<Strin
 /// leaves) instead of refused; the others are as given. Returns the tasks
 /// and how many were cut.
 pub fn checked_tasks_cut(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result<(Vec<Task>, usize)> {
-    use anyhow::Context;
+    use crate::error::Context;
     let repos = &cfg.env.repos_dir;
-    anyhow::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
+    crate::error::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
     let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
     let limit = cfg.episode.max_total_tokens;
@@ -132,7 +132,7 @@ pub fn checked_tasks_cut(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result
         let (issue, _) = fit_issue(&tok, task, cfg, Some(usize::MAX))?;
         let t = Task { problem_statement: issue, ..task.clone() };
         let (_, ids) = prompt_tokens(&tok, &t, &cfg.episode, &cfg.env.tools)?;
-        anyhow::ensure!(ids.len() < limit, "cut, its prompt is still {} tokens", ids.len());
+        crate::error::ensure!(ids.len() < limit, "cut, its prompt is still {} tokens", ids.len());
         Ok(t)
     };
     let fits = |task: &Task| -> Option<String> {

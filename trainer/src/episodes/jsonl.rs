@@ -5,7 +5,7 @@
 use super::{on_done, progress_bar, with_policy, TeacherOpts};
 use crate::files::write_json_lines;
 use crate::run_config::{PolicyChoice, RunConfig};
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rollout::episode::driver::run_episodes_keyed;
 use rollout::episode::Episode;
 use rollout::tasks::Task;
@@ -145,7 +145,7 @@ pub fn read_made_by(path: &Path) -> Result<Vec<Option<MadeBy>>> {
     }
     let mut out = Vec::new();
     each_line(path, |n, line| {
-        let row: Row = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{}:{n}: made_by: {e}", path.display()))?;
+        let row: Row = serde_json::from_str(line).map_err(|e| crate::error::format_err!("{}:{n}: made_by: {e}", path.display()))?;
         out.push(row.made_by);
         Ok(())
     })?;
@@ -205,7 +205,7 @@ pub fn run_policy_resumable(
         done = read_whole_chunks(&partial, tasks, group, chunk)?;
     }
     if !done.is_empty() && writer {
-        eprintln!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group);
+        crate::progress::say(&format!("{}: {} of {} episodes done before, continuing", partial.display(), done.len(), tasks.len() * group));
     }
     let stop = crate::interrupt::flag()?;
     with_policy(cfg, policy, teacher, |policy, env| {
@@ -228,13 +228,12 @@ pub fn run_policy_resumable(
             let stopping = crate::dist::any(&*dist, stop.load(std::sync::atomic::Ordering::SeqCst))?;
             if stopping && done.len() < tasks.len() * group {
                 bar.abandon();
-                return Err(crate::interrupt::Interrupted(format!(
+                return Err(crate::error::Error::from(crate::interrupt::Interrupted(format!(
                     "interrupted: {} of {} episodes kept in {}; run the same command again to continue",
                     done.len(),
                     tasks.len() * group,
                     partial.display()
-                ))
-                .into());
+                ))));
             }
         }
         bar.finish_and_clear();
@@ -336,7 +335,7 @@ fn read_whole_chunks(partial: &Path, tasks: &[Task], group: usize, chunk: usize)
     episodes.truncate(whole);
     for (i, e) in episodes.iter().enumerate() {
         let task = &tasks[i / group];
-        anyhow::ensure!(
+        crate::error::ensure!(
             e.task_id == task.instance_id,
             "{}: episode {} is of task '{}' but the tasks now give '{}' there: the task list changed since it was written; remove the file to start over",
             partial.display(),
@@ -356,12 +355,12 @@ fn read_whole_chunks(partial: &Path, tasks: &[Task], group: usize, chunk: usize)
 pub fn read(path: &Path) -> Result<Vec<Episode>> {
     let mut out = Vec::new();
     each_line(path, |n, line| {
-        let e: Episode = serde_json::from_str(line).map_err(|err| anyhow::anyhow!("{}:{n}: {}", path.display(), why_not_an_episode(line, &err)))?;
+        let e: Episode = serde_json::from_str(line).map_err(|err| crate::error::format_err!("{}:{n}: {}", path.display(), why_not_an_episode(line, &err)))?;
         if let Some((field, value, range)) = e.score.as_ref().and_then(|s| s.out_of_range()) {
             // As JSON writes it (1e300, not 300 digits).
-            anyhow::bail!("{}:{n}: score.{field} is {}: expected {range}", path.display(), serde_json::json!(value));
+            crate::error::bail!("{}:{n}: score.{field} is {}: expected {range}", path.display(), serde_json::json!(value));
         }
-        anyhow::ensure!(
+        crate::error::ensure!(
             e.tokens.len() == e.loss_mask.len(),
             "{}:{n}: {} tokens but {} loss-mask entries",
             path.display(),
@@ -385,7 +384,7 @@ pub fn read_unique(path: &Path) -> Result<Vec<Episode>> {
     let mut first: std::collections::HashMap<(&str, usize), usize> = std::collections::HashMap::new();
     for (i, e) in episodes.iter().enumerate() {
         if let Some(before) = first.insert((e.task_id.as_str(), e.sample), lines[i]) {
-            anyhow::bail!(
+            crate::error::bail!(
                 "{}:{}: task '{}' sample {} again (first at line {before}): each (task_id, sample) pair must appear once; remove the repeated rows",
                 path.display(),
                 lines[i],

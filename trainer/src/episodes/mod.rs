@@ -9,7 +9,7 @@ pub mod issue_cut;
 pub mod vllm;
 
 use crate::run_config::{Engine, PolicyChoice, RunConfig};
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rand::SeedableRng;
 use rollout::episode::driver::{run_episodes, Env};
 use rollout::episode::Episode;
@@ -96,28 +96,28 @@ pub fn on_done(bar: &indicatif::ProgressBar) -> impl FnMut(&Episode) + '_ {
             let left = bar.length().map_or(0, |l| l.saturating_sub(bar.position()));
             let secs = start.elapsed().as_secs_f64();
             let len = bar.length().map_or("?".to_string(), |l| l.to_string());
-            eprintln!(
+            crate::progress::say(&format!(
                 "{}/{len} episodes, {n} of them in {secs:.0} s (eta {:.0} s), mean R {:.3} over those {n}",
                 bar.position(),
                 secs / n as f64 * left as f64,
                 sum / n as f64
-            );
+            ));
         }
     }
 }
 
 /// Builds the environment of `cfg` and the chosen policy, and hands both to `work`.
-pub fn with_policy<T>(
+pub fn with_policy<T, E: From<crate::error::Error>>(
     cfg: &RunConfig,
     policy: &PolicyChoice,
     teacher: &TeacherOpts,
-    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> Result<T>,
-) -> Result<T> {
+    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
     with_env(cfg, |env| with_policy_in(cfg, env, policy, teacher, work))
 }
 
 /// The environment of `cfg` (tokenizer, repositories, tools, reward), handed to `work`.
-pub fn with_env<T>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> Result<T>) -> Result<T> {
+pub fn with_env<T, E: From<crate::error::Error>>(cfg: &RunConfig, work: impl FnOnce(&Env<'_>) -> std::result::Result<T, E>) -> std::result::Result<T, E> {
     let model_dir = tokenizer_home(cfg)?;
     let tok_dir = cfg.tokenizer_dir(&model_dir);
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", tok_dir.display()))?;
@@ -145,7 +145,7 @@ fn tokenizer_home(cfg: &RunConfig) -> Result<std::path::PathBuf> {
 
 /// `e` (a failed load of the config's model), with how to get the model
 /// when its folder is missing.
-pub fn missing_model(cfg: &RunConfig, e: anyhow::Error) -> anyhow::Error {
+pub fn missing_model(cfg: &RunConfig, e: crate::error::Error) -> crate::error::Error {
     let path = Path::new(&cfg.model.path);
     if path.exists() || lm::hub::is_hub_id(&cfg.model.path) {
         return e;
@@ -157,13 +157,13 @@ pub fn missing_model(cfg: &RunConfig, e: anyhow::Error) -> anyhow::Error {
     ))
 }
 
-fn with_policy_in<T>(
+fn with_policy_in<T, E: From<crate::error::Error>>(
     cfg: &RunConfig,
     env: &Env<'_>,
     policy: &PolicyChoice,
     teacher: &TeacherOpts,
-    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> Result<T>,
-) -> Result<T> {
+    work: impl FnOnce(&mut dyn Policy, &Env<'_>) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
     let tok = env.tokenizer;
     match policy {
         PolicyChoice::Model if cfg.rollout.engine == Engine::Vllm => {
@@ -177,7 +177,7 @@ fn with_policy_in<T>(
             let rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.sampling.seed);
             // Every prompt opens with the same system prompt and tool
             // schemas: prefilled once, for every episode of every call.
-            let prefix = rollout::episode::driver::fixed_prefix(tok, &cfg.episode, &cfg.env.tools)?;
+            let prefix = rollout::episode::driver::fixed_prefix(tok, &cfg.episode, &cfg.env.tools).map_err(crate::error::Error::from)?;
             let mut policy = crate::model_policy::ModelPolicy::new(&model, cfg.sampling.sampler(), rng, stop, cfg.rollout.limits()).with_prefix(prefix);
             work(&mut policy, env)
         }
@@ -227,7 +227,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 /// dropped with a count instead.
 pub fn checked_tasks(path: &Path, cfg: &RunConfig, skip_bad: bool) -> Result<Vec<Task>> {
     let repos = &cfg.env.repos_dir;
-    anyhow::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
+    crate::error::ensure!(repos.is_dir(), "[env] repos_dir {} is not a folder (the task file {} needs its repositories there: `fusegrpo repos fetch`)", repos.display(), path.display());
     let model_dir = lm::hub::resolve_model_dir(&cfg.model.path)?;
     let tok = cfg.chat_tokenizer(&model_dir).with_context(|| format!("tokenizer in {}", cfg.tokenizer_dir(&model_dir).display()))?;
     let limit = cfg.episode.max_total_tokens;
@@ -246,20 +246,22 @@ pub(crate) fn checked_with(path: &Path, cfg: &RunConfig, skip_bad: bool, fits: &
     let limit = cfg.episode.max_total_tokens;
     let checked = rollout::tasks::check::check_task_file(path, repos, fits)?;
     let total = checked.good.len() + checked.bad.len();
-    anyhow::ensure!(total > 0, "{}: no tasks", path.display());
+    crate::error::ensure!(total > 0, "{}: no tasks", path.display());
     if checked.bad.is_empty() {
         return Ok(checked.tasks());
     }
     if checked.good.is_empty() && checked.bad.iter().all(|b| b.reason.contains("max_total_tokens")) {
         let shortest = checked.bad.iter().map(|b| b.reason.clone()).min_by_key(|r| r.len()).unwrap_or_default();
-        anyhow::bail!("config key `episode.max_total_tokens`: {limit} is below every task's prompt in {} (e.g. {shortest})", path.display());
+        crate::error::bail!("config key `episode.max_total_tokens`: {limit} is below every task's prompt in {} (e.g. {shortest})", path.display());
     }
     let list = checked.report();
     if skip_bad {
-        eprint!("{list}");
-        eprintln!("--skip-bad-tasks: dropped {} of {total} tasks in {}; {} remain", checked.bad.len(), path.display(), checked.good.len());
-        anyhow::ensure!(!checked.good.is_empty(), "{}: no task can run", path.display());
+        for line in list.lines() {
+            crate::progress::say(line);
+        }
+        crate::progress::say(&format!("--skip-bad-tasks: dropped {} of {total} tasks in {}; {} remain", checked.bad.len(), path.display(), checked.good.len()));
+        crate::error::ensure!(!checked.good.is_empty(), "{}: no task can run", path.display());
         return Ok(checked.tasks());
     }
-    anyhow::bail!("{} of {total} tasks in {} cannot run:\n{list}nothing was started; fix them, or pass --skip-bad-tasks to drop them", checked.bad.len(), path.display())
+    crate::error::bail!("{} of {total} tasks in {} cannot run:\n{list}nothing was started; fix them, or pass --skip-bad-tasks to drop them", checked.bad.len(), path.display())
 }

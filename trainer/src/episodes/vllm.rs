@@ -3,7 +3,7 @@
 //! a probe against ours), and GRPO's engine kept in step with the weights.
 
 use crate::run_config::RunConfig;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rollout::chat::ChatTokenizer;
 use rollout::engine::vllm::{VllmConfig, VllmEngine};
 use std::path::{Path, PathBuf};
@@ -16,13 +16,13 @@ pub fn engine(cfg: &RunConfig, tok: &ChatTokenizer) -> Result<VllmEngine> {
     let (mut engine, probe) = connect(cfg, tok, resume)?;
     let info = engine.check()?;
     let (mean, max) = same_model(cfg, &mut engine, &probe)?;
-    eprintln!(
+    crate::progress::say(&format!(
         "rollouts on vLLM at {} ({}, context {}); its log-probs of a {}-token probe against this config's model: mean |diff| {mean:.2e}, max {max:.2e}",
         engine.base(),
         engine.model(),
         info.max_model_len.map_or("unknown".to_string(), |n| n.to_string()),
         probe.len()
-    );
+    ));
     Ok(engine)
 }
 
@@ -34,7 +34,7 @@ pub fn training_engine(cfg: &RunConfig, tok: &ChatTokenizer, run_dir: &Path) -> 
     let (engine, probe) = connect(cfg, tok, cfg.lora.is_none())?;
     let v = cfg.rollout.vllm.as_ref().expect("vllm_connect checked the section");
     let dir = std::path::absolute(run_dir.join("engine-weights")).with_context(|| format!("{}", run_dir.display()))?;
-    eprintln!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display());
+    crate::progress::say(&format!("rollouts on vLLM at {} ({}): the weights are synced to it before each step (folders in {})", engine.base(), v.served_model, dir.display()));
     Ok(crate::grpo::engine_sync::EngineSync::new(engine, dir, probe, v.probe_tolerance, cfg.sampling.seed))
 }
 
@@ -90,7 +90,7 @@ fn same_model(cfg: &RunConfig, engine: &mut VllmEngine, probe: &[u32]) -> Result
         load_config_model(cfg, engine)?;
         (mean, max) = crate::grpo::engine_sync::mean_max_abs_diff(&ours, &engine.prompt_logprobs(probe)?);
     }
-    anyhow::ensure!(
+    crate::error::ensure!(
         mean <= v.probe_tolerance,
         "vllm engine at {}: serves another model than this config's ({}{}): the log-probs of a {}-token probe differ by {mean:.4} on average (max {max:.4}; [rollout.vllm] probe_tolerance = {}). Serve that model (and the adapter, as served_model), point [model] at what the server has, or set [rollout.vllm] load_model = true to load it onto the server",
         engine.base(),
@@ -113,7 +113,7 @@ fn load_config_model(cfg: &RunConfig, engine: &mut VllmEngine) -> Result<()> {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             dir.hash(&mut h);
             let name = format!("fusegrpo-{:016x}", h.finish());
-            eprintln!("vllm engine at {}: loading the adapter {} as {name}", engine.base(), dir.display());
+            crate::progress::say(&format!("vllm engine at {}: loading the adapter {} as {name}", engine.base(), dir.display()));
             match engine.load_adapter(&name, &dir) {
                 // An earlier stage loaded this folder (the name is its
                 // path's hash); the probe below checks it is the same.
@@ -125,7 +125,7 @@ fn load_config_model(cfg: &RunConfig, engine: &mut VllmEngine) -> Result<()> {
             let dir = std::path::absolute(lm::hub::resolve_model_dir(&cfg.model.path)?)?;
             let root = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from).join(".cache/fusegrpo/vllm-untied");
             let folder = lm::weights::untied_view(&dir, &root)?.unwrap_or(dir.clone());
-            eprintln!("vllm engine at {}: reloading its weights from {}", engine.base(), folder.display());
+            crate::progress::say(&format!("vllm engine at {}: reloading its weights from {}", engine.base(), folder.display()));
             engine.use_base();
             engine.reload_weights(&folder)?;
         }

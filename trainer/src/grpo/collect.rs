@@ -12,7 +12,7 @@
 use super::config::TrainerConfig;
 use super::{engine_sync, resample};
 use crate::dist::{self, Dist};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::grpo::advantages::ZeroStdGroups;
 use crate::model_policy::ModelPolicy;
 use lm::model::CausalLm;
@@ -142,7 +142,7 @@ impl Collector<'_> {
                 result
             }
         };
-        result.map_err(|e| Error::invalid("rollout", e.to_string()))
+        Ok(result?)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::device::Placement;
 use lm::CausalLm;
-use anyhow::Result;
+use crate::error::Result;
 use candle_core::Device;
 use std::path::Path;
 

@@ -7,7 +7,7 @@ use super::{Run, RunEnd};
 use crate::interrupt;
 use crate::checkpoint;
 use crate::dist;
-use anyhow::Result;
+use crate::error::Result;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
@@ -85,7 +85,7 @@ pub fn drive<S: Steps>(run: &Run, steps: &mut S, schedule: &Schedule) -> Result<
         nonfinite_in_a_row = if step.skipped { nonfinite_in_a_row + 1 } else { 0 };
         if nonfinite_in_a_row >= schedule.max_nonfinite.max(1) {
             let dir = steps.save(run)?;
-            anyhow::bail!(
+            crate::error::bail!(
                 "{nonfinite_in_a_row} steps in a row had a NaN/inf loss or gradient (train.max_nonfinite_steps); saved {} and stopped",
                 dir.display()
             );

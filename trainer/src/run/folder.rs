@@ -4,7 +4,7 @@
 use super::RunOptions;
 use crate::checkpoint;
 use crate::dist;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// What a run folder holds before a run starts in it.
@@ -59,14 +59,14 @@ impl Folder {
     }
 
     /// The refusal of a start that would overwrite `dir`'s run.
-    fn refusal(&self, dir: &Path) -> anyhow::Error {
+    fn refusal(&self, dir: &Path) -> crate::error::Error {
         let what = self.describe();
         match &self.resume {
-            None => anyhow::anyhow!(
+            None => crate::error::format_err!(
                 "{} already holds a run ({what}); nothing was changed. Pass --resume auto to continue it, --overwrite to delete it and start over, or another --out",
                 dir.display()
             ),
-            Some(ckpt) => anyhow::anyhow!(
+            Some(ckpt) => crate::error::format_err!(
                 "resuming {} (step {}) would overwrite the newer {what} in {}; nothing was changed. Pass --resume auto to continue from the newest, or --overwrite to delete what comes after step {}",
                 ckpt.display(),
                 self.start,
@@ -116,7 +116,7 @@ pub fn prepare_folder(dir: &Path, opts: &RunOptions) -> Result<Option<PathBuf>> 
             }
         }
     }
-    eprintln!("--overwrite: removed the {} of {}", folder.describe(), dir.display());
+    crate::progress::say(&format!("--overwrite: removed the {} of {}", folder.describe(), dir.display()));
     Ok(folder.resume)
 }
 
@@ -124,11 +124,11 @@ pub fn prepare_folder(dir: &Path, opts: &RunOptions) -> Result<Option<PathBuf>> 
 /// that says what the folder is not, and for a broken one in `run_dir`, the
 /// complete checkpoint before it.
 fn checkpoint_step(ckpt: &Path, run_dir: &Path) -> Result<u64> {
-    anyhow::ensure!(ckpt.is_dir(), "--resume {}: no such folder", ckpt.display());
+    crate::error::ensure!(ckpt.is_dir(), "--resume {}: no such folder", ckpt.display());
     let has_state = ckpt.join(checkpoint::STATE_FILE).exists();
     if !has_state && !ckpt.join(checkpoint::DONE_FILE).exists() {
         let newest = checkpoint::latest(ckpt).ok().flatten();
-        anyhow::bail!(
+        crate::error::bail!(
             "--resume {}: not a checkpoint (a run's step_NNNNNNNN folder, with state.json and DONE){}",
             ckpt.display(),
             match newest {
@@ -137,12 +137,12 @@ fn checkpoint_step(ckpt: &Path, run_dir: &Path) -> Result<u64> {
             }
         );
     }
-    checkpoint::load_state(ckpt).map(|s| s.step).map_err(|e| broken_checkpoint(e.into(), ckpt, run_dir))
+    checkpoint::load_state(ckpt).map(|s| s.step).map_err(|e| broken_checkpoint(e, ckpt, run_dir))
 }
 
 /// `err` about checkpoint `ckpt`, with the complete checkpoint of `run_dir`
 /// before it named (where a resume can go instead).
-pub(super) fn broken_checkpoint(err: anyhow::Error, ckpt: &Path, run_dir: &Path) -> anyhow::Error {
+pub(super) fn broken_checkpoint(err: crate::error::Error, ckpt: &Path, run_dir: &Path) -> crate::error::Error {
     let mine = ckpt.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step_")).and_then(|s| s.parse::<u64>().ok());
     let previous = checkpoint::complete_checkpoints(run_dir).ok().and_then(|all| all.into_iter().rev().find(|(s, _)| mine.is_some_and(|m| *s < m)));
     match previous {

@@ -8,7 +8,7 @@ use crate::checkpoint::{self, DataCursor, RngState};
 use crate::run_config::RunConfig;
 use crate::grpo::{sampler::TaskSampler, StepMetrics, Trainer};
 use lm::weights::load_weights;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rand::SeedableRng;
 use rollout::episode::driver::Env;
 use rollout::repo::SnapshotStore;
@@ -154,14 +154,14 @@ fn next_rollouts(checkpoint: Option<&Path>, off_policy: u32) -> Result<Option<cr
 fn resumed_rng(state: &checkpoint::TrainState, seed: u64, dist: &dyn crate::dist::Collective) -> Result<rand_chacha::ChaCha8Rng> {
     let written = super::ranks_in_state(state, "sampling");
     if written != dist.world() && dist.rank() == 0 {
-        eprintln!(
+        crate::progress::say(&format!(
             "resuming a checkpoint of {written} rank(s) with {} rank(s): the data order continues, the sampling streams of the ranks without one are derived afresh (not bitwise the run it would have been)",
             dist.world()
-        );
+        ));
     }
     match state.rngs.get(&super::rank_key("sampling", dist.rank())) {
         Some(rng) => Ok(rng.restore()?),
-        None if dist.rank() == 0 => anyhow::bail!("state.json has no `sampling` RNG"),
+        None if dist.rank() == 0 => crate::error::bail!("state.json has no `sampling` RNG"),
         None => {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ state.step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             rng.set_stream(dist.rank() as u64);
@@ -181,7 +181,7 @@ pub fn trained(vars: &std::collections::BTreeMap<String, candle_core::Var>) -> l
 /// stage loads its own, which `[rollout.vllm] load_model = true` allows.
 pub fn check_vllm_pipeline(cfg: &RunConfig) -> Result<()> {
     if let (crate::run_config::Engine::Vllm, Some(v)) = (cfg.rollout.engine, &cfg.rollout.vllm) {
-        anyhow::ensure!(
+        crate::error::ensure!(
             v.load_model,
             "[rollout] engine = \"vllm\" in `pipeline`: its stages roll out from several models (base, SFT, GRPO), which each load onto the server; set [rollout.vllm] load_model = true"
         );

@@ -1,7 +1,7 @@
 //! A run's metrics.jsonl and the ranks' logs: one JSON line per step
 //! (and, when asked, its scalars to TensorBoard event files).
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

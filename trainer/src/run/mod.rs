@@ -12,7 +12,7 @@ pub mod metrics;
 pub mod sft;
 pub mod tensorboard;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use candle_core::{Device, Var};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ fn check_memory(cfg: &RunConfig, model: &ModelConfig, device: &Device, check: Me
     };
     plan.phases.retain(|p| kinds.contains(&p.kind));
     tracing::info!(peak = %crate::plan::bytes::format(plan.peak_bytes()), limit = %crate::plan::bytes::format(limit), "memory plan");
-    Ok(plan.check(limit, what)?)
+    plan.check(limit, what)
 }
 
 impl RunEnd {
@@ -167,14 +167,14 @@ fn check_model_path(state: &TrainState, cfg: &RunConfig, ckpt: &Path) -> Result<
     };
     match same(old, &cfg.model.path) {
         Some(true) => Ok(()),
-        Some(false) => anyhow::bail!(
+        Some(false) => crate::error::bail!(
             "{}: config key `model.path`: the run started from {old}, the config now names {}; a resumed run keeps its starting model (its weights and KL reference), even with --allow-config-change. Start a new run (another --out, or --overwrite without --resume) to train from {}",
             ckpt.join(checkpoint::STATE_FILE).display(),
             cfg.model.path,
             cfg.model.path
         ),
         None => {
-            eprintln!("note: the run's starting model {old} no longer exists; taking [model] path = {} as the same model, moved", cfg.model.path);
+            crate::progress::say(&format!("note: the run's starting model {old} no longer exists; taking [model] path = {} as the same model, moved", cfg.model.path));
             Ok(())
         }
     }
@@ -191,7 +191,7 @@ impl Run {
         let resume_dir = prepare_folder(dir, opts)?;
         let resume_state = match &resume_dir {
             Some(ckpt) => {
-                Some(checkpoint::load_state(ckpt).map_err(|e| broken_checkpoint(e.into(), ckpt, dir))?)
+                Some(checkpoint::load_state(ckpt).map_err(|e| broken_checkpoint(e, ckpt, dir))?)
             }
             None => None,
         };
@@ -205,7 +205,7 @@ impl Run {
             std::fs::canonicalize(&base_dir).unwrap_or_else(|_| base_dir.clone()).to_string_lossy().into_owned()
         };
         let lora = cfg.lora();
-        anyhow::ensure!(
+        crate::error::ensure!(
             lora.is_some() || cfg.model.adapter.is_none(),
             "[model] adapter = {}: training from an adapter needs a [lora] section (or merge it first: fusegrpo merge-adapter)",
             cfg.model.adapter.as_deref().unwrap_or(Path::new("")).display()
@@ -269,14 +269,12 @@ impl Run {
     /// shard of them, from whichever files hold it).
     pub fn resume(&self, optimizer: &mut AdamW, sharding: &Sharding, vars: &BTreeMap<String, Var>) -> Result<Option<TrainState>> {
         let (Some(dir), Some(state)) = (&self.resume_dir, self.resume_state.clone()) else { return Ok(None) };
-        checkpoint::OptimizerFile::open(dir, &self.device)
-            .map_err(anyhow::Error::from)
-            .and_then(|file| Ok(optimizer.import_from(&file)?))
+        checkpoint::OptimizerFile::open(dir, &self.device).and_then(|file| optimizer.import_from(&file))
             .map_err(|e| broken_checkpoint(e, dir, &self.dir))?;
         optimizer.sync_params_from_masters(vars)?;
         sharding.gather_parameters(&*dist::current(), vars)?;
         if dist::current().rank() == 0 {
-            dist::say(&format!("resumed from {} at step {}", dir.display(), state.step));
+            crate::progress::say(&format!("resumed from {} at step {}", dir.display(), state.step));
         }
         Ok(Some(state))
     }

@@ -11,7 +11,7 @@ use crate::run_config::{OpeningPhase, RunConfig};
 use crate::sft::batches::{batch_at, heldout_split, total_steps};
 use crate::sft::{heldout_loss, SftBatch};
 use crate::sft;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rollout::episode::filter::{filter, SftExample};
 use rollout::episode::opening::openings;
 use rollout::episode::summary::Summary;
@@ -36,9 +36,9 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
     std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     if crate::dist::current().rank() == 0 {
         std::fs::write(run_dir.join("filter.json"), serde_json::to_string_pretty(&report)?)?;
-        eprintln!("sft filter: {}", report.summary());
+        crate::progress::say(&format!("sft filter: {}", report.summary()));
     }
-    anyhow::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
+    crate::error::ensure!(!examples.is_empty(), "{}: no trajectory passed the filter ({})", data.display(), report.summary());
     let mut start = cfg.clone();
     if !cfg.sft.openings.is_empty() {
         let turn_start = turn_start_id(cfg)?;
@@ -63,7 +63,7 @@ pub fn sft(cfg: &RunConfig, data: &Path, run_dir: &Path, tasks: &[Task], opts: &
 /// `cfg`'s model, into `dir`.
 fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, turn_start: u32, dir: &Path, opts: &RunOptions) -> Result<RunEnd> {
     let examples = openings(episodes, phase.turns, turn_start);
-    anyhow::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
+    crate::error::ensure!(!examples.is_empty(), "sft.openings: no answered trajectory to take openings of {} turns from", phase.turns);
     let mut pcfg = cfg.clone();
     pcfg.sft.epochs = phase.epochs;
     pcfg.sft.batch_rows = phase.batch_rows;
@@ -71,7 +71,7 @@ fn opening_phase(cfg: &RunConfig, episodes: &[Episode], phase: &OpeningPhase, tu
     pcfg.sft.eval_tasks = 0;
     pcfg.sft.openings.clear();
     let mean_tokens = examples.iter().map(|e| e.tokens.len()).sum::<usize>() / examples.len();
-    eprintln!("sft opening phase {}: {} openings of {} turn(s), {mean_tokens} tokens on average", dir.display(), examples.len(), phase.turns);
+    crate::progress::say(&format!("sft opening phase {}: {} openings of {} turn(s), {mean_tokens} tokens on average", dir.display(), examples.len(), phase.turns));
     let opts = RunOptions { max_steps: None, ..opts.clone() };
     Ok(train(&pcfg, &examples, dir, &opts)?.0)
 }
@@ -91,11 +91,11 @@ fn turn_start_id(cfg: &RunConfig) -> Result<u32> {
 fn train(cfg: &RunConfig, examples: &[SftExample], run_dir: &Path, opts: &RunOptions) -> Result<(RunEnd, Vec<usize>)> {
     let s = &cfg.sft;
     let (train_rows, held_rows) = heldout_split(examples, s.heldout_fraction, s.seed);
-    anyhow::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
+    crate::error::ensure!(!train_rows.is_empty(), "every kept trajectory is held out (sft.heldout_fraction)");
     let run_steps = total_steps(train_rows.len(), s.batch_rows, s.epochs);
     let total = opts.max_steps.unwrap_or(run_steps);
     if crate::dist::current().rank() == 0 {
-        eprintln!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total);
+        crate::progress::say(&format!("sft: {} training / {} held-out trajectories, {} steps", train_rows.len(), held_rows.len(), total));
     }
 
     let (run, weights, adapter) = Run::open(cfg, run_dir, opts, s.keep_last, Stage::Sft)?;
@@ -168,7 +168,7 @@ fn evaluate_heldout(cfg: &RunConfig, checkpoint: &Path, examples: &[SftExample],
     let held: Vec<Task> = ids.iter().filter_map(|id| tasks.iter().find(|t| t.instance_id == *id).cloned()).take(cfg.sft.eval_tasks).collect();
     if held.is_empty() {
         if cfg.sft.eval_tasks > 0 && !held_rows.is_empty() {
-            eprintln!("sft: held-out episode metrics skipped (the held-out tasks are not in the config's task file)");
+            crate::progress::say("sft: held-out episode metrics skipped (the held-out tasks are not in the config's task file)");
         }
         return Ok(());
     }
@@ -176,6 +176,6 @@ fn evaluate_heldout(cfg: &RunConfig, checkpoint: &Path, examples: &[SftExample],
     let episodes = crate::episodes::run_policy(&eval_cfg, &held, &crate::run_config::PolicyChoice::Model, 1, &Default::default())?;
     let summary = Summary::of(&episodes);
     std::fs::write(run_dir.join("heldout_eval.json"), serde_json::to_string_pretty(&summary)?)?;
-    eprintln!("sft held-out episodes:\n{}\n{}", Summary::HEADER, summary.row("sft"));
+    crate::progress::say(&format!("sft held-out episodes:\n{}\n{}", Summary::HEADER, summary.row("sft")));
     Ok(())
 }

@@ -306,7 +306,7 @@ fn cut(path: &Path, start: u64) -> Result<(), EventFileError> {
     let bytes = std::fs::read(path).map_err(io(path))?;
     let (all, err) = records(&bytes);
     if let Some(e) = &err {
-        eprintln!("note: {}: {e}; the records after it are dropped", path.display());
+        crate::progress::say(&format!("note: {}: {e}; the records after it are dropped", path.display()));
     }
     let mut kept = Vec::new();
     let mut any_scalars = false;

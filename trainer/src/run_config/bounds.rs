@@ -28,7 +28,7 @@ pub fn at_most(value: u64, max: u64) -> Result<(), String> {
 }
 
 /// A per-command flag's count (`--group 0` or one above `max`), the error naming the flag.
-pub fn check_flag(flag: &str, value: usize, max: u64) -> anyhow::Result<()> {
-    anyhow::ensure!(value >= 1, "{flag} {value}: must be at least 1");
-    at_most(value as u64, max).map_err(|m| anyhow::anyhow!("{flag} {value}: {m}"))
+pub fn check_flag(flag: &str, value: usize, max: u64) -> crate::error::Result<()> {
+    crate::error::ensure!(value >= 1, "{flag} {value}: must be at least 1");
+    at_most(value as u64, max).map_err(|m| crate::error::format_err!("{flag} {value}: {m}"))
 }
