@@ -62,13 +62,13 @@ pub enum Error {
     Teacher(#[from] rollout::teacher::http::HttpTeacherError),
     /// A TensorBoard event file.
     #[error(transparent)]
-    EventFile(#[from] crate::run::tensorboard::EventFileError),
+    EventFile(#[from] EventFileError),
     /// The SIGINT/SIGTERM handler could not be installed.
     #[error(transparent)]
     Signal(#[from] ctrlc::Error),
     /// A run stopped by SIGINT/SIGTERM with its checkpoint saved.
     #[error(transparent)]
-    Interrupted(#[from] crate::interrupt::Interrupted),
+    Interrupted(#[from] Interrupted),
     /// A read or write whose error names no path.
     #[error(transparent)]
     StdIo(#[from] std::io::Error),
@@ -92,7 +92,7 @@ impl Error {
     }
 
     /// The interruption this error is, if it is one (under any context).
-    pub fn interrupted(&self) -> Option<&crate::interrupt::Interrupted> {
+    pub fn interrupted(&self) -> Option<&Interrupted> {
         match self {
             Error::Interrupted(stop) => Some(stop),
             Error::Context { source, .. } => source.interrupted(),
@@ -155,9 +155,35 @@ macro_rules! format_err {
 
 pub(crate) use format_err;
 
+/// The error a command returns when a run was interrupted (a checkpoint
+/// was saved): `main` prints its message and exits with `interrupt::EXIT_INTERRUPTED`.
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// An event file that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum EventFileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("byte {offset}: {message}")]
+    Corrupt { offset: usize, message: String },
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Context as _, Error, Result};
+    use super::{Context as _, Error, Interrupted, Result};
     use rollout::episode::driver::RolloutError;
 
     /// Rollout's error is kept as it is, the source of `Error::Rollout`, not a string.
@@ -177,7 +203,7 @@ mod tests {
         let e = r.unwrap_err();
         assert_eq!(e.to_string(), "writing a.jsonl");
         assert_eq!(std::error::Error::source(&e).map(|s| s.to_string()).as_deref(), Some("disk full"));
-        let stop = Error::from(crate::interrupt::Interrupted("interrupted: checkpoint saved".into())).context("stage grpo");
+        let stop = Error::from(Interrupted("interrupted: checkpoint saved".into())).context("stage grpo");
         assert_eq!(stop.interrupted().map(|i| i.0.as_str()), Some("interrupted: checkpoint saved"));
         assert!(e.interrupted().is_none());
         assert_eq!(None::<u8>.context("no `sampling` RNG").unwrap_err().to_string(), "no `sampling` RNG");

@@ -9,18 +9,7 @@ use std::path::Path;
 /// checkpoint saved (128 + SIGINT, as shells report an interrupted command).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// The error a command returns when a run was interrupted (a checkpoint
-/// was saved): `main` prints its message and exits with [`EXIT_INTERRUPTED`].
-#[derive(Debug)]
-pub struct Interrupted(pub String);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
+pub use crate::error::Interrupted;
 
 /// The run folder a second Ctrl-C names (its newest complete checkpoint).
 static RUN_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);

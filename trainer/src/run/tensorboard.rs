@@ -24,18 +24,7 @@ pub const FILE_VERSION: &str = "brain.Event:2";
 const PREFIX: &str = "events.out.tfevents.";
 const SUFFIX: &str = ".fusegrpo";
 
-/// An event file that cannot be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum EventFileError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("byte {offset}: {message}")]
-    Corrupt { offset: usize, message: String },
-}
+pub use crate::error::EventFileError;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EventFileError + '_ {
     move |source| EventFileError::Io { path: path.to_path_buf(), source }
