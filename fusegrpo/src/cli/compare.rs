@@ -163,17 +163,7 @@ fn markdown(files: &[FileRow], pairs: &[PairRow]) -> String {
             s.answered
         );
     }
-    let cell = |p: &stats::Paired| {
-        let [lo, hi] = p.ci95;
-        let side = if lo > 0.0 {
-            " (above 0)"
-        } else if hi < 0.0 {
-            " (below 0)"
-        } else {
-            ""
-        };
-        format!("{:+.3} [{lo:+.3}, {hi:+.3}]{side}", p.mean)
-    };
+    let cell = recipe::ranked::cell;
     out += "\nPaired by task (each later file minus the first; 95% bootstrap over the tasks both have):\n\n";
     out += "| difference | tasks | R | file F1 | answered | better / worse / same R |\n|---|---|---|---|---|---|\n";
     for p in pairs {
