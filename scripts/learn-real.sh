@@ -29,7 +29,8 @@
 #               base, teacher, SFT and GRPO on the held-out tasks
 #   4. requests the 8 SWE-bench Verified rows of psf/requests, same stages
 #   5. ship     the GRPO adapter in bf16 (`fusegrpo export-adapter`) and its
-#               own evaluation on the held-out tasks (configs/smollm2-real.toml)
+#               own evaluation on the held-out tasks (configs/smollm2-real.toml),
+#               episodes and ranked answers (the model, the search, combined)
 #
 # FUSEGRPO_BIN=path runs a copy of the binary (so a rebuild during the
 # hours of the run does not touch it); by default the release build.
@@ -140,15 +141,19 @@ for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stag
 # configs/smollm2-real.toml's setting (greedy, one episode per task).
 ship=$real/${prefix}localizer
 if [ -f "$ship.source" ] && [ "$(cat "$ship.source")" != "$grpo" ]; then
-  set_aside "$(basename "$(cat "$ship.source")")" "$ship" "$ship-heldout.jsonl" "$ship-heldout.table" "$ship.source"
+  set_aside "$(basename "$(cat "$ship.source")")" "$ship" "$ship-heldout.jsonl" "$ship-heldout.ranked.jsonl" "$ship-heldout.table" "$ship.source"
 fi
 [ -f "$ship/adapter_model.safetensors" ] || $bin export-adapter --adapter "$grpo" --out "$ship" --dtype bf16
 [ -f "$ship.source" ] || echo "$grpo" > "$ship.source"
-if [ ! -f "$ship-heldout.jsonl" ]; then
+# `combined` (eval's default), so that the ranked file has the model alone,
+# the index search and the two combined (scripts/compare-localizers.sh).
+if [ ! -f "$ship-heldout.jsonl" ] || [ ! -f "$ship-heldout.ranked.jsonl" ]; then
   log "the shipped adapter on the $(wc -l < "$c/heldout.jsonl") held-out tasks"
   nice -n 10 $bin eval --config configs/smollm2-real.toml "${eval_set[@]}" --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
-    --adapter "$ship" --out "$ship-heldout.jsonl.partial" --skip-bad-tasks > "$ship-heldout.table"
+    --adapter "$ship" --policy combined --out "$ship-heldout.jsonl.partial" --ranked "$ship-heldout.ranked.jsonl.partial" \
+    --skip-bad-tasks > "$ship-heldout.table"
   mv "$ship-heldout.jsonl.partial" "$ship-heldout.jsonl"
+  mv "$ship-heldout.ranked.jsonl.partial" "$ship-heldout.ranked.jsonl"
 fi
 cat "$ship-heldout.table"
 log "done: $run/report.json, $r/*.table, $ship (copy it to models/smollm2-135m-localizer to ship it)"

@@ -77,7 +77,7 @@ enum Command {
     /// and pooled over the runs, and the held-out tasks a gain would need.
     Seeds(cli::seeds::Args),
     /// Episode files of several models on the same tasks side by side: means, and each later file
-    /// minus the first paired by task (R, file F1, answered) with 95% bootstrap intervals.
+    /// minus the first paired by task (R, file F1, function F1, answered) with 95% bootstrap intervals.
     Compare(cli::compare::Args),
     /// The memory plan of a run config: bytes per phase and part, and whether it fits.
     Plan(cli::plan::Args),

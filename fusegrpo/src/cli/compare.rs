@@ -3,8 +3,9 @@
 //! in Markdown: each file's means with the 95% interval of R, and each later
 //! file against the first, paired task by task (a task's mean over its
 //! episodes; bootstrap over the tasks both files have, as the pipeline's
-//! report does). The question it answers: did this adapter do better than
-//! that one on these tasks, beyond the noise of which tasks they are?
+//! report does): R, file F1, function F1 and the answer rate. The question
+//! it answers: did this adapter do better than that one on these tasks,
+//! beyond the noise of which tasks they are?
 //!
 //! Ranked files (`eval --ranked`) compare the same way, each policy of a
 //! file a column: set F1, accuracy@1/3/5 of files and functions and the
@@ -48,6 +49,7 @@ struct PairRow {
     unpaired: usize,
     reward: stats::Paired,
     f1_file: stats::Paired,
+    f1_func: stats::Paired,
     answered: stats::Paired,
     /// Tasks whose mean R is higher (lower) in the later file.
     better: usize,
@@ -55,6 +57,7 @@ struct PairRow {
 }
 
 const F1_FILE: fn(&Episode) -> f64 = |e| e.score.unwrap_or_default().f1_file;
+const F1_FUNC: fn(&Episode) -> f64 = |e| e.score.unwrap_or_default().f1_func;
 const ANSWERED: fn(&Episode) -> f64 = |e| e.answered() as u8 as f64;
 
 pub fn run(args: Args) -> Result<()> {
@@ -92,6 +95,7 @@ pub fn run(args: Args) -> Result<()> {
             unpaired: a.len() + b.len() - 2 * shared,
             reward: stats::paired(a, b),
             f1_file: stats::paired(&task_means(first_episodes, F1_FILE), &task_means(episodes, F1_FILE)),
+            f1_func: stats::paired(&task_means(first_episodes, F1_FUNC), &task_means(episodes, F1_FUNC)),
             answered: stats::paired(&task_means(first_episodes, ANSWERED), &task_means(episodes, ANSWERED)),
             better: diffs.iter().filter(|d| **d > 1e-12).count(),
             worse: diffs.iter().filter(|d| **d < -1e-12).count(),
@@ -165,17 +169,18 @@ fn markdown(files: &[FileRow], pairs: &[PairRow]) -> String {
     }
     let cell = recipe::ranked::cell;
     out += "\nPaired by task (each later file minus the first; 95% bootstrap over the tasks both have):\n\n";
-    out += "| difference | tasks | R | file F1 | answered | better / worse / same R |\n|---|---|---|---|---|---|\n";
+    out += "| difference | tasks | R | file F1 | function F1 | answered | better / worse / same R |\n|---|---|---|---|---|---|---|\n";
     for p in pairs {
         let left_out = if p.unpaired > 0 { format!(" ({} unpaired left out)", p.unpaired) } else { String::new() };
         let _ = writeln!(
             out,
-            "| {} - {} | {}{left_out} | {} | {} | {} | {} / {} / {} |",
+            "| {} - {} | {}{left_out} | {} | {} | {} | {} | {} / {} / {} |",
             p.later,
             p.earlier,
             p.tasks,
             cell(&p.reward),
             cell(&p.f1_file),
+            cell(&p.f1_func),
             cell(&p.answered),
             p.better,
             p.worse,

@@ -141,6 +141,8 @@ fn compare_pairs_episode_files(dir: &std::path::Path, run: &std::path::Path, rep
     for r in rows.iter_mut().filter(|r| r["task_id"] == first) {
         let reward = r["score"]["reward"].as_f64().expect("scored episode");
         r["score"]["reward"] = serde_json::json!(reward + 0.5);
+        let f1_func = r["score"]["f1_func"].as_f64().expect("scored episode");
+        r["score"]["f1_func"] = serde_json::json!(f1_func + 0.2);
     }
     let raised = dir.join("raised.jsonl");
     std::fs::write(&raised, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
@@ -150,6 +152,7 @@ fn compare_pairs_episode_files(dir: &std::path::Path, run: &std::path::Path, rep
     assert!((p["reward"]["mean"].as_f64().unwrap() - 0.25).abs() < 1e-12, "{p}");
     assert_eq!((p["better"].as_u64(), p["worse"].as_u64(), p["tasks"].as_u64()), (Some(1), Some(0), Some(2)), "{p}");
     assert_eq!(p["f1_file"]["mean"], 0.0);
+    assert!((p["f1_func"]["mean"].as_f64().unwrap() - 0.1).abs() < 1e-12, "{p}");
     assert!(out.contains("| 1 / 0 / 1 |"), "{out}");
 
     for r in rows.iter_mut() {
