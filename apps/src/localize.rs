@@ -42,10 +42,6 @@ pub enum Search {
     Combined,
 }
 
-/// The search indexes of this process, kept per snapshot (the MCP server
-/// answers every call on one commit from one index).
-pub static INDEXES: std::sync::LazyLock<std::sync::Arc<rollout::search::IndexCache>> = std::sync::LazyLock::new(rollout::search::IndexCache::shared);
-
 impl std::str::FromStr for Search {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -298,12 +294,14 @@ pub fn localize_episodes(
     let model_attempts = if r.search.needs_model() { r.attempts } else { 0 };
     let model_steps = if model_attempts > 0 { cfg.episode.max_turns + model_attempts } else { 0 };
     let mut steps = Steps { step: 0, total: usize::from(r.search != Search::Model) + model_steps, progress };
-    // The index search (`search`, `combined`): its ranking, no episode.
-    // Under `combined` a search that cannot run (nothing to search for)
-    // leaves the model's attempts alone, said in the result.
+    // The index search (`search`, `combined`): its ranking, no episode, from
+    // the process's one index per snapshot (the MCP server answers every
+    // call on one commit from one index). Under `combined` a search that
+    // cannot run (nothing to search for) leaves the model's attempts alone,
+    // said in the result.
     let mut search_error = None;
     let searched = if matches!(r.search, Search::Index | Search::Combined) {
-        match rollout::ranking::search_snapshot(&INDEXES, &snap, &tasks[0].problem_statement, &cfg.search) {
+        match rollout::ranking::search_snapshot(&rollout::search::IndexCache::shared(), &snap, &tasks[0].problem_statement, &cfg.search) {
             Ok((_, ranking)) => {
                 steps.tell(format!("the index search done: {} file(s) ranked", ranking.files.len()));
                 Some(ranking)

@@ -1,7 +1,7 @@
 //! The terminal, the binary's alone: the command's output on stdout
 //! ([`Stdout`], `out!`/`outln!`), lines for the user on stderr (`say!`,
-//! the libraries' `trainer::progress` lines through [`StderrSink`]) and
-//! the log's writer ([`QuietStderr`]).
+//! the libraries' `trainer::progress` lines) and the log, both through
+//! [`Stderr`].
 //!
 //! A closed or full stream never stops a job, as with ripgrep's `main`
 //! (a broken pipe is a reader that left, not an error), and is dealt with
@@ -83,13 +83,16 @@ pub fn stdout_failed() -> Option<String> {
     STDOUT_ERROR.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// The binary's `trainer::progress` sink: each line in a single write to
-/// stderr (ranks share the launcher's stderr, and `eprintln!` writes each
-/// formatted piece separately, so two ranks' lines could interleave
-/// mid-line), dropped when stderr is closed or full.
-pub struct StderrSink;
+/// stderr as a writer that never fails, for lines for the user and the
+/// log alike: what cannot be written (stderr closed, a full disk) is
+/// dropped, so that no job's result depends on its stderr.
+pub struct Stderr;
 
-impl trainer::progress::Sink for StderrSink {
+/// The binary's `trainer::progress` sink: each line in a single write
+/// (ranks share the launcher's stderr, and `eprintln!` writes each
+/// formatted piece separately, so two ranks' lines could interleave
+/// mid-line).
+impl trainer::progress::Sink for Stderr {
     fn say(&self, line: &str) {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
@@ -98,12 +101,8 @@ impl trainer::progress::Sink for StderrSink {
     }
 }
 
-/// A writer to stderr that never fails: the log's writer. A log line that
-/// cannot be written (stderr closed, a full disk) is dropped, so that no
-/// job's result depends on its stderr.
-pub struct QuietStderr;
-
-impl Write for QuietStderr {
+/// The log's writer.
+impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let _ = std::io::stderr().write_all(buf);
         Ok(buf.len())

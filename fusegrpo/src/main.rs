@@ -122,10 +122,10 @@ fn main() -> ExitCode {
     let malloc = trainer::malloc::tune();
     let threads = trainer::threads::pin();
     let cli = Cli::parse();
-    trainer::progress::install(Box::new(console::StderrSink));
+    trainer::progress::install(Box::new(console::Stderr));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
-        .with_writer(|| console::QuietStderr)
+        .with_writer(|| console::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?malloc, ?threads, "allocator and thread settings");

@@ -169,26 +169,16 @@ fn turn(
     }
 }
 
-/// The query of the teacher's `search` call: the issue's best keywords and
-/// the file names it writes, as a model could put them.
-pub fn search_query(issue: &str) -> String {
-    let mut terms: Vec<String> = Vec::new();
-    for k in keywords(issue) {
-        if terms.len() >= QUERY_TERMS {
-            break;
-        }
-        if !terms.contains(&k) {
-            terms.push(k);
-        }
-    }
-    terms.join(" ")
-}
-
+/// The teacher's first turn: a `search` whose query is the issue's best
+/// keywords and the file names it writes, as a model could put them, and a
+/// grep of the most distinctive one.
 fn search_turn(issue: &str, config: &ScriptedConfig) -> String {
-    let query = search_query(issue);
+    // Distinct, the most telling first.
+    let keys = keywords(issue);
+    let query = keys.iter().take(QUERY_TERMS).cloned().collect::<Vec<_>>().join(" ");
     let mut calls = vec![json!({"name": "search", "arguments": {"query": if query.is_empty() { issue.chars().take(200).collect() } else { query }}})];
-    if let Some(k) = keywords(issue).into_iter().nth(config.skip_keywords) {
-        calls.push(json!({"name": "grep", "arguments": {"pattern": regex::escape(&k)}}));
+    if let Some(k) = keys.get(config.skip_keywords) {
+        calls.push(json!({"name": "grep", "arguments": {"pattern": regex::escape(k)}}));
     }
     format_calls("I will ask the search for the names the issue mentions, and grep the most distinctive one.", &calls)
 }
