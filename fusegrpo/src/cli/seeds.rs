@@ -87,8 +87,9 @@ fn stage_table(runs: &[Run]) -> String {
     );
     for r in runs {
         for stage in STAGES {
-            let Some(s) = r.report.stages.get(stage) else { continue };
-            let ci = s.reward_ci95.map(|[lo, hi]| format!(" [{lo:.3}, {hi:.3}]")).unwrap_or_default();
+            let Some(row) = r.report.stages.get(stage) else { continue };
+            let ci = row.reward_ci95.map(|[lo, hi]| format!(" [{lo:.3}, {hi:.3}]")).unwrap_or_default();
+            let s = &row.summary;
             let _ = writeln!(
                 out,
                 "| {} | {stage} | {:.3}{ci} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {} |",

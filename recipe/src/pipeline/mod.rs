@@ -36,49 +36,21 @@ pub fn pipeline_inputs<'a>(cfg: &'a RunConfig, path: &Path) -> trainer::error::R
     Ok((p, TaskSource::File(tasks)))
 }
 
-/// One row of the report: the FuseSearch table's metrics on held-out tasks.
+/// One row of the report: the FuseSearch table's metrics on held-out tasks
+/// (the episodes' means, their keys at the row's top level), and what only
+/// the report has.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StageReport {
-    pub f1_file: f64,
-    pub f1_func: f64,
-    pub e: f64,
-    pub reward: f64,
-    pub turns: f64,
-    pub calls_per_turn: f64,
-    pub tokens: f64,
-    /// Mean wall time per episode.
-    pub seconds: f64,
-    /// Share of episodes that answered.
-    pub answered: f64,
+    #[serde(flatten)]
+    pub summary: Summary,
     /// Share of tool calls that parsed and named a known tool with valid arguments.
     pub well_formed_calls: f64,
-    pub episodes: usize,
     /// 95% interval of the mean reward (bootstrap over held-out tasks).
     #[serde(default)]
     pub reward_ci95: Option<[f64; 2]>,
     /// With `eval_attempts`: the selected answers' row at N attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected: Option<rollout::scaling::ScalingRow>,
-}
-
-impl StageReport {
-    pub fn of(summary: &Summary, well_formed_calls: f64) -> StageReport {
-        StageReport {
-            f1_file: summary.f1_file,
-            f1_func: summary.f1_func,
-            e: summary.e,
-            reward: summary.reward,
-            turns: summary.turns,
-            calls_per_turn: summary.calls_per_turn,
-            tokens: summary.tokens,
-            seconds: summary.seconds,
-            answered: summary.answered,
-            well_formed_calls,
-            episodes: summary.episodes,
-            reward_ci95: None,
-            selected: None,
-        }
-    }
 }
 
 /// `<run>/report.json`: `{"stages": {"base": .., "sft": .., "grpo": ..}, ..}`.

@@ -145,9 +145,12 @@ pub fn run(cfg: &RunConfig, config: &Path, run_dir: &Path, skip_bad: bool, tenso
         let read_back = out.exists();
         let episodes = evaluate(&model, &p, &heldout, &policy, &out)?;
         let rewards = stats::task_rewards(&episodes);
-        let mut row = StageReport::of(&Summary::of(&episodes), well_formed_calls(&episodes));
-        row.reward_ci95 = Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>()));
-        row.selected = selected(&cfg, &p, &heldout, &episodes)?;
+        let row = StageReport {
+            summary: Summary::of(&episodes),
+            well_formed_calls: well_formed_calls(&episodes),
+            reward_ci95: Some(stats::mean_ci95(&rewards.values().copied().collect::<Vec<_>>())),
+            selected: selected(&cfg, &p, &heldout, &episodes)?,
+        };
         report.stages.insert(name.to_string(), row);
         per_task.insert(name, rewards);
         if !read_back {
@@ -546,11 +549,12 @@ pub fn table(r: &Report) -> String {
         "stage    f1_file f1_func      e  reward  reward_95%_ci   turns calls/turn  tokens seconds answered well_formed\n",
     );
     for name in ["base", "teacher", "sft", "grpo"] {
-        if let Some(s) = r.stages.get(name) {
-            let ci = s.reward_ci95.map(|[lo, hi]| format!("[{lo:.3}, {hi:.3}]")).unwrap_or_default();
+        if let Some(row) = r.stages.get(name) {
+            let ci = row.reward_ci95.map(|[lo, hi]| format!("[{lo:.3}, {hi:.3}]")).unwrap_or_default();
+            let s = &row.summary;
             out += &format!(
                 "{name:<8} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {ci:>15} {:>6.2} {:>10.2} {:>7.0} {:>7.2} {:>8.2} {:>11.2}\n",
-                s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, s.well_formed_calls
+                s.f1_file, s.f1_func, s.e, s.reward, s.turns, s.calls_per_turn, s.tokens, s.seconds, s.answered, row.well_formed_calls
             );
         }
     }
