@@ -15,8 +15,10 @@
 # The tables, in compare.md:
 #   1. GRPO - SFT of the run (its report.json, reward paired by task)
 #   2. episodes: new - old (R, file F1, function F1, answered)
-#   3. ranked answers: the model alone (new, then old) and `combined` (new)
-#      against the index search (file and function F1, accuracy@1/3/5)
+#   3. ranked answers, each policy of each file (the model alone, `combined`
+#      and the search itself) against the index search: file and function
+#      F1, accuracy@1/3/5 (`compare --against search`)
+#   4. the same columns against the previous model alone (`--against model`)
 # Each evaluation is kept and reused by a rerun (delete it to make it again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,20 +47,6 @@ if [ ! -f "$out/old.ranked.jsonl" ]; then
   mv "$out/old.ranked.jsonl.partial" "$out/old.ranked.jsonl"
 fi
 
-# One file per policy of each ranked file (compare pairs every column with
-# the first, and the first here is the index search).
-python3 - "$ship-heldout.ranked.jsonl" "$out/old.ranked.jsonl" "$out" <<'EOF'
-import json, sys
-new, old, out = sys.argv[1:]
-for path, tag in [(new, "new"), (old, "old")]:
-    rows = {}
-    for line in open(path):
-        r = json.loads(line)
-        rows.setdefault(r["policy"], []).append(line)
-    for policy, lines in rows.items():
-        open(f"{out}/{tag}-{policy}.ranked.jsonl", "w").writelines(lines)
-EOF
-
 {
   echo "# Issue 64: the held-out comparison ($(date -u +%F))"
   echo
@@ -76,11 +64,10 @@ EOF
   echo
   echo "## 3. Ranked answers against the index search"
   echo
-  $bin compare "$out/new-search.ranked.jsonl" "$out/new-model.ranked.jsonl" "$out/new-combined.ranked.jsonl" \
-    "$out/old-model.ranked.jsonl" --json "$out/ranked.json"
+  $bin compare "$ship-heldout.ranked.jsonl" "$out/old.ranked.jsonl" --against search --json "$out/ranked.json"
   echo
-  echo "## 4. Ranked answers: the new model alone - the previous model alone"
+  echo "## 4. Ranked answers against the previous model alone"
   echo
-  $bin compare "$out/old-model.ranked.jsonl" "$out/new-model.ranked.jsonl" --json "$out/models.json"
+  $bin compare "$out/old.ranked.jsonl" "$ship-heldout.ranked.jsonl" --against model --json "$out/models.json"
 } > "$out/compare.md"
 cat "$out/compare.md"

@@ -9,7 +9,9 @@
 //!
 //! Ranked files (`eval --ranked`) compare the same way, each policy of a
 //! file a column: set F1, accuracy@1/3/5 of files and functions and the
-//! grounded rate, and each later column minus the first, paired by task.
+//! grounded rate, and every other column minus the first, paired by task;
+//! or minus the first column of the policy `--against` names (`--against
+//! search`: everything against the index search).
 
 use anyhow::{Context, Result};
 use rollout::episode::summary::{task_means, task_rewards, Summary};
@@ -28,6 +30,9 @@ pub struct Args {
     /// Also write the figures as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Ranked files only: pair every column with the first column of this policy (`search`, `model`, `combined`...) instead of the first column.
+    #[arg(long, value_name = "POLICY")]
+    pub against: Option<String>,
 }
 
 /// One file's means, and the interval of its mean R over tasks.
@@ -68,6 +73,11 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     // Each file: its name, episodes and per-task mean R.
+    anyhow::ensure!(
+        args.against.is_none(),
+        "--against picks a policy of ranked files (eval --ranked); {} is an episode file, whose files pair with the first",
+        args.files[0].display()
+    );
     let mut loaded = Vec::new();
     for path in &args.files {
         let episodes = read_episodes(path)?;
@@ -85,15 +95,15 @@ pub fn run(args: Args) -> Result<()> {
     let (first, first_episodes, a) = &loaded[0];
     let mut pairs = Vec::new();
     for (file, episodes, b) in &loaded[1..] {
-        let shared = a.keys().filter(|t| b.contains_key(*t)).count();
-        anyhow::ensure!(shared > 0, "{file} and {first} have no task in common: nothing to pair");
+        let reward = stats::paired(a, b);
+        anyhow::ensure!(reward.tasks > 0, "{file} and {first} have no task in common: nothing to pair");
         let diffs: Vec<f64> = a.iter().filter_map(|(t, x)| b.get(t).map(|y| y - x)).collect();
         pairs.push(PairRow {
             earlier: first.clone(),
             later: file.clone(),
-            tasks: shared,
-            unpaired: a.len() + b.len() - 2 * shared,
-            reward: stats::paired(a, b),
+            tasks: reward.tasks,
+            unpaired: a.len() + b.len() - 2 * reward.tasks,
+            reward,
             f1_file: stats::paired(&task_means(first_episodes, F1_FILE), &task_means(episodes, F1_FILE)),
             f1_func: stats::paired(&task_means(first_episodes, F1_FUNC), &task_means(episodes, F1_FUNC)),
             answered: stats::paired(&task_means(first_episodes, ANSWERED), &task_means(episodes, ANSWERED)),
@@ -134,7 +144,19 @@ fn compare_ranked(args: &Args) -> Result<Option<String>> {
         }
     }
     let views: Vec<(String, &[rollout::ranking::TaskRanking])> = columns.iter().map(|(l, r)| (l.clone(), r.as_slice())).collect();
-    let pairs: Vec<(usize, usize)> = (1..views.len()).map(|i| (i, 0)).collect();
+    let base = match &args.against {
+        None => 0,
+        Some(policy) => views.iter().position(|(_, rows)| rows[0].policy == *policy).ok_or_else(|| {
+            let mut have: Vec<&str> = Vec::new();
+            for (_, rows) in &views {
+                if !have.contains(&rows[0].policy.as_str()) {
+                    have.push(&rows[0].policy);
+                }
+            }
+            anyhow::anyhow!("--against {policy}: no file has rows of that policy (they have {})", have.join(", "))
+        })?,
+    };
+    let pairs: Vec<(usize, usize)> = (0..views.len()).filter(|&i| i != base).map(|i| (i, base)).collect();
     if let Some(path) = &args.json {
         let summaries: Vec<_> = views.iter().map(|(l, r)| serde_json::json!({"ranking": l, "summary": rollout::ranking::RankSummary::of(r)})).collect();
         let paired: Vec<_> = pairs

@@ -229,6 +229,8 @@ fn eval_reuse_refuses_episodes_made_otherwise_and_repeated_rows() {
     std::fs::write(&dup, format!("{text}{}\n", text.lines().next().unwrap())).unwrap();
     let line = text.lines().count() + 1;
     let task = rows[0]["task_id"].as_str().unwrap();
+    let err = fails(&["compare", s(&model_eps), s(&model_eps), "--against", "search"]);
+    assert!(err.contains("--against picks a policy of ranked files"), "{err}");
     let err = fails(&["compare", s(&model_eps), s(&dup)]);
     assert!(err.contains(&format!("dup.jsonl:{line}")) && err.contains(&format!("task '{task}' sample 0 again (first at line 1)")), "{err}");
     let err = fails(&refs(&eval(&["--policy", "model", "--group", "2", "--reuse", s(&dup)])));

@@ -73,6 +73,58 @@ fn bad_configs_name_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("ftp://nope"));
 }
 
+/// `compare` on ranked files: each policy of a file is a column, paired
+/// with the first column, or with the first of the policy `--against`
+/// names. `rows` are `eval --policy search --ranked` rows (both tasks found
+/// at rank 1); a second file holds them again as policy `model`, its first
+/// task's files missed.
+fn compare_pairs_ranked_columns_against_a_policy(dir: &std::path::Path, rows: &[serde_json::Value]) {
+    let model: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut r = r.clone();
+            r["policy"] = "model".into();
+            if i == 0 {
+                r["score"]["f1_file"] = 0.0.into();
+                r["score"]["first_gold_file"] = serde_json::Value::Null;
+            }
+            r
+        })
+        .collect();
+    let write = |name: &str, rows: &[serde_json::Value]| {
+        let p = dir.join(name);
+        std::fs::write(&p, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+        p
+    };
+    // One file with both policies, model first; another with the search alone.
+    let both = write("both.ranked.jsonl", &[model.clone(), rows.to_vec()].concat());
+    let search = write("search-only.ranked.jsonl", rows);
+    let (b, s) = (both.to_str().unwrap(), search.to_str().unwrap());
+    let json = dir.join("ranked.json");
+    let table = fusegrpo_ok(&["compare", b, s, "--against", "search", "--json", json.to_str().unwrap()]);
+    let label = |p: &str, policy: &str| format!("{p} [{policy}]");
+    // Against the first search column: the model and the other search column, not the search itself.
+    assert!(table.contains(&format!("| {} - {} |", label(b, "model"), label(b, "search"))), "{table}");
+    assert!(table.contains(&format!("| {} - {} |", label(s, "search"), label(b, "search"))), "{table}");
+    assert!(!table.contains(&format!("| {} - {} |", label(b, "search"), label(b, "search"))), "{table}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let paired = v["paired"].as_array().unwrap();
+    assert_eq!(paired.len(), 2, "{v}");
+    let model_row = paired.iter().find(|p| p["later"] == label(b, "model")).unwrap();
+    assert_eq!(model_row["earlier"], label(b, "search"));
+    assert!((model_row["paired"]["f1_file"]["mean"].as_f64().unwrap() + 0.5).abs() < 1e-9, "one task of two lost F1 1: {model_row}");
+    let same = paired.iter().find(|p| p["later"] == label(s, "search")).unwrap();
+    assert_eq!(same["paired"]["f1_file"]["mean"], 0.0, "{same}");
+    // Without --against the first column (the model) is the base.
+    let table = fusegrpo_ok(&["compare", b, s]);
+    assert!(table.contains(&format!("| {} - {} |", label(b, "search"), label(b, "model"))), "{table}");
+    // A policy no file has is named with the ones there are.
+    let out = fusegrpo(&["compare", b, s, "--against", "combined"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--against combined") && err.contains("model, search"), "{err}");
+}
+
 /// `eval --policy search` ranks each task by the index search (no model,
 /// no episode), and `eval` cuts an issue too long for the episode's token
 /// budget instead of refusing it (it used to need --skip-bad-tasks).
@@ -92,6 +144,7 @@ fn eval_search_ranks_and_long_issues_are_cut_not_skipped() {
         assert_eq!(r["score"]["first_gold_file"], 1, "{r}");
         assert_eq!(r["score"]["first_gold_function"], 1, "{r}");
     }
+    compare_pairs_ranked_columns_against_a_policy(tmp.path(), &rows);
     // With --out, --policy search is refused (it runs no episodes).
     let out = tmp.path().join("e.jsonl");
     let refused = fusegrpo(&["eval", "--config", c, "--tasks", tasks.to_str().unwrap(), "--policy", "search", "--out", out.to_str().unwrap()]);
