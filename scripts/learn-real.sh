@@ -12,8 +12,9 @@
 # The variant (`real`, the default, or `search`) names the recipe, the run
 # folder (run, search-run), the requests folder (requests, search-requests),
 # the shipped form (localizer, search-localizer) and the episode setting of
-# the evaluations (configs/smollm2-real.toml, with `env.tools.search=true`
-# for `search`); the repositories and corpus are shared.
+# the evaluations (configs/smollm2-real-v1.toml, the previous localizer's,
+# for `real`; configs/smollm2-real.toml, `search` on, for `search`); the
+# repositories and corpus are shared.
 #
 # Stages (each leaves its output and is skipped when that output exists, so
 # a rerun after an interruption at any point continues where it stopped):
@@ -29,7 +30,7 @@
 #               base, teacher, SFT and GRPO on the held-out tasks
 #   4. requests the 8 SWE-bench Verified rows of psf/requests, same stages
 #   5. ship     the GRPO adapter in bf16 (`fusegrpo export-adapter`) and its
-#               own evaluation on the held-out tasks (configs/smollm2-real.toml),
+#               own evaluation on the held-out tasks (in the variant's setting),
 #               episodes and ranked answers (the model, the search, combined)
 #
 # FUSEGRPO_BIN=path runs a copy of the binary (so a rebuild during the
@@ -38,8 +39,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 variant=${1:-real}
 case $variant in
-  real) recipe=configs/smollm2-real-recipe.toml prefix= eval_set=() teacher_policy=scripted ;;
-  search) recipe=configs/smollm2-search-recipe.toml prefix=search- eval_set=(--set env.tools.search=true) teacher_policy=guided ;;
+  real) recipe=configs/smollm2-real-recipe.toml prefix= eval_config=configs/smollm2-real-v1.toml teacher_policy=scripted ;;
+  search) recipe=configs/smollm2-search-recipe.toml prefix=search- eval_config=configs/smollm2-real.toml teacher_policy=guided ;;
   *) echo "usage: scripts/learn-real.sh [real|search]" >&2; exit 2 ;;
 esac
 bin="${FUSEGRPO_BIN:-target/release/fusegrpo}"
@@ -130,7 +131,7 @@ for stage in base teacher sft grpo; do
   [ -f "$r/$stage.source" ] || echo "$from" > "$r/$stage.source"
   [ -f "$r/$stage.jsonl" ] && continue
   log "requests: $stage"
-  nice -n 10 $bin eval --config configs/smollm2-real.toml "${eval_set[@]}" --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
+  nice -n 10 $bin eval --config "$eval_config" --tasks "$r/tasks.jsonl" --repos-dir "$repos" \
     --group 1 "${args[@]}" --out "$r/$stage.jsonl.partial" --skip-bad-tasks > "$r/$stage.table"
   mv "$r/$stage.jsonl.partial" "$r/$stage.jsonl"
 done
@@ -138,7 +139,7 @@ for stage in base teacher sft grpo; do echo "== requests, $stage"; cat "$r/$stag
 
 # 5. The shipped form of the localizer: the GRPO adapter in bf16 (PEFT's
 # files, no optimizer state), evaluated itself on the held-out tasks in
-# configs/smollm2-real.toml's setting (greedy, one episode per task).
+# $eval_config's setting (greedy, one episode per task).
 ship=$real/${prefix}localizer
 if [ -f "$ship.source" ] && [ "$(cat "$ship.source")" != "$grpo" ]; then
   set_aside "$(basename "$(cat "$ship.source")")" "$ship" "$ship-heldout.jsonl" "$ship-heldout.ranked.jsonl" "$ship-heldout.table" "$ship.source"
@@ -149,11 +150,11 @@ fi
 # the index search and the two combined (scripts/compare-localizers.sh).
 if [ ! -f "$ship-heldout.jsonl" ] || [ ! -f "$ship-heldout.ranked.jsonl" ]; then
   log "the shipped adapter on the $(wc -l < "$c/heldout.jsonl") held-out tasks"
-  nice -n 10 $bin eval --config configs/smollm2-real.toml "${eval_set[@]}" --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
+  nice -n 10 $bin eval --config "$eval_config" --tasks "$c/heldout.jsonl" --repos-dir "$repos" --group 1 \
     --adapter "$ship" --policy combined --out "$ship-heldout.jsonl.partial" --ranked "$ship-heldout.ranked.jsonl.partial" \
     --skip-bad-tasks > "$ship-heldout.table"
   mv "$ship-heldout.jsonl.partial" "$ship-heldout.jsonl"
   mv "$ship-heldout.ranked.jsonl.partial" "$ship-heldout.ranked.jsonl"
 fi
 cat "$ship-heldout.table"
-log "done: $run/report.json, $r/*.table, $ship (copy it to models/smollm2-135m-localizer to ship it)"
+log "done: $run/report.json, $r/*.table, $ship (the adapter $eval_config loads: copy it there to ship it)"

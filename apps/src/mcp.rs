@@ -473,7 +473,7 @@ fn measured() -> String {
 /// The server's instructions to the agent.
 pub fn instructions() -> String {
     format!(
-        "`localize` runs a small trained model over a repository (grep, glob and read_file, read-only) and returns a ranked hint: \
+        "`localize` runs a small trained model over a repository (the index search, grep, glob and read_file, read-only) and returns a ranked hint: \
          the files and functions it names for an issue, each with the tool output that led there. Verify them (read the code) \
          before relying on them: it is often wrong. {} `grep`, `glob` and `read_file` read the same repository without the model (fast).",
         measured()
@@ -484,7 +484,7 @@ pub fn instructions() -> String {
 pub fn localize_description() -> String {
     format!(
         "Localize an issue in a repository (a git work tree as it is, a revision, or a plain folder): a small trained model searches it \
-         with grep, glob and read_file and names the files and functions to change, ranked by the attempts that named them, each with \
+         with the index search, grep, glob and read_file and names the files and functions to change, ranked by the attempts that named them, each with \
          the tool call and output line that led there, and the cost (wall seconds). A hint to verify, not an answer. {} \
          An issue over the token budget is cut (its beginning and end kept) and the result says how many tokens were dropped. Read-only.",
         measured()

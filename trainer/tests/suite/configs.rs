@@ -41,27 +41,42 @@ fn micro_batch_tokens_selects_packing_and_zero_names_the_key() {
     }
 }
 
-/// The shipped localizer is measured in the setting it was trained in:
-/// `configs/smollm2-real.toml` (base + shipped adapter, greedy) and the
-/// recipe that trains it agree on the model, template, tools and episode.
+/// Each localizer is measured in the setting it was trained in: the
+/// shipped one (`configs/smollm2-real.toml`, trained by the search recipe,
+/// issue 64) and the previous one (`configs/smollm2-real-v1.toml`, by the
+/// real recipe, issue 33) agree with their recipes on the model, template,
+/// tools and episode; both greedy, one episode per task.
 #[test]
-fn the_real_localizer_config_matches_its_recipe() {
+fn each_localizer_config_matches_its_recipe() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
-    let eval = RunConfig::from_file(&dir.join("smollm2-real.toml")).unwrap();
-    let recipe = RunConfig::from_file(&dir.join("smollm2-real-recipe.toml")).unwrap();
-    assert_eq!(eval.model.path, recipe.model.path);
-    assert!(!eval.model.path.starts_with('~'), "`~/` expands: {}", eval.model.path);
-    assert_eq!(eval.model.chat_template, recipe.model.chat_template);
-    assert_eq!((eval.model.dtype, recipe.model.adapter.is_none()), (recipe.model.dtype, true));
-    assert!(eval.model.adapter.as_ref().is_some_and(|a| a.ends_with("models/smollm2-135m-localizer")), "{:?}", eval.model.adapter);
-    assert_eq!(eval.env.tools, recipe.env.tools);
-    assert_eq!(eval.episode, recipe.episode);
-    assert_eq!(eval.env.repos_dir, recipe.env.repos_dir);
-    assert_eq!(eval.sampling.temperature, 0.0, "the localizer is measured greedy");
-    let p = recipe.pipeline.as_ref().expect("[pipeline]");
-    assert_eq!(p.eval_temperature, 0.0);
-    assert_eq!(p.eval_group, 1);
-    assert!(recipe.lora.is_some(), "the recipe trains the shipped adapter");
+    for (config, recipe, adapter) in [
+        ("smollm2-real.toml", "smollm2-search-recipe.toml", "models/smollm2-135m-localizer"),
+        ("smollm2-real-v1.toml", "smollm2-real-recipe.toml", "models/smollm2-135m-localizer-v1"),
+    ] {
+        let eval = RunConfig::from_file(&dir.join(config)).unwrap();
+        let recipe = RunConfig::from_file(&dir.join(recipe)).unwrap();
+        assert_eq!(eval.model.path, recipe.model.path, "{config}");
+        assert!(!eval.model.path.starts_with('~'), "`~/` expands: {}", eval.model.path);
+        assert_eq!(eval.model.chat_template, recipe.model.chat_template, "{config}");
+        assert_eq!((eval.model.dtype, recipe.model.adapter.is_none()), (recipe.model.dtype, true), "{config}");
+        assert!(eval.model.adapter.as_ref().is_some_and(|a| a.ends_with(adapter)), "{config}: {:?}", eval.model.adapter);
+        assert_eq!(eval.env.tools, recipe.env.tools, "{config}");
+        assert_eq!(eval.episode, recipe.episode, "{config}");
+        assert_eq!(eval.env.repos_dir, recipe.env.repos_dir, "{config}");
+        assert_eq!(eval.sampling.temperature, 0.0, "{config}: the localizer is measured greedy");
+        let p = recipe.pipeline.as_ref().expect("[pipeline]");
+        assert_eq!(p.eval_temperature, 0.0);
+        assert_eq!(p.eval_group, 1);
+        assert!(recipe.lora.is_some(), "the recipe trains the shipped adapter");
+    }
+    // The two differ in the tool alone (and their adapters and names).
+    let new = RunConfig::from_file(&dir.join("smollm2-real.toml")).unwrap();
+    let mut old = RunConfig::from_file(&dir.join("smollm2-real-v1.toml")).unwrap();
+    assert!(new.env.tools.search && !old.env.tools.search);
+    old.env.tools.search = true;
+    old.model.adapter = new.model.adapter.clone();
+    old.name = new.name.clone();
+    assert_eq!(serde_json::to_value(&old).unwrap(), serde_json::to_value(&new).unwrap());
 }
 
 /// Issue 64's recipe differs from the real recipe only in the `search`
