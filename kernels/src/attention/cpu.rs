@@ -16,7 +16,7 @@
 //! depends only on the shapes and the thread count, so results are the same
 //! bits on every run with the same thread count.
 
-use super::{Dims, View4, Visibility};
+use super::{per_query, Dims, View4, Visibility};
 use crate::fastmath::{exp, exp_sub_sum};
 use crate::matmul::{gemm_f32, Accumulate, Mat, Rhs};
 use rayon::prelude::*;
@@ -34,19 +34,21 @@ pub(crate) struct Problem<'a> {
     pub vis: &'a Visibility,
     pub dims: Dims,
     pub scale: f32,
+    /// Forward each query on its own ([`per_query`]; inference, few queries).
+    pub per_query: bool,
 }
 
 /// What a block of query or key slots holds, for skipping and unmasked blocks.
 #[derive(Clone, Copy, Debug)]
-struct BlockStats {
+pub(super) struct BlockStats {
     /// Smallest and largest position of the non-padding slots.
-    min_pos: i64,
-    max_pos: i64,
+    pub min_pos: i64,
+    pub max_pos: i64,
     /// Smallest and largest segment of the non-padding slots.
-    min_seg: u32,
-    max_seg: u32,
-    any_pad: bool,
-    any_valid: bool,
+    pub min_seg: u32,
+    pub max_seg: u32,
+    pub any_pad: bool,
+    pub any_valid: bool,
 }
 
 impl BlockStats {
@@ -104,15 +106,15 @@ impl Visibility {
 }
 
 /// The shapes and block geometry shared by forward and backward.
-struct Geometry {
+pub(super) struct Geometry {
     dims: Dims,
     groups: usize,
     /// Folded rows per (row, kv head): `groups * t`.
     folded: usize,
     query_blocks: usize,
-    key_blocks: usize,
+    pub key_blocks: usize,
     /// `[batch * key_blocks]`.
-    key_stats: Vec<BlockStats>,
+    pub key_stats: Vec<BlockStats>,
 }
 
 impl Geometry {
@@ -132,13 +134,13 @@ impl Geometry {
     }
 
     /// (query head, query index) of folded row `f` of kv head `g`.
-    fn unfold(&self, g: usize, f: usize) -> (usize, usize) {
+    pub(super) fn unfold(&self, g: usize, f: usize) -> (usize, usize) {
         let t = self.dims.queries;
         (g * self.groups + f / t, f % t)
     }
 
     /// Folded rows of query block `qb`.
-    fn block_rows(&self, qb: usize) -> std::ops::Range<usize> {
+    pub(super) fn block_rows(&self, qb: usize) -> std::ops::Range<usize> {
         qb * BLOCK_Q..((qb + 1) * BLOCK_Q).min(self.folded)
     }
 
@@ -184,8 +186,11 @@ pub(crate) fn forward(p: &Problem) -> (Vec<f32>, Vec<f32>) {
     let mut out = vec![0.0f32; batch * t * heads * d];
     let mut lse = vec![0.0f32; batch * heads * t];
     let (out_w, lse_w) = (Scatter::new(&mut out), Scatter::new(&mut lse));
+    // Few queries at inference: each on its own (`per_query`), so that a
+    // query gets the same bits alone or beside others.
+    let task = if p.per_query { per_query::forward_task } else { forward_task };
     tasks.par_iter().for_each(|&(r, g, qb)| {
-        let (o, l) = forward_task(p, &geo, r, g, qb);
+        let (o, l) = task(p, &geo, r, g, qb);
         for (n, f) in geo.block_rows(qb).enumerate() {
             let (h, i) = geo.unfold(g, f);
             // SAFETY: (row r, head h, query i) belongs to this task alone
@@ -234,7 +239,7 @@ impl Scatter {
 
 /// Gathers the rows of `x` (`[b, heads, t, d]` strided) of folded rows
 /// `rows` of kv head `g` into a dense `[rows, d]` block.
-fn gather_q(x: &View4, geo: &Geometry, r: usize, g: usize, rows: std::ops::Range<usize>) -> Vec<f32> {
+pub(super) fn gather_q(x: &View4, geo: &Geometry, r: usize, g: usize, rows: std::ops::Range<usize>) -> Vec<f32> {
     let d = geo.dims.head_dim;
     let mut out = Vec::with_capacity(rows.len() * d);
     for f in rows {

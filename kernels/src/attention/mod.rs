@@ -23,6 +23,7 @@
 //!   `kernels::cuda_ops::attention_forward_backward`).
 
 mod cpu;
+mod per_query;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cudnn")]
@@ -247,6 +248,15 @@ pub fn attention_ran(q: &Tensor, k: &Tensor, v: &Tensor, vis: &Arc<Visibility>, 
     Ok((out, ran))
 }
 
+/// Whether a call with `queries` queries per row on `device` in `dtype`,
+/// tracking no gradients, computes each query exactly as a call of that
+/// query alone (with the keys up to its last visible one) would: the CPU's
+/// f32 forward for few queries at inference. One such call checks a drafted
+/// continuation with one-token steps' bits.
+pub fn queries_alone(device: &Device, dtype: DType, queries: usize) -> bool {
+    device.is_cpu() && crate::has_native_path(device) && fused_dtype(device, dtype) && queries <= per_query::MAX_QUERIES
+}
+
 /// Whether the fused op has kernels for `dtype` on `device`: f32 on the CPU,
 /// f32 and bf16 on CUDA (with feature `cuda`), and f16 there too with
 /// feature `cudnn` (cuDNN only: see [`f16_admitted`]).
@@ -434,6 +444,9 @@ impl CustomOp3 for AttentionOp {
             vis: &self.vis,
             dims: self.dims,
             scale: self.scale,
+            // Inference with few queries: each on its own (training keeps
+            // one kernel for every length, so splits of a batch agree).
+            per_query: !self.grads && self.dims.queries <= per_query::MAX_QUERIES,
         };
         let (out, lse) = cpu::forward(&p);
         *self.lse.lock().expect("attention lse lock") = Some(Lse::Cpu(lse));
@@ -494,6 +507,7 @@ impl CustomOp3 for AttentionOp {
             vis: &self.vis,
             dims: self.dims,
             scale: self.scale,
+            per_query: false,
         };
         let o = contiguous_f32(co, lo, "attention output")?;
         let g = contiguous_f32(cg, lg, "attention output gradient")?;

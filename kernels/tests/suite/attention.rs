@@ -5,7 +5,7 @@
 
 use crate::common::{assert_close, tensor};
 use candle_core::{DType, Device, Tensor, Var};
-use kernels::attention::{attention, attention_reference, forward_backward, fused_dtype, Settings, Visibility};
+use kernels::attention::{attention, attention_reference, forward_backward, fused_dtype, queries_alone, Settings, Visibility};
 use std::sync::Arc;
 
 /// Relative tolerance (of `max(1, max |ref|)`) of outputs and gradients.
@@ -116,6 +116,10 @@ fn attention_matches_the_reference() {
         case("left-padded rows, keys before the queries", (3, 4, 1), (70, 260, 64), Layout::LeftPadded),
         case("packed rows", (2, 4, 2), (300, 300, 64), Layout::Packed),
         case("decode: one query against 300 cached keys, groups 4, d 128", (3, 8, 2), (1, 300, 128), Layout::LeftPadded),
+        case("a draft: 9 queries against 300 cached keys, groups 3, d 64", (1, 9, 3), (9, 300, 64), Layout::Sequential),
+        case("16 queries, left-padded, d 60 (not a multiple of 8)", (2, 4, 2), (16, 140, 60), Layout::LeftPadded),
+        case("5 queries, right-padded", (3, 4, 2), (5, 133, 64), Layout::RightPadded),
+        case("17 queries (blocks shared between queries)", (1, 4, 2), (17, 150, 64), Layout::Sequential),
     ];
     for (n, c) in cases.iter().enumerate() {
         check(c, 10 * n as u64 + 1);
@@ -197,6 +201,35 @@ fn packed_rows_equal_their_sequences_run_alone() {
         assert_close(&format!("segment at {start}: grad v"), &gv.narrow(2, start, len).unwrap(), &cc, REL);
         start += len;
     }
+}
+
+#[test]
+fn few_queries_get_the_bits_they_get_alone() {
+    // A decoding step's query alone against the keys up to its own, or
+    // among the draft's queries in one call: the same bits (what lets
+    // `CausalLm::forward_steps` check a draft in one call). Keys of a cache
+    // buffer with spare capacity, past a key block; SmolLM2's and Qwen3's
+    // head shapes.
+    let scale = 0.125;
+    let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (h, kv, d, before, t) in [(9, 3, 64, 250, 9), (8, 2, 128, 127, 16), (4, 4, 64, 3, 2)] {
+        assert!(queries_alone(&Device::Cpu, DType::F32, t));
+        let s = before + t;
+        let cap = s + 40;
+        let q = tensor(11, &[1, h, t, d], 1.5);
+        let (kb, vb) = (tensor(12, &[1, kv, cap, d], 1.5), tensor(13, &[1, kv, cap, d], 1.0));
+        let (k, v) = (kb.narrow(2, 0, s).unwrap(), vb.narrow(2, 0, s).unwrap());
+        let vis = Arc::new(Visibility::new(1, (before as i64..s as i64).collect(), (0..s as i64).collect()).unwrap());
+        let together = attention(&q, &k, &v, &vis, scale, Settings::default()).unwrap();
+        for i in 0..t {
+            let keys = before + i + 1;
+            let one = Arc::new(Visibility::new(1, vec![(before + i) as i64], (0..keys as i64).collect()).unwrap());
+            let alone = attention(&q.narrow(2, i, 1).unwrap(), &k.narrow(2, 0, keys).unwrap(), &v.narrow(2, 0, keys).unwrap(), &one, scale, Settings::default()).unwrap();
+            assert!(bits(&alone) == bits(&together.narrow(1, i, 1).unwrap()), "h {h}, d {d}: query {i} of {t} differs alone");
+        }
+    }
+    // More queries than that share products: no promise, and none made.
+    assert!(!queries_alone(&Device::Cpu, DType::F32, 17) && !queries_alone(&Device::Cpu, DType::BF16, 1));
 }
 
 #[test]

@@ -239,11 +239,13 @@ impl CausalLm {
 
     /// [`Self::forward`] of one row with a cache, whose outputs are the
     /// same bits as forwarding its tokens one at a time: each query attends
-    /// alone to the keys up to its own, as a one-token step does (the
-    /// attention kernel's products sum in an order that depends on how
-    /// many queries share a call; every other op of a few rows is per row
-    /// or the same dot products whatever the row count). Checks a draft
-    /// of several tokens in one pass over the weights ([`crate::lookup`]).
+    /// to the keys up to its own as a one-token step does, in one attention
+    /// call where the kernel computes every query on its own
+    /// ([`kernels::attention::queries_alone`]: the CPU), else in a call per
+    /// query (elsewhere the products sum in an order that depends on how
+    /// many queries share a call); every other op of a few rows is per row
+    /// or the same dot products whatever the row count. Checks a draft of
+    /// several tokens in one pass over the weights ([`crate::lookup`]).
     pub fn forward_steps(&self, tokens: &Tensor, positions: &Positions, cache: &mut KvCache) -> Result<Tensor> {
         if tokens.dims2()?.0 != 1 || positions.segments.is_some() {
             return Err(Error::invalid("forward_steps", format!("one unpacked row, not {:?}", tokens.dims())));
@@ -268,8 +270,9 @@ impl CausalLm {
         };
         let device = tokens.device();
         let vis = visibility(positions, &keys)?;
-        // One query and the keys up to its own, per step (one row).
-        let step_vis = if steps {
+        // One query and the keys up to its own, per step (one row), where
+        // one call for every query would not give each the bits of a step.
+        let step_vis = if steps && !kernels::attention::queries_alone(device, self.dtype(), t) {
             let before = keys[0].len() - t;
             (0..t).map(|i| visibility(&Positions::step(vec![positions.data[i]]), &[keys[0][..before + i + 1].to_vec()])).collect::<candle_core::Result<Vec<_>>>()?
         } else {
