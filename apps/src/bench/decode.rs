@@ -25,7 +25,7 @@ pub struct Args {
     /// A model folder; without it, random weights of the shape below.
     #[arg(long)]
     pub model: Option<String>,
-    /// A LoRA adapter on `--model`, applied unmerged (as rollouts run it).
+    /// A LoRA adapter on `--model`, merged into its weights at load (as every inference command and, by default, rollouts run it).
     #[arg(long)]
     pub adapter: Option<std::path::PathBuf>,
     #[command(flatten)]
