@@ -120,7 +120,7 @@ pub const MEASURED: Measured = Measured {
     search_seconds: 0.8,
     model: (0.367, 0.482),
     answered: 0.90,
-    seconds: (7.0, 11.0),
+    seconds: (5.4, 8.0),
     cpu: "a 2-vCPU AMD EPYC",
     four_attempts: 2.3,
 };
