@@ -154,6 +154,9 @@ pub struct Server {
     snapshots: Arc<Snapshots>,
     /// The server's --policy: what a call without `policy` gets.
     search: Search,
+    /// Whether the served config gives the model the index search as a
+    /// tool (`[env.tools] search`): what the instructions say it calls.
+    search_tool: bool,
 }
 
 /// The snapshots the sandboxed tools read: calls on the same repository
@@ -280,7 +283,7 @@ impl Server {
 #[tool_router(router = tool_router)]
 impl Server {
     /// Localize an issue: the files and functions to change, ranked, each with the tool call that led there.
-    #[tool(name = "localize", description = localize_description(), annotations(title = "Localize an issue", read_only_hint = true, destructive_hint = false, idempotent_hint = false, open_world_hint = false), output_schema = rmcp::handler::server::tool::schema_for_output::<Localization>())]
+    #[tool(name = "localize", description = localize_description(true), annotations(title = "Localize an issue", read_only_hint = true, destructive_hint = false, idempotent_hint = false, open_world_hint = false), output_schema = rmcp::handler::server::tool::schema_for_output::<Localization>())]
     async fn localize(
         &self,
         Parameters(p): Parameters<LocalizeParams>,
@@ -437,7 +440,7 @@ impl ServerHandler for Server {
     fn get_info(&self) -> InitializeResult {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("fusegrpo", env!("CARGO_PKG_VERSION")))
-            .with_instructions(instructions())
+            .with_instructions(instructions(self.search_tool))
     }
 }
 
@@ -470,23 +473,37 @@ fn measured() -> String {
     )
 }
 
-/// The server's instructions to the agent.
-pub fn instructions() -> String {
+/// The read-only tools the served model calls: the index search among
+/// them when the config declares it (`[env.tools] search`).
+fn model_tools(search_tool: bool) -> &'static str {
+    if search_tool {
+        "the index search, grep, glob and read_file"
+    } else {
+        "grep, glob and read_file"
+    }
+}
+
+/// The server's instructions to the agent, for a model with the index
+/// search as a tool or without it.
+pub fn instructions(search_tool: bool) -> String {
     format!(
-        "`localize` runs a small trained model over a repository (the index search, grep, glob and read_file, read-only) and returns a ranked hint: \
+        "`localize` runs a small trained model over a repository ({}, read-only) and returns a ranked hint: \
          the files and functions it names for an issue, each with the tool output that led there. Verify them (read the code) \
          before relying on them: it is often wrong. {} `grep`, `glob` and `read_file` read the same repository without the model (fast).",
+        model_tools(search_tool),
         measured()
     )
 }
 
-/// The `localize` tool's description.
-pub fn localize_description() -> String {
+/// The `localize` tool's description, for a model with the index search
+/// as a tool or without it.
+pub fn localize_description(search_tool: bool) -> String {
     format!(
         "Localize an issue in a repository (a git work tree as it is, a revision, or a plain folder): a small trained model searches it \
-         with the index search, grep, glob and read_file and names the files and functions to change, ranked by the attempts that named them, each with \
+         with {} and names the files and functions to change, ranked by the attempts that named them, each with \
          the tool call and output line that led there, and the cost (wall seconds). A hint to verify, not an answer. {} \
          An issue over the token budget is cut (its beginning and end kept) and the result says how many tokens were dropped. Read-only.",
+        model_tools(search_tool),
         measured()
     )
 }
@@ -497,6 +514,7 @@ pub fn localize_description() -> String {
 /// without `repo` searches `default_repo`.
 pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: Option<PathBuf>) -> Result<()> {
     let policy = search.loads();
+    let search_tool = cfg.env.tools.search;
     let tools = Arc::new(ToolRunner::new(cfg.env.tools.clone()).with_search(cfg.search.clone(), rollout::search::IndexCache::shared()));
     let (jobs, jobs_rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<(), String>>();
@@ -530,7 +548,11 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
         Ok(Err(e)) => anyhow::bail!("fusegrpo mcp: loading the localizer: {e}"),
         Err(_) => anyhow::bail!("fusegrpo mcp: the localizer's worker stopped while loading"),
     }
-    let server = Server { tool_router: Server::tool_router(), jobs: Arc::new(Mutex::new(jobs)), default_repo, tools, snapshots: Arc::default(), search };
+    let mut tool_router = Server::tool_router();
+    if let Some(route) = tool_router.map.get_mut("localize") {
+        route.attr.description = Some(localize_description(search_tool).into());
+    }
+    let server = Server { tool_router, jobs: Arc::new(Mutex::new(jobs)), default_repo, tools, snapshots: Arc::default(), search, search_tool };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let served = runtime.block_on(async move {
         let (transport, writer) = frames::transport(tokio::io::stdin(), tokio::io::stdout());
@@ -545,4 +567,21 @@ pub fn serve(cfg: trainer::run_config::RunConfig, search: Search, default_repo: 
     served?;
     drop(worker);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{instructions, localize_description};
+
+    /// The instructions and the `localize` description name the model's
+    /// tools as the served config declares them (the index search or not).
+    #[test]
+    fn the_texts_name_the_tools_the_model_has() {
+        for text in [instructions(true), localize_description(true)] {
+            assert!(text.contains("the index search, grep, glob and read_file"), "{text}");
+        }
+        for text in [instructions(false), localize_description(false)] {
+            assert!(text.contains("grep, glob and read_file") && !text.contains("the index search, grep"), "{text}");
+        }
+    }
 }

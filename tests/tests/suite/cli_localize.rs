@@ -211,7 +211,11 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
     };
     send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
-    assert_eq!(next_for(1)["result"]["serverInfo"]["name"], "fusegrpo");
+    let init = next_for(1);
+    assert_eq!(init["result"]["serverInfo"]["name"], "fusegrpo");
+    // The config declares no `search` tool: the model's tools are named as it has them.
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(instructions.contains("(grep, glob and read_file, read-only)") && !instructions.contains("the index search, grep"), "{instructions}");
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let listed = next_for(2);
@@ -229,6 +233,7 @@ fn mcp_speaks_json_rpc_over_stdio_and_survives_bad_inputs() {
     }
     let description = localize["description"].as_str().unwrap();
     assert!(description.contains("file F1") && description.contains("hint to verify") && description.contains(" s per attempt"), "{description}");
+    assert!(description.contains("searches it with grep, glob and read_file and names") && !description.contains("the index search, grep"), "{description}");
     let call = |id: u64, name: &str, arguments: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
     let good = json!({"issue": "Adding an item fails with 'negative price in cart' for discounts; `add_item` should allow them."});
     let bad = [
