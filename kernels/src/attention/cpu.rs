@@ -286,30 +286,47 @@ fn forward_task(p: &Problem, geo: &Geometry, r: usize, g: usize, qb: usize) -> (
             mask_block(p, geo, s, r, g, rows.clone(), keys.clone());
         }
         for (row, ((m, l), a)) in s.chunks_mut(cols).zip(max.iter_mut().zip(sum.iter_mut()).zip(acc.chunks_mut(d))) {
-            let new_max = row.iter().copied().fold(*m, f32::max);
-            if new_max == f32::NEG_INFINITY {
+            if !softmax_step(row, m, l, a) {
                 row.fill(0.0);
-                continue;
             }
-            let alpha = exp(*m - new_max);
-            let block_sum = exp_sub_sum(row, new_max) as f32;
-            *l = *l * alpha + block_sum;
-            if alpha != 1.0 {
-                a.iter_mut().for_each(|x| *x *= alpha);
-            }
-            *m = new_max;
         }
         gemm_f32(&mut acc, Mat::dense(s, n, cols), false, key_rows(&p.v, d, r, g, keys.start, cols), Rhs::AsIs, 1.0, Accumulate::Add);
     }
-    let mut lse = vec![f32::NEG_INFINITY; n];
-    for ((a, (&m, &l)), out) in acc.chunks_mut(d).zip(max.iter().zip(&sum)).zip(lse.iter_mut()) {
+    let lse = normalize(&mut acc, d, &max, &sum);
+    (acc, lse)
+}
+
+/// One key block of a query's online softmax: with the block's scores
+/// `row`, the running max `m`, sum `l` and output `a` (rescaled to the new
+/// max), `row` left holding the block's weights. False, with nothing
+/// changed, when the query sees no key of the block (every score -inf).
+pub(super) fn softmax_step(row: &mut [f32], m: &mut f32, l: &mut f32, a: &mut [f32]) -> bool {
+    let new_max = row.iter().copied().fold(*m, f32::max);
+    if new_max == f32::NEG_INFINITY {
+        return false;
+    }
+    let alpha = exp(*m - new_max);
+    let block_sum = exp_sub_sum(row, new_max) as f32;
+    *l = *l * alpha + block_sum;
+    if alpha != 1.0 {
+        a.iter_mut().for_each(|x| *x *= alpha);
+    }
+    *m = new_max;
+    true
+}
+
+/// Divides each query's output (`acc`, `d` per query) by its softmax sum;
+/// returns the log-sum-exps (-inf, the output 0, for a query that saw no key).
+pub(super) fn normalize(acc: &mut [f32], d: usize, max: &[f32], sum: &[f32]) -> Vec<f32> {
+    let mut lse = vec![f32::NEG_INFINITY; max.len()];
+    for ((a, (&m, &l)), out) in acc.chunks_mut(d).zip(max.iter().zip(sum)).zip(lse.iter_mut()) {
         if l > 0.0 {
             let inv = 1.0 / l;
             a.iter_mut().for_each(|x| *x *= inv);
             *out = m + l.ln();
         }
     }
-    (acc, lse)
+    lse
 }
 
 /// The gradients of q `[b, heads, t, d]`, k and v `[b, kv_heads, s, d]`.

@@ -8,8 +8,7 @@
 //! the drafted tokens in one call and gets one-token decoding's bits, while
 //! reading the cache once per call instead of once per query.
 
-use super::cpu::{gather_q, BlockStats, Geometry, Problem, BLOCK_K};
-use crate::fastmath::{exp, exp_sub_sum};
+use super::cpu::{gather_q, normalize, softmax_step, BlockStats, Geometry, Problem, BLOCK_K};
 
 /// Calls with at most this many queries per row take this forward.
 pub(crate) const MAX_QUERIES: usize = 16;
@@ -52,30 +51,13 @@ pub(crate) fn forward_task(p: &Problem, geo: &Geometry, r: usize, g: usize, qb: 
                     }
                 }
             }
-            let (m, l) = (&mut max[row], &mut sum[row]);
-            let new_max = s.iter().copied().fold(*m, f32::max);
-            if new_max == f32::NEG_INFINITY {
-                continue;
-            }
-            let alpha = exp(*m - new_max);
-            let block_sum = exp_sub_sum(s, new_max) as f32;
-            *l = *l * alpha + block_sum;
             let a = &mut acc[row * d..(row + 1) * d];
-            if alpha != 1.0 {
-                a.iter_mut().for_each(|x| *x *= alpha);
+            if softmax_step(s, &mut max[row], &mut sum[row], a) {
+                add_weighted(s, &p.v.data[p.v.at(r, g, start)..], vr, a);
             }
-            *m = new_max;
-            add_weighted(s, &p.v.data[p.v.at(r, g, start)..], vr, a);
         }
     }
-    let mut lse = vec![f32::NEG_INFINITY; n];
-    for ((a, (&m, &l)), out) in acc.chunks_mut(d).zip(max.iter().zip(&sum)).zip(lse.iter_mut()) {
-        if l > 0.0 {
-            let inv = 1.0 / l;
-            a.iter_mut().for_each(|x| *x *= inv);
-            *out = m + l.ln();
-        }
-    }
+    let lse = normalize(&mut acc, d, &max, &sum);
     (acc, lse)
 }
 
