@@ -5,8 +5,9 @@
 //!
 //! - [`attention`]: causal grouped-query attention in linear memory (positions,
 //!   padding, packed segments, a KV cache in front), FlashAttention-2
-//!   backward ([`attention::attention`], reference
-//!   [`attention::attention_reference`]).
+//!   backward; on the CPU at inference, a call of few queries computes
+//!   each as it would alone ([`attention::queries_alone`])
+//!   ([`attention::attention`], reference [`attention::attention_reference`]).
 //! - [`logprobs`]: per-token log-probs (and entropy) of `hidden @ lm_head^T / T`
 //!   without materializing the `[N, V]` logits, with backward
 //!   ([`logprobs::token_logprobs`], reference [`logprobs::token_logprobs_reference`]).
