@@ -16,7 +16,7 @@
 //! depends only on the shapes and the thread count, so results are the same
 //! bits on every run with the same thread count.
 
-use super::{per_query, Dims, View4, Visibility};
+use super::{Dims, View4, Visibility};
 use crate::fastmath::{exp, exp_sub_sum};
 use crate::matmul::{gemm_f32, Accumulate, Mat, Rhs};
 use rayon::prelude::*;
@@ -34,9 +34,11 @@ pub(crate) struct Problem<'a> {
     pub vis: &'a Visibility,
     pub dims: Dims,
     pub scale: f32,
-    /// Forward each query on its own ([`per_query`]; inference, few queries).
-    pub per_query: bool,
 }
+
+/// One forward task: kv head `g` of row `r`, the folded rows of query block
+/// `qb`; the block's outputs `[rows, d]` and log-sum-exps.
+pub(super) type ForwardTask = fn(&Problem, &Geometry, usize, usize, usize) -> (Vec<f32>, Vec<f32>);
 
 /// What a block of query or key slots holds, for skipping and unmasked blocks.
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +180,11 @@ fn mask_block(p: &Problem, geo: &Geometry, s: &mut [f32], r: usize, g: usize, ro
 /// Forward: the output `[b, t, heads * d]` and each query's log-sum-exp
 /// `[b, heads, t]` (-inf for a query that sees no key; its output is 0).
 pub(crate) fn forward(p: &Problem) -> (Vec<f32>, Vec<f32>) {
+    forward_with(p, forward_task)
+}
+
+/// [`forward`] with `task` computing each (row, kv head, query block).
+pub(super) fn forward_with(p: &Problem, task: ForwardTask) -> (Vec<f32>, Vec<f32>) {
     let geo = Geometry::new(p);
     let Dims { batch, heads, kv_heads, queries: t, head_dim: d, .. } = p.dims;
     let tasks: Vec<(usize, usize, usize)> = (0..batch)
@@ -186,9 +193,6 @@ pub(crate) fn forward(p: &Problem) -> (Vec<f32>, Vec<f32>) {
     let mut out = vec![0.0f32; batch * t * heads * d];
     let mut lse = vec![0.0f32; batch * heads * t];
     let (out_w, lse_w) = (Scatter::new(&mut out), Scatter::new(&mut lse));
-    // Few queries at inference: each on its own (`per_query`), so that a
-    // query gets the same bits alone or beside others.
-    let task = if p.per_query { per_query::forward_task } else { forward_task };
     tasks.par_iter().for_each(|&(r, g, qb)| {
         let (o, l) = task(p, &geo, r, g, qb);
         for (n, f) in geo.block_rows(qb).enumerate() {

@@ -444,11 +444,11 @@ impl CustomOp3 for AttentionOp {
             vis: &self.vis,
             dims: self.dims,
             scale: self.scale,
-            // Inference with few queries: each on its own (training keeps
-            // one kernel for every length, so splits of a batch agree).
-            per_query: !self.grads && self.dims.queries <= per_query::MAX_QUERIES,
         };
-        let (out, lse) = cpu::forward(&p);
+        // Inference with few queries: each on its own, so that a query gets
+        // the same bits alone or beside others (training keeps one kernel
+        // for every length, so splits of a batch agree).
+        let (out, lse) = if !self.grads && self.dims.queries <= per_query::MAX_QUERIES { per_query::forward(&p) } else { cpu::forward(&p) };
         *self.lse.lock().expect("attention lse lock") = Some(Lse::Cpu(lse));
         self.record(Ran::Cpu);
         let Dims { batch, queries, heads, head_dim, .. } = self.dims;
@@ -507,7 +507,6 @@ impl CustomOp3 for AttentionOp {
             vis: &self.vis,
             dims: self.dims,
             scale: self.scale,
-            per_query: false,
         };
         let o = contiguous_f32(co, lo, "attention output")?;
         let g = contiguous_f32(cg, lg, "attention output gradient")?;

@@ -8,15 +8,20 @@
 //! the drafted tokens in one call and gets one-token decoding's bits, while
 //! reading the cache once per call instead of once per query.
 
-use super::cpu::{gather_q, normalize, softmax_step, BlockStats, Geometry, Problem, BLOCK_K};
+use super::cpu::{forward_with, gather_q, normalize, softmax_step, BlockStats, Geometry, Problem, BLOCK_K};
 
 /// Calls with at most this many queries per row take this forward.
 pub(crate) const MAX_QUERIES: usize = 16;
 
+/// The forward of `cpu::forward`, each query on its own.
+pub(crate) fn forward(p: &Problem) -> (Vec<f32>, Vec<f32>) {
+    forward_with(p, forward_task)
+}
+
 /// One forward task: kv head `g` of row `r`, folded rows of query block
 /// `qb`; the block's outputs `[rows, d]` and log-sum-exps, as
 /// `cpu::forward_task` returns them.
-pub(crate) fn forward_task(p: &Problem, geo: &Geometry, r: usize, g: usize, qb: usize) -> (Vec<f32>, Vec<f32>) {
+fn forward_task(p: &Problem, geo: &Geometry, r: usize, g: usize, qb: usize) -> (Vec<f32>, Vec<f32>) {
     let d = p.dims.head_dim;
     let rows = geo.block_rows(qb);
     let n = rows.len();
